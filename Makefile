@@ -1,0 +1,59 @@
+# Grid: the two commands a person needs are `make run` and `make test`.
+# Both create the virtualenv when it is missing and install what they need.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
+APT_PACKAGES := nats-server
+
+.PHONY: run test lint typecheck contracts pytest system-deps venv proto bench clean
+
+run: $(STAMP)
+	$(BIN)/grid render -f examples/quickstart --site east --gateway edge --signals examples/quickstart/signals.json
+	$(BIN)/grid explain -f examples/quickstart --site east --model llama-3.1-8b-instruct --signals examples/quickstart/signals.json
+
+test: system-deps $(STAMP) lint typecheck contracts pytest
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+# Debian packages the test suite needs (nats-server for the JetStream backbone tests).
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+contracts: $(STAMP)
+	$(BIN)/lint-imports
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=src/grid/proto_gen \
+	  --mypy_out=src/grid/proto_gen $$(find proto -name '*.proto')
+
+bench: $(STAMP)
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done
+
+clean:
+	rm -rf $(VENV) .grid .mypy_cache .pytest_cache .ruff_cache

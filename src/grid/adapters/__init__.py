@@ -1,0 +1,1 @@
+"""Thin edges: sockets, TLS, HTTP servers, stores, backbones and scraping."""

@@ -1,0 +1,1 @@
+"""Resource stores behind the `ResourceStore` port: embedded SQLite and Kubernetes."""

@@ -1,0 +1,27 @@
+"""The `grid` command line.
+
+Each command family lives in its own module under `grid.cli` and exposes
+``register(group)``. This module only assembles them, so families can grow
+without touching each other.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from grid import __version__
+
+# Append-only list of command modules; each defines `register(main: click.Group)`.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="grid")
+def main() -> None:
+    """Grid: mesh AI inference backends across sites into one routable overlay."""
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(main)

@@ -1,0 +1,1 @@
+"""Conflict-free replicated data types: LWW registers, OR-Sets and G-Counters."""

@@ -1,0 +1,1 @@
+"""A sans-IO SWIM membership machine with the Lifeguard refinements."""

@@ -1,0 +1,1 @@
+"""Pure telemetry admission: roster replay, token buckets, capacity and stamping."""

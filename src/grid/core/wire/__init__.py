@@ -1,0 +1,1 @@
+"""Wire formats: the encrypted GRID frame and the Protobuf message codec."""

@@ -1,0 +1,1 @@
+"""The gateway side of Grid's contracts: overlay loading, signal polling, feedback."""

@@ -1,0 +1,1 @@
+"""The site operator: SWIM task, controllers, scrape loop and overlay renderer."""

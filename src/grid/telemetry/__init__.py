@@ -1,0 +1,1 @@
+"""The telemetry admission gateway service (seed 004)."""

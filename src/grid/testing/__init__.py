@@ -1,0 +1,1 @@
+"""Test doubles and the deterministic simulator: fake clock, fake lossy network."""

@@ -1,0 +1,18 @@
+"""The `grid` entry point itself."""
+
+from click.testing import CliRunner
+
+from grid import __version__
+from grid.cli import main
+
+
+def test_version_flag_prints_the_package_version() -> None:
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert __version__ in result.output
+
+
+def test_help_lists_usage() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    assert "Usage" in result.output
