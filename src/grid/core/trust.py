@@ -1,0 +1,139 @@
+"""Peer trust: certificate fingerprints, SPIFFE IDs and Local/peer classification.
+
+SPEC-DECISIONS §2 fixes two trust modes. Under ``pin`` a peer is authorized when
+the SHA-256 of its leaf certificate's DER equals a GridSite's
+``trust.certFingerprint``. Under ``spiffe`` a peer is authorized when its single
+URI SAN is ``spiffe://{trustDomain}/...``. "Local" means the caller presents the
+site's own certificate. Parsing certificates is pure computation, so it lives in
+the core; loading them from disk and doing handshakes does not.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import NameOID
+
+from grid.errors import ValidationError
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+PRIVATE_KEY_MARKER = "PRIVATE KEY"
+
+
+class PeerClass(enum.Enum):
+    """How a verified TLS client relates to this site."""
+
+    LOCAL = "local"
+    PEER = "peer"
+    UNKNOWN = "unknown"
+
+
+def normalize_fingerprint(value: str) -> str:
+    """Return a fingerprint as 64 lowercase hex digits, accepting optional colons.
+
+    Raises `ValidationError` when the value is not a SHA-256 fingerprint.
+    """
+    cleaned = value.replace(":", "").strip().lower()
+    if not _HEX64.match(cleaned):
+        raise ValidationError(
+            "certFingerprint must be 64 hex characters (SHA-256), optionally colon-separated",
+            path="spec.trust.certFingerprint",
+        )
+    return cleaned
+
+
+def fingerprint_der(der: bytes) -> str:
+    """SHA-256 of a certificate's DER encoding, as 64 lowercase hex digits."""
+    return hashlib.sha256(der).hexdigest()
+
+
+def fingerprint_pem(pem: bytes) -> str:
+    """SHA-256 fingerprint of the first certificate in a PEM document."""
+    cert = x509.load_pem_x509_certificate(pem)
+    return fingerprint_der(cert.public_bytes(Encoding.DER))
+
+
+def spiffe_ids(cert: x509.Certificate) -> list[str]:
+    """Every ``spiffe://`` URI SAN of a certificate, in order."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return []
+    uris = san.value.get_values_for_type(x509.UniformResourceIdentifier)
+    return [u for u in uris if u.startswith("spiffe://")]
+
+
+def common_name(cert: x509.Certificate) -> str | None:
+    """The subject CN of a certificate, if it has exactly one."""
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if len(names) != 1:
+        return None
+    value = names[0].value
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+def workload_identity(cert: x509.Certificate) -> str | None:
+    """The identity a certificate asserts: its single SPIFFE URI SAN, else its CN."""
+    ids = spiffe_ids(cert)
+    if len(ids) == 1:
+        return ids[0]
+    if len(ids) > 1:
+        return None
+    return common_name(cert)
+
+
+def spiffe_in_domain(spiffe_id: str, trust_domain: str) -> bool:
+    """True when a SPIFFE ID belongs to ``trust_domain`` and names a workload path."""
+    prefix = f"spiffe://{trust_domain}/"
+    return spiffe_id.startswith(prefix) and len(spiffe_id) > len(prefix)
+
+
+@dataclass(frozen=True)
+class TrustPolicy:
+    """The declared trust of one site: its own identity and its authorized peers.
+
+    Under ``pin`` the identities are fingerprints; under ``spiffe`` the local
+    identity is the site's SPIFFE ID and peers are any ID in ``trust_domain``.
+    """
+
+    mode: str
+    local_fingerprint: str
+    peer_fingerprints: frozenset[str] = frozenset()
+    trust_domain: str | None = None
+    local_spiffe_id: str | None = None
+
+    @classmethod
+    def pin(cls, local_fingerprint: str, peers: Iterable[str]) -> TrustPolicy:
+        """A pin-mode policy from fingerprints (colons allowed)."""
+        return cls(
+            mode="pin",
+            local_fingerprint=normalize_fingerprint(local_fingerprint),
+            peer_fingerprints=frozenset(normalize_fingerprint(p) for p in peers),
+        )
+
+    def classify(self, leaf_der: bytes) -> PeerClass:
+        """Classify a verified client leaf certificate as Local, peer or unknown."""
+        fp = fingerprint_der(leaf_der)
+        if self.mode == "pin":
+            if fp == self.local_fingerprint:
+                return PeerClass.LOCAL
+            return PeerClass.PEER if fp in self.peer_fingerprints else PeerClass.UNKNOWN
+        cert = x509.load_der_x509_certificate(leaf_der)
+        ids = spiffe_ids(cert)
+        if len(ids) != 1 or self.trust_domain is None:
+            return PeerClass.UNKNOWN
+        if ids[0] == self.local_spiffe_id:
+            return PeerClass.LOCAL
+        return PeerClass.PEER if spiffe_in_domain(ids[0], self.trust_domain) else PeerClass.UNKNOWN
+
+
+def contains_private_key(pem: bytes | str) -> bool:
+    """True when a PEM blob carries private-key material and must be discarded."""
+    text = pem.decode("latin-1") if isinstance(pem, bytes) else pem
+    return PRIVATE_KEY_MARKER in text

@@ -1,0 +1,189 @@
+"""A development PKI: one CA, site and agent certificates, and a SWIM key.
+
+This is what `grid certs init` and `grid demo` use, and what tests use to run
+real mTLS handshakes. Certificates are ECDSA P-256, the CA signs every leaf, and
+each leaf carries a SPIFFE URI SAN (``spiffe://{trust_domain}/site/{name}``) plus
+DNS ``localhost`` and IP ``127.0.0.1`` so loopback servers verify. It is for
+development and tests only; production sites bring their own issuer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from grid.core.trust import fingerprint_der
+
+DEFAULT_TRUST_DOMAIN = "grid.local"
+SWIM_KEY_BYTES = 32
+VALIDITY = dt.timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A certificate and its private key, both PEM-encoded."""
+
+    cert_pem: bytes
+    key_pem: bytes
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the leaf DER as 64 lowercase hex digits (GridSite trust pin)."""
+        cert = x509.load_pem_x509_certificate(self.cert_pem)
+        return fingerprint_der(cert.public_bytes(serialization.Encoding.DER))
+
+
+class DevCA:
+    """A self-signed development CA that issues leaf certificates."""
+
+    def __init__(self, name: str = "grid dev CA", trust_domain: str = DEFAULT_TRUST_DOMAIN):
+        self.trust_domain = trust_domain
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC)
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        self._cert = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(subject)
+            .public_key(self._key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), critical=False
+            )
+            .sign(self._key, hashes.SHA256())
+        )
+
+    @property
+    def cert_pem(self) -> bytes:
+        """The CA certificate, PEM-encoded."""
+        return self._cert.public_bytes(serialization.Encoding.PEM)
+
+    def issue(
+        self,
+        common_name: str,
+        *,
+        spiffe_path: str | None = None,
+        dns_names: tuple[str, ...] = ("localhost",),
+        ip_addresses: tuple[str, ...] = ("127.0.0.1",),
+    ) -> Issued:
+        """Issue a leaf usable as both TLS server and client certificate.
+
+        ``spiffe_path`` (for example ``site/east``) adds the URI SAN
+        ``spiffe://{trust_domain}/{spiffe_path}``; without it the leaf carries
+        only its CN as identity.
+        """
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC)
+        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
+        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+        if spiffe_path is not None:
+            sans.append(
+                x509.UniformResourceIdentifier(f"spiffe://{self.trust_domain}/{spiffe_path}")
+            )
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(self._cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+                ),
+                critical=False,
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()),
+                critical=False,
+            )
+            .sign(self._key, hashes.SHA256())
+        )
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        return Issued(cert.public_bytes(serialization.Encoding.PEM), key_pem)
+
+    def issue_site(self, site: str) -> Issued:
+        """A site certificate with SPIFFE ID ``spiffe://{trust_domain}/site/{site}``."""
+        return self.issue(site, spiffe_path=f"site/{site}")
+
+
+def new_swim_key() -> bytes:
+    """32 random bytes from the OS RNG: an AES-256-GCM SWIM key."""
+    return os.urandom(SWIM_KEY_BYTES)
+
+
+@dataclass(frozen=True)
+class SitePaths:
+    """Where `write_dev_pki` put one site's certificate and key."""
+
+    cert: Path
+    key: Path
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class DevPki:
+    """The files written by `write_dev_pki`."""
+
+    ca: Path
+    swim_key: Path
+    sites: dict[str, SitePaths]
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def write_dev_pki(
+    directory: Path, sites: list[str], trust_domain: str = DEFAULT_TRUST_DOMAIN
+) -> DevPki:
+    """Write ``ca.pem``, ``swim.key`` and ``{site}.pem``/``{site}-key.pem`` into a directory.
+
+    Private keys and the SWIM key are written with mode 0600.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = DevCA(trust_domain=trust_domain)
+    (directory / "ca.pem").write_bytes(ca.cert_pem)
+    _write_private(directory / "swim.key", new_swim_key())
+    written: dict[str, SitePaths] = {}
+    for site in sites:
+        issued = ca.issue_site(site)
+        cert_path, key_path = directory / f"{site}.pem", directory / f"{site}-key.pem"
+        cert_path.write_bytes(issued.cert_pem)
+        _write_private(key_path, issued.key_pem)
+        written[site] = SitePaths(cert_path, key_path, issued.fingerprint)
+    return DevPki(ca=directory / "ca.pem", swim_key=directory / "swim.key", sites=written)
