@@ -1,0 +1,479 @@
+"""The scoring engine: six normalised signals, admission, locality tiers and the sort.
+
+This module is the one place where a routing candidate is judged. It knows
+nothing about YAML resources or the CRDT replica: callers (``grid render`` and
+the operator's overlay renderer) describe each candidate as a frozen
+`CandidateInput`, give a `ScoringContext` describing the gateway's site and the
+GridNetwork's scoring and admission settings, and get back a `Ranking`.
+
+The rules are SPEC-DECISIONS §4 and §4a:
+
+* Each signal scores in [0, 1]. A missing signal scores 0.5 (neutral), never 0.
+* ``score = Σ wᵢ·sᵢ / Σ wᵢ``; the breakdown holds each ``wᵢ·sᵢ / Σ wᵢ``.
+* Unhealthy candidates are excluded entirely, and so is an ``excluded``
+  admission state.
+* The sort is admission, tier, score (descending), freshness (fresh first, then
+  the newer ``observed_at``; no sample is oldest), then ``(site, name, cluster)``.
+* With scoring off (``signalTransport.mode: poll``) there is no score and the
+  score key is skipped in the sort.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+NEUTRAL_SIGNAL_SCORE = 0.5
+"""The score of a missing signal: neutral, so absence neither helps nor hurts."""
+
+
+class BackendKind(StrEnum):
+    """Where an inference backend runs (InferenceProvider ``spec.backendKind``)."""
+
+    LOCAL = "local"
+    REMOTE = "remote"
+    CLOUD_MANAGED = "cloud_managed"
+    API_PROVIDER = "api_provider"
+
+    @property
+    def self_hosted(self) -> bool:
+        """True for capacity a Grid site runs itself (``local`` or ``remote``)."""
+        return self in (BackendKind.LOCAL, BackendKind.REMOTE)
+
+
+class AdmissionState(StrEnum):
+    """Whether a candidate may take new sessions, only existing ones, or none."""
+
+    NEW_AND_EXISTING = "new_and_existing"
+    EXISTING_ONLY = "existing_only"
+    EXCLUDED = "excluded"
+
+
+class SelectionTier(StrEnum):
+    """The locality tier of a candidate relative to the gateway's local site."""
+
+    SAME_SITE = "same_site"
+    SAME_ZONE = "same_zone"
+    SAME_REGION = "same_region"
+    CROSS_REGION = "cross_region"
+
+
+class ExclusionReason(StrEnum):
+    """Why the scoring engine removed a candidate from the overlay."""
+
+    UNHEALTHY = "unhealthy"
+    ADMISSION_EXCLUDED = "admission_excluded"
+
+
+_ADMISSION_ORDER = {
+    AdmissionState.NEW_AND_EXISTING: 0,
+    AdmissionState.EXISTING_ONLY: 1,
+    AdmissionState.EXCLUDED: 2,
+}
+_TIER_ORDER = {
+    SelectionTier.SAME_SITE: 0,
+    SelectionTier.SAME_ZONE: 1,
+    SelectionTier.SAME_REGION: 2,
+    SelectionTier.CROSS_REGION: 3,
+}
+
+
+@dataclass(frozen=True)
+class ScoringWeights:
+    """Weights of the six signals (``GridNetwork.spec.scoring.weights``).
+
+    Defaults are seed 003's table. A weight of 0 removes a signal from the
+    blend; the sum must be positive so the score stays a weighted mean.
+    """
+
+    locality: float = 3.0
+    queue_depth: float = 3.0
+    kv_cache: float = 2.0
+    prefix_cache: float = 2.0
+    latency: float = 2.0
+    cost: float = 1.0
+
+    def __post_init__(self) -> None:
+        values = self.as_tuple()
+        if any(not math.isfinite(w) or w < 0 for w in values):
+            raise ValueError("scoring weights must be finite and non-negative")
+        if sum(values) <= 0:
+            raise ValueError("scoring weights must not all be zero")
+
+    def as_tuple(self) -> tuple[float, float, float, float, float, float]:
+        """The weights in signal order: locality, queue, kv, prefix, latency, cost."""
+        return (
+            self.locality,
+            self.queue_depth,
+            self.kv_cache,
+            self.prefix_cache,
+            self.latency,
+            self.cost,
+        )
+
+
+@dataclass(frozen=True)
+class AdmissionThresholds:
+    """Ratios at or above which a candidate enters a restricted admission state.
+
+    ``existing_only_*`` default to 0.85 (queue) and 0.90 (KV cache); ``excluded_*``
+    default to 0.98 for both (``GridNetwork.spec.admission``). A missing ratio
+    triggers nothing.
+    """
+
+    existing_only_queue_depth: float = 0.85
+    existing_only_kv_cache: float = 0.90
+    excluded_queue_depth: float = 0.98
+    excluded_kv_cache: float = 0.98
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """Everything the GridNetwork contributes to scoring.
+
+    ``latency_ceiling_ms`` (default 5000) is the p99 at which the latency signal
+    reaches 0; ``cost_ceiling_per_million_input_tokens`` (default 100) is the
+    input cost at which the cost signal reaches 0. ``enabled`` is False under
+    ``signalTransport.mode: poll``, where local scoring is off.
+    """
+
+    weights: ScoringWeights = field(default_factory=ScoringWeights)
+    latency_ceiling_ms: float = 5000.0
+    cost_ceiling_per_million_input_tokens: float = 100.0
+    admission: AdmissionThresholds = field(default_factory=AdmissionThresholds)
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.latency_ceiling_ms > 0:
+            raise ValueError("latencyCeilingMs must be positive")
+        if not self.cost_ceiling_per_million_input_tokens > 0:
+            raise ValueError("costCeilingPerMillionInputTokens must be positive")
+
+
+@dataclass(frozen=True)
+class Geography:
+    """A GridSite's region and zone; ``None`` means unknown."""
+
+    region: str | None = None
+    zone: str | None = None
+
+
+@dataclass(frozen=True)
+class SignalValues:
+    """Raw observed signals of one provider; ``None`` means missing, never zero.
+
+    ``queue_depth``, ``kv_cache_utilization`` and ``prefix_cache_hit_ratio`` are
+    ratios in [0, 1]; ``p99_latency_ms`` and ``cost_per_million_input_tokens``
+    are non-negative.
+    """
+
+    queue_depth: float | None = None
+    kv_cache_utilization: float | None = None
+    prefix_cache_hit_ratio: float | None = None
+    p99_latency_ms: float | None = None
+    cost_per_million_input_tokens: float | None = None
+
+
+@dataclass(frozen=True)
+class CredentialRef:
+    """A reference to the Secret key Praxis injects; never the token itself."""
+
+    strategy: str
+    secret_name: str
+    secret_namespace: str
+    secret_key: str
+
+
+@dataclass(frozen=True)
+class CandidateInput:
+    """One routable (provider, model) pair, as the scoring engine sees it.
+
+    ``name`` is the model, ``site`` the provider's site, ``cluster`` its routing
+    identity and ``provider`` the InferenceProvider name (used in explanations).
+    ``geography`` is the provider site's GridSite geography, ``None`` when the
+    site is unknown. ``credential`` is carried through untouched to the overlay.
+    """
+
+    name: str
+    site: str
+    cluster: str
+    provider: str
+    backend_kind: BackendKind
+    signals: SignalValues = field(default_factory=SignalValues)
+    geography: Geography | None = None
+    healthy: bool = True
+    fresh: bool = True
+    observed_at: datetime | None = None
+    credential: CredentialRef | None = None
+    kind: str = "inference_model"
+
+
+@dataclass(frozen=True)
+class ScoringContext:
+    """The gateway's point of view: its local site, that site's geography, config."""
+
+    local_site: str
+    local_geography: Geography | None
+    config: ScoringConfig = field(default_factory=ScoringConfig)
+
+
+@dataclass(frozen=True)
+class SignalScores:
+    """Per-signal scores sᵢ in [0, 1]; missing signals are already 0.5 here."""
+
+    locality: float
+    queue_depth: float
+    kv_cache: float
+    prefix_cache: float
+    latency: float
+    cost: float
+    missing: frozenset[str] = frozenset()
+
+    def as_tuple(self) -> tuple[float, float, float, float, float, float]:
+        """The scores in signal order: locality, queue, kv, prefix, latency, cost."""
+        return (
+            self.locality,
+            self.queue_depth,
+            self.kv_cache,
+            self.prefix_cache,
+            self.latency,
+            self.cost,
+        )
+
+
+@dataclass(frozen=True)
+class ScoreBreakdown:
+    """Each signal's contribution wᵢ·sᵢ / Σw, and ``total`` (the score)."""
+
+    locality: float
+    queue_depth: float
+    kv_cache: float
+    prefix_cache: float
+    latency: float
+    cost: float
+    total: float
+
+    def as_dict(self) -> dict[str, float]:
+        """The wire form of §5 ``score_breakdown``."""
+        return {
+            "locality": self.locality,
+            "queue_depth": self.queue_depth,
+            "kv_cache": self.kv_cache,
+            "prefix_cache": self.prefix_cache,
+            "latency": self.latency,
+            "cost": self.cost,
+            "total": self.total,
+        }
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Everything the engine derived about one candidate, before ranking."""
+
+    candidate: CandidateInput
+    signal_scores: SignalScores
+    admission: AdmissionState
+    tier: SelectionTier
+    score: float | None
+    breakdown: ScoreBreakdown | None
+
+
+@dataclass(frozen=True)
+class RankedCandidate:
+    """An evaluation with its position in the overlay (0 is the top)."""
+
+    evaluation: Evaluation
+    rank: int
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """An evaluated candidate that the engine removed, and why."""
+
+    evaluation: Evaluation
+    reason: ExclusionReason
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The result of scoring: ranked survivors and the excluded candidates."""
+
+    ranked: tuple[RankedCandidate, ...]
+    excluded: tuple[Exclusion, ...]
+
+
+def _ratio_score(ratio: float | None) -> float | None:
+    """1 - ratio, clamped to [0, 1]; ``None`` when the ratio is missing."""
+    if ratio is None:
+        return None
+    return 1.0 - min(1.0, max(0.0, ratio))
+
+
+def _ceiling_score(value: float | None, ceiling: float) -> float | None:
+    """1 - min(1, value / ceiling); ``None`` when the value is missing."""
+    if value is None:
+        return None
+    return 1.0 - min(1.0, max(0.0, value) / ceiling)
+
+
+def locality_score(candidate: CandidateInput, context: ScoringContext) -> float | None:
+    """The locality signal of §4a, or ``None`` (missing) for an unknown region.
+
+    Self-hosted capacity at the gateway's own site scores 1.0; at another site
+    0.7 in the same region and 0.4 in another, and missing when either region
+    is unknown. ``cloud_managed`` scores 0.2 and ``api_provider`` 0.1 anywhere.
+    """
+    if candidate.backend_kind is BackendKind.CLOUD_MANAGED:
+        return 0.2
+    if candidate.backend_kind is BackendKind.API_PROVIDER:
+        return 0.1
+    if candidate.site == context.local_site:
+        return 1.0
+    here = context.local_geography.region if context.local_geography else None
+    there = candidate.geography.region if candidate.geography else None
+    if here is None or there is None:
+        return None
+    return 0.7 if here == there else 0.4
+
+
+def selection_tier(candidate: CandidateInput, context: ScoringContext) -> SelectionTier:
+    """The tier of the candidate's site relative to the gateway's site.
+
+    Same site first; then the same region and zone; then the same region.
+    Anything else, including unknown geography, is ``cross_region``.
+    """
+    if candidate.site == context.local_site:
+        return SelectionTier.SAME_SITE
+    here, there = context.local_geography, candidate.geography
+    if here is None or there is None or here.region is None or there.region is None:
+        return SelectionTier.CROSS_REGION
+    if here.region != there.region:
+        return SelectionTier.CROSS_REGION
+    if here.zone is not None and here.zone == there.zone:
+        return SelectionTier.SAME_ZONE
+    return SelectionTier.SAME_REGION
+
+
+def admission_state(signals: SignalValues, thresholds: AdmissionThresholds) -> AdmissionState:
+    """Admission from the queue-depth and KV-cache ratios; at or above triggers."""
+    queue, kv = signals.queue_depth, signals.kv_cache_utilization
+    if (queue is not None and queue >= thresholds.excluded_queue_depth) or (
+        kv is not None and kv >= thresholds.excluded_kv_cache
+    ):
+        return AdmissionState.EXCLUDED
+    if (queue is not None and queue >= thresholds.existing_only_queue_depth) or (
+        kv is not None and kv >= thresholds.existing_only_kv_cache
+    ):
+        return AdmissionState.EXISTING_ONLY
+    return AdmissionState.NEW_AND_EXISTING
+
+
+def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalScores:
+    """Normalise the six signals to [0, 1], substituting 0.5 for missing ones."""
+    config = context.config
+    values = candidate.signals
+    raw = {
+        "locality": locality_score(candidate, context),
+        "queue_depth": _ratio_score(values.queue_depth),
+        "kv_cache": _ratio_score(values.kv_cache_utilization),
+        "prefix_cache": (
+            None
+            if values.prefix_cache_hit_ratio is None
+            else min(1.0, max(0.0, values.prefix_cache_hit_ratio))
+        ),
+        "latency": _ceiling_score(values.p99_latency_ms, config.latency_ceiling_ms),
+        "cost": _ceiling_score(
+            values.cost_per_million_input_tokens, config.cost_ceiling_per_million_input_tokens
+        ),
+    }
+    missing = frozenset(name for name, value in raw.items() if value is None)
+    filled = {name: NEUTRAL_SIGNAL_SCORE if v is None else v for name, v in raw.items()}
+    return SignalScores(
+        locality=filled["locality"],
+        queue_depth=filled["queue_depth"],
+        kv_cache=filled["kv_cache"],
+        prefix_cache=filled["prefix_cache"],
+        latency=filled["latency"],
+        cost=filled["cost"],
+        missing=missing,
+    )
+
+
+def blend(scores: SignalScores, weights: ScoringWeights) -> ScoreBreakdown:
+    """The weighted mean Σwᵢsᵢ/Σwᵢ with each contribution wᵢsᵢ/Σwᵢ."""
+    w = weights.as_tuple()
+    s = scores.as_tuple()
+    total_weight = sum(w)
+    parts = [wi * si / total_weight for wi, si in zip(w, s, strict=True)]
+    total = sum(wi * si for wi, si in zip(w, s, strict=True)) / total_weight
+    return ScoreBreakdown(
+        locality=parts[0],
+        queue_depth=parts[1],
+        kv_cache=parts[2],
+        prefix_cache=parts[3],
+        latency=parts[4],
+        cost=parts[5],
+        total=total,
+    )
+
+
+def evaluate(candidate: CandidateInput, context: ScoringContext) -> Evaluation:
+    """Derive signal scores, admission, tier and (when enabled) the score."""
+    scores = signal_scores(candidate, context)
+    breakdown = blend(scores, context.config.weights) if context.config.enabled else None
+    return Evaluation(
+        candidate=candidate,
+        signal_scores=scores,
+        admission=admission_state(candidate.signals, context.config.admission),
+        tier=selection_tier(candidate, context),
+        score=breakdown.total if breakdown else None,
+        breakdown=breakdown,
+    )
+
+
+SortKey = tuple[int, int, float, int, int, float, str, str, str]
+
+
+def sort_key(evaluation: Evaluation) -> SortKey:
+    """The §4 order: admission, tier, score desc, fresh, newer sample, tie-break.
+
+    With scoring off the score component is a constant, so it never decides.
+    A candidate without ``observed_at`` sorts after every candidate that has one.
+    """
+    candidate = evaluation.candidate
+    observed = candidate.observed_at
+    return (
+        _ADMISSION_ORDER[evaluation.admission],
+        _TIER_ORDER[evaluation.tier],
+        -evaluation.score if evaluation.score is not None else 0.0,
+        0 if candidate.fresh else 1,
+        0 if observed is not None else 1,
+        -observed.timestamp() if observed is not None else 0.0,
+        candidate.site,
+        candidate.name,
+        candidate.cluster,
+    )
+
+
+def rank(evaluations: Iterable[Evaluation]) -> tuple[RankedCandidate, ...]:
+    """Sort evaluations by `sort_key` and number them 0..n-1."""
+    ordered = sorted(evaluations, key=sort_key)
+    return tuple(RankedCandidate(evaluation=e, rank=i) for i, e in enumerate(ordered))
+
+
+def score_candidates(candidates: Sequence[CandidateInput], context: ScoringContext) -> Ranking:
+    """Evaluate, exclude (unhealthy, then admission ``excluded``) and rank."""
+    kept: list[Evaluation] = []
+    excluded: list[Exclusion] = []
+    for candidate in candidates:
+        evaluation = evaluate(candidate, context)
+        if not candidate.healthy:
+            excluded.append(Exclusion(evaluation, ExclusionReason.UNHEALTHY))
+        elif evaluation.admission is AdmissionState.EXCLUDED:
+            excluded.append(Exclusion(evaluation, ExclusionReason.ADMISSION_EXCLUDED))
+        else:
+            kept.append(evaluation)
+    return Ranking(ranked=rank(kept), excluded=tuple(excluded))
