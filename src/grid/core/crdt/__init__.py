@@ -1,1 +1,39 @@
-"""Conflict-free replicated data types: LWW registers, OR-Sets and G-Counters."""
+"""Conflict-free replicated data types: LWW registers, OR-Sets and G-Counters.
+
+`snapshot` composes them into the per-origin `GridStateSnapshot` with its four
+invalidation lanes; `record` defines the provider record that scoring reads.
+"""
+
+from grid.core.crdt.gcounter import CounterRefusal, GCounter, merge_gcounter
+from grid.core.crdt.lww import LwwRegister, merge_lww
+from grid.core.crdt.orset import ORSet, Tag, merge_orset
+from grid.core.crdt.record import ProviderRecord, ProviderSignals
+from grid.core.crdt.snapshot import (
+    CertLaneValue,
+    GatewayLaneValue,
+    GridStateSnapshot,
+    Lane,
+    MetadataLaneValue,
+    PrivateKeyRefused,
+    StateLaneValue,
+)
+
+__all__ = [
+    "CertLaneValue",
+    "CounterRefusal",
+    "GCounter",
+    "GatewayLaneValue",
+    "GridStateSnapshot",
+    "Lane",
+    "LwwRegister",
+    "MetadataLaneValue",
+    "ORSet",
+    "PrivateKeyRefused",
+    "ProviderRecord",
+    "ProviderSignals",
+    "StateLaneValue",
+    "Tag",
+    "merge_gcounter",
+    "merge_lww",
+    "merge_orset",
+]

@@ -1,0 +1,90 @@
+"""The provider record: what one site tells the grid about one inference provider.
+
+A record is the value of a provider's LWW register in a `GridStateSnapshot`. It
+carries exactly what scoring needs: identity (name, cluster, site), the
+``backend_kind``, the served models, health, the InferenceProvider ``phase``,
+when the sample was observed, and the five scraped signals. A signal that is
+``None`` is *missing* (scoring treats it as neutral), never zero.
+
+Records are immutable, validated on construction, and have a deterministic
+``repr`` (models are kept sorted) so LWW tie-breaks agree on every site.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from grid.errors import ValidationError
+
+BACKEND_KINDS = ("local", "remote", "cloud_managed", "api_provider")
+"""The ``spec.backendKind`` values of an InferenceProvider (seed 003)."""
+
+PROVIDER_PHASES = ("Pending", "Available", "Degraded", "Unavailable")
+"""The InferenceProvider phases (seed 003)."""
+
+RATIO_SIGNALS = ("queue_depth", "kv_cache_utilization", "prefix_cache_hit_ratio")
+"""Signals that are ratios in [0, 1] (SPEC-DECISIONS §6)."""
+
+
+def _check_signal(name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(f"signal {name} must be a number", path=f"signals.{name}")
+    if not math.isfinite(value) or value < 0:
+        raise ValidationError(f"signal {name} must be finite and >= 0", path=f"signals.{name}")
+    if name in RATIO_SIGNALS and value > 1:
+        raise ValidationError(f"signal {name} is a ratio in [0, 1]", path=f"signals.{name}")
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSignals:
+    """The scraped signals of one provider; ``None`` means missing, never zero."""
+
+    queue_depth: float | None = None
+    kv_cache_utilization: float | None = None
+    prefix_cache_hit_ratio: float | None = None
+    p99_latency_ms: float | None = None
+    cost_per_million_input_tokens: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in (*RATIO_SIGNALS, "p99_latency_ms", "cost_per_million_input_tokens"):
+            _check_signal(name, getattr(self, name))
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRecord:
+    """One provider as advertised by its origin site, with its latest signals.
+
+    ``observed_at`` is the sample time in Unix seconds (UTC), supplied by the
+    caller because the core never reads a clock.
+    """
+
+    name: str
+    cluster: str
+    site: str
+    backend_kind: str
+    models: tuple[str, ...] = ()
+    healthy: bool | None = None
+    observed_at: float = 0.0
+    signals: ProviderSignals = field(default_factory=ProviderSignals)
+    phase: str = "Available"
+
+    def __post_init__(self) -> None:
+        for attr in ("name", "cluster", "site"):
+            if not getattr(self, attr):
+                raise ValidationError(f"provider record needs a {attr}", path=attr)
+        if self.backend_kind not in BACKEND_KINDS:
+            raise ValidationError(
+                f"backend_kind must be one of {', '.join(BACKEND_KINDS)}", path="backend_kind"
+            )
+        if self.phase not in PROVIDER_PHASES:
+            raise ValidationError(
+                f"phase must be one of {', '.join(PROVIDER_PHASES)}", path="phase"
+            )
+        if not math.isfinite(self.observed_at) or self.observed_at < 0:
+            raise ValidationError("observed_at must be finite and >= 0", path="observed_at")
+        if any(not model for model in self.models):
+            raise ValidationError("model names must be non-empty", path="models")
+        object.__setattr__(self, "models", tuple(sorted(set(self.models))))
