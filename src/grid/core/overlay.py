@@ -1,0 +1,280 @@
+"""The rendered overlay (``grid-config.json``), its envelope and its validator.
+
+The overlay is what Praxis' ``grid_route`` filter consumes: pre-sorted
+candidates with admission state, locality tier, scores and credential
+references (SPEC-DECISIONS §5). The envelope (``grid-overlay.json``) wraps it
+with a content-addressed revision so that a gateway can verify what it loads
+and a renderer can skip writes when nothing changed.
+
+The revision and the content digest are the SHA-256 of the RFC 8785 (JCS)
+canonical form of ``{candidates, local_site, network}``; ``generated_at`` and
+provenance never enter it, so identical state gives identical revisions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import rfc8785
+
+from grid.core.ids import stable_id
+from grid.core.overlay_structure import (
+    CANDIDATES_MAX,
+    ENVELOPE_KEYS,
+    check_envelope_structure,
+    check_overlay_structure,
+)
+from grid.core.scoring import RankedCandidate
+
+SCHEMA_VERSION = "1.0.0"
+"""The envelope schema version this renderer writes."""
+
+PRODUCER = "grid-operator"
+"""The provenance producer name, fixed by §5 for every renderer."""
+
+KIND_INFERENCE_MODEL = "inference_model"
+"""The candidate kind for an inference model served by a provider."""
+
+__all__ = [
+    "CANDIDATES_MAX",
+    "KIND_INFERENCE_MODEL",
+    "PRODUCER",
+    "SCHEMA_VERSION",
+    "Provenance",
+    "Scope",
+    "Verdict",
+    "build_envelope",
+    "build_overlay",
+    "candidate_document",
+    "canonical_digest",
+    "format_timestamp",
+    "stable_id",
+    "verify",
+]
+
+
+def format_timestamp(moment: datetime) -> str:
+    """RFC 3339 UTC with a ``Z`` suffix and millisecond precision."""
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
+    """The §5 wire form of one ranked candidate (no field beyond §5's list)."""
+    evaluation = ranked.evaluation
+    candidate = evaluation.candidate
+    document: dict[str, Any] = {
+        "kind": candidate.kind,
+        "name": candidate.name,
+        "site": candidate.site,
+        "cluster": candidate.cluster,
+        "fresh": candidate.fresh,
+        "stable_id": stable_id(candidate.kind, candidate.name, candidate.site, candidate.cluster),
+        "admission_state": evaluation.admission.value,
+        "selection_tier": evaluation.tier.value,
+        "rank": ranked.rank,
+    }
+    if evaluation.breakdown is not None:
+        document["score"] = evaluation.breakdown.total
+        document["score_breakdown"] = evaluation.breakdown.as_dict()
+    credential = candidate.credential
+    if credential is not None:
+        document["credential"] = {
+            "strategy": credential.strategy,
+            "secretRef": {
+                "name": credential.secret_name,
+                "namespace": credential.secret_namespace,
+                "key": credential.secret_key,
+            },
+        }
+    return document
+
+
+def build_overlay(
+    network: str,
+    local_site: str,
+    ranked: Sequence[RankedCandidate],
+    generated_at: datetime,
+) -> dict[str, Any]:
+    """``grid-config.json``: ``{network, local_site, candidates[], generated_at}``.
+
+    ``ranked`` must already be in rank order 0..n-1 (as `scoring.rank` returns).
+    """
+    return {
+        "network": network,
+        "local_site": local_site,
+        "candidates": [candidate_document(r) for r in ranked],
+        "generated_at": format_timestamp(generated_at),
+    }
+
+
+def canonical_digest(overlay: Mapping[str, Any]) -> str:
+    """Lowercase-hex SHA-256 of the JCS form of ``{candidates, local_site, network}``."""
+    content = {
+        "candidates": overlay["candidates"],
+        "local_site": overlay["local_site"],
+        "network": overlay["network"],
+    }
+    return hashlib.sha256(rfc8785.dumps(content)).hexdigest()
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which gateway an overlay is for (the envelope's ``scope``)."""
+
+    network: str
+    gateway: str
+    namespace: str
+    local_site: str
+
+    def as_dict(self) -> dict[str, str]:
+        """The wire form of ``scope``."""
+        return {
+            "network": self.network,
+            "gateway": self.gateway,
+            "namespace": self.namespace,
+            "local_site": self.local_site,
+        }
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an overlay came from; never part of the revision.
+
+    ``source_*`` describe the GridNetwork the overlay was rendered from; uid and
+    generation are ``None`` when the source has none (a file rendered offline).
+    """
+
+    producer_version: str
+    source_name: str
+    source_uid: str | None
+    source_generation: int | None
+    rendered_at: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        """The wire form of ``provenance``."""
+        return {
+            "producer": PRODUCER,
+            "producer_version": self.producer_version,
+            "source_name": self.source_name,
+            "source_uid": self.source_uid,
+            "source_generation": self.source_generation,
+            "rendered_at": format_timestamp(self.rendered_at),
+        }
+
+
+def build_envelope(
+    overlay: Mapping[str, Any], scope: Scope, provenance: Provenance
+) -> dict[str, Any]:
+    """``grid-overlay.json``: the overlay with revision, digest, scope and provenance."""
+    digest = canonical_digest(overlay)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "revision": {"kind": "content_addressed", "algorithm": "sha256", "value": digest},
+        "content_digest": {"algorithm": "sha256", "value": digest},
+        "scope": scope.as_dict(),
+        "provenance": provenance.as_dict(),
+        "overlay": dict(overlay),
+    }
+
+
+ACCEPT = "accept"
+ACCEPT_LEGACY = "accept_legacy"
+REJECT = "reject"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The validator's answer: ``verdict``, a stable ``reason`` code, the revision.
+
+    ``reason`` is ``None`` on acceptance. ``revision`` is the verified revision
+    (for a bare overlay, its recomputed digest) and ``None`` on rejection.
+    ``detail`` is a human sentence for logs; it never repeats document values
+    beyond names.
+    """
+
+    verdict: str
+    reason: str | None
+    revision: str | None
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, str | None]:
+        """The printed form ``{"verdict", "reason", "revision"}``."""
+        return {"verdict": self.verdict, "reason": self.reason, "revision": self.revision}
+
+    @property
+    def accepted(self) -> bool:
+        """True for ``accept`` and ``accept_legacy``."""
+        return self.verdict != REJECT
+
+
+def _reject(reason: str, detail: str) -> Verdict:
+    return Verdict(verdict=REJECT, reason=reason, revision=None, detail=detail)
+
+
+def _is_supported_version(value: object) -> bool:
+    """True for a ``1.x`` or ``1.x.y`` version string."""
+    if not isinstance(value, str):
+        return False
+    parts = value.split(".")
+    return (
+        len(parts) in (2, 3)
+        and parts[0] == "1"
+        and all(p.isascii() and p.isdigit() for p in parts[1:])
+    )
+
+
+def _scope_problem(
+    scope: Mapping[str, Any],
+    overlay: Mapping[str, Any],
+    expected: Mapping[str, str | None] | None,
+) -> str | None:
+    for key in ("network", "local_site"):
+        if scope[key] != overlay[key]:
+            return f"scope.{key} differs from overlay.{key}"
+    for key, want in (expected or {}).items():
+        if want is not None and scope.get(key) != want:
+            return f"scope.{key} differs from the expected {key}"
+    return None
+
+
+def verify(
+    document: object, expected_scope: Mapping[str, str | None] | Scope | None = None
+) -> Verdict:
+    """Validate an envelope (or a bare overlay) in §5's order.
+
+    Reasons, in the order checked: ``malformed_structure``,
+    ``missing_schema_version``, ``unsupported_schema_version``,
+    ``digest_mismatch``, ``revision_digest_mismatch``, ``scope_mismatch``. A
+    document without any envelope key is a bare overlay: ``accept_legacy`` when
+    well formed. ``expected_scope`` keys left ``None`` are not compared.
+    """
+    expected = expected_scope.as_dict() if isinstance(expected_scope, Scope) else expected_scope
+    if not isinstance(document, dict):
+        return _reject("malformed_structure", "the document is not a JSON object")
+    if not any(key in document for key in ENVELOPE_KEYS):
+        problem = check_overlay_structure(document, "")
+        if problem is not None:
+            return _reject("malformed_structure", problem)
+        return Verdict(ACCEPT_LEGACY, None, canonical_digest(document), "bare overlay")
+    problem = check_envelope_structure(document)
+    if problem is not None:
+        return _reject("malformed_structure", problem)
+    if "schema_version" not in document:
+        return _reject("missing_schema_version", "the envelope has no schema_version")
+    if not _is_supported_version(document["schema_version"]):
+        return _reject("unsupported_schema_version", "only schema_version 1.x is supported")
+    overlay = document["overlay"]
+    digest = canonical_digest(overlay)
+    if document["content_digest"]["value"] != digest:
+        return _reject("digest_mismatch", "content_digest does not match the overlay")
+    if document["revision"]["value"] != digest:
+        return _reject("revision_digest_mismatch", "revision differs from content_digest")
+    problem = _scope_problem(document["scope"], overlay, expected)
+    if problem is not None:
+        return _reject("scope_mismatch", problem)
+    return Verdict(ACCEPT, None, digest, "envelope verified")

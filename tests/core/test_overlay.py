@@ -1,0 +1,261 @@
+"""The overlay document, its envelope, the JCS digest, stable ids and `verify`."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grid.core.ids import fnv1a_32, stable_id
+from grid.core.overlay import (
+    Provenance,
+    Scope,
+    build_envelope,
+    build_overlay,
+    canonical_digest,
+    verify,
+)
+from grid.core.scoring import (
+    BackendKind,
+    CandidateInput,
+    CredentialRef,
+    Geography,
+    ScoringConfig,
+    ScoringContext,
+    SignalValues,
+    score_candidates,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "overlay"
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+EAST = Geography("us-east", "us-east-1a")
+SCOPE = Scope(network="quickstart", gateway="edge", namespace="grid-system", local_site="east")
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # Reference vectors of the FNV test suite (Fowler/Noll/Vo), FNV-1a 32-bit.
+        (b"", 0x811C9DC5),
+        (b"a", 0xE40C292C),
+        (b"foobar", 0xBF9CF968),
+    ],
+)
+def test_fnv1a_32_matches_reference_vectors(data: bytes, expected: int) -> None:
+    assert fnv1a_32(data) == expected
+
+
+def test_stable_id_is_eight_hex_digits_over_kind_name_site_cluster() -> None:
+    value = stable_id("inference_model", "llama-3.1-8b-instruct", "east", "vllm-east")
+    assert value == f"{fnv1a_32(b'inference_model/llama-3.1-8b-instruct/east/vllm-east'):08x}"
+    assert len(value) == 8 and value == value.lower()
+    # Empty fields still hash the separators.
+    assert stable_id("", "", "", "") == f"{fnv1a_32(b'///'):08x}"
+    # Non-ASCII is hashed as UTF-8.
+    assert stable_id("k", "é", "s", "c") == f"{fnv1a_32('k/é/s/c'.encode()):08x}"
+
+
+def test_canonical_digest_uses_jcs_number_forms() -> None:
+    overlay = {
+        "network": "quickstart",
+        "local_site": "east",
+        "generated_at": "ignored",
+        "candidates": [
+            {"g": -1.5, "f": -0.0, "e": 1e-7, "d": 1e21, "c": 0.1 + 0.2, "b": 0.7, "a": 1.0}
+        ],
+    }
+    # JCS: keys sorted, 1.0 -> 1, 0.7 -> 0.7, 1e21 -> 1e+21, 1e-7 -> 1e-7, -0 -> 0.
+    canonical = (
+        b'{"candidates":[{"a":1,"b":0.7,"c":0.30000000000000004,"d":1e+21,"e":1e-7,'
+        b'"f":0,"g":-1.5}],"local_site":"east","network":"quickstart"}'
+    )
+    assert canonical_digest(overlay) == hashlib.sha256(canonical).hexdigest()
+    assert (
+        canonical_digest(overlay)
+        == "7ea6f813a530a2c7f1567976a56d5e9cf6bf0aaebebcbd45b6b65a36cd3303ae"
+    )
+
+
+def test_canonical_digest_ignores_generated_at() -> None:
+    one = {"network": "n", "local_site": "s", "candidates": [], "generated_at": "a"}
+    two = {**one, "generated_at": "b"}
+    expected = "5fd77226986f007c9108d559a7ae3a96eaa88e02a9d1a4a222fae210e51f22d4"
+    assert canonical_digest(one) == canonical_digest(two) == expected
+
+
+def _candidates() -> list[CandidateInput]:
+    return [
+        CandidateInput(
+            name="llama",
+            site="east",
+            cluster="vllm-east",
+            provider="vllm-east",
+            backend_kind=BackendKind.LOCAL,
+            geography=EAST,
+            signals=SignalValues(queue_depth=0.2),
+            observed_at=T0,
+        ),
+        CandidateInput(
+            name="gpt-4o-mini",
+            site="east",
+            cluster="openai",
+            provider="openai",
+            backend_kind=BackendKind.API_PROVIDER,
+            credential=CredentialRef("bearer_token", "openai-credentials", "grid-system", "key"),
+        ),
+    ]
+
+
+def _envelope(enabled: bool = True, now: datetime = T0) -> dict[str, Any]:
+    context = ScoringContext("east", EAST, ScoringConfig(enabled=enabled))
+    ranking = score_candidates(_candidates(), context)
+    overlay = build_overlay("quickstart", "east", ranking.ranked, now)
+    provenance = Provenance("0.1.0", "quickstart", None, None, now)
+    return build_envelope(overlay, SCOPE, provenance)
+
+
+def test_candidate_documents_carry_exactly_the_section_5_fields() -> None:
+    envelope = _envelope()
+    first, second = envelope["overlay"]["candidates"]
+    base = {
+        "kind",
+        "name",
+        "site",
+        "cluster",
+        "fresh",
+        "stable_id",
+        "admission_state",
+        "selection_tier",
+        "rank",
+    }
+    assert set(first) == base | {"score", "score_breakdown"}
+    assert set(second) == base | {"score", "score_breakdown", "credential"}
+    assert second["credential"] == {
+        "strategy": "bearer_token",
+        "secretRef": {"name": "openai-credentials", "namespace": "grid-system", "key": "key"},
+    }
+    assert set(first["score_breakdown"]) == {
+        "locality",
+        "queue_depth",
+        "kv_cache",
+        "prefix_cache",
+        "latency",
+        "cost",
+        "total",
+    }
+    assert first["score"] == first["score_breakdown"]["total"]
+    assert first["stable_id"] == stable_id("inference_model", "llama", "east", "vllm-east")
+    assert [c["rank"] for c in envelope["overlay"]["candidates"]] == [0, 1]
+
+
+def test_envelope_shape_and_revision() -> None:
+    envelope = _envelope()
+    assert envelope["schema_version"] == "1.0.0"
+    digest = canonical_digest(envelope["overlay"])
+    assert envelope["revision"] == {
+        "kind": "content_addressed",
+        "algorithm": "sha256",
+        "value": digest,
+    }
+    assert envelope["content_digest"] == {"algorithm": "sha256", "value": digest}
+    assert envelope["scope"] == SCOPE.as_dict()
+    assert envelope["provenance"] == {
+        "producer": "grid-operator",
+        "producer_version": "0.1.0",
+        "source_name": "quickstart",
+        "source_uid": None,
+        "source_generation": None,
+        "rendered_at": "2026-01-01T12:00:00.000Z",
+    }
+    assert set(envelope["overlay"]) == {"network", "local_site", "candidates", "generated_at"}
+    assert envelope["overlay"]["generated_at"] == "2026-01-01T12:00:00.000Z"
+
+
+def test_identical_state_rendered_later_keeps_the_revision() -> None:
+    early, late = _envelope(now=T0), _envelope(now=T0 + timedelta(hours=1))
+    assert early["revision"] == late["revision"]
+    assert early["provenance"] != late["provenance"]
+
+
+def test_poll_mode_overlay_has_no_scores_and_verifies() -> None:
+    envelope = _envelope(enabled=False)
+    assert all("score" not in c for c in envelope["overlay"]["candidates"])
+    assert verify(envelope).verdict == "accept"
+
+
+def test_rendered_envelope_verifies_and_survives_json_round_trip() -> None:
+    envelope = json.loads(json.dumps(_envelope()))
+    verdict = verify(envelope, SCOPE)
+    assert verdict.as_dict() == {
+        "verdict": "accept",
+        "reason": None,
+        "revision": envelope["revision"]["value"],
+    }
+    assert verify(envelope["overlay"]).verdict == "accept_legacy"
+
+
+def test_check_order_structure_before_schema_version_before_digest() -> None:
+    envelope = _envelope()
+    del envelope["schema_version"]
+    envelope["overlay"]["candidates"][0]["fresh"] = False  # also a digest mismatch
+    assert verify(envelope).reason == "missing_schema_version"
+    envelope["overlay"]["candidates"][0]["rank"] = 7  # and now malformed
+    assert verify(envelope).reason == "malformed_structure"
+
+
+def test_check_order_digest_before_revision_before_scope() -> None:
+    envelope = _envelope()
+    envelope["scope"]["network"] = "elsewhere"
+    envelope["revision"]["value"] = "0" * 64
+    assert verify(envelope).reason == "revision_digest_mismatch"
+    envelope["content_digest"]["value"] = "1" * 64
+    assert verify(envelope).reason == "digest_mismatch"
+
+
+def test_any_envelope_key_selects_the_envelope_path() -> None:
+    overlay = copy.deepcopy(_envelope()["overlay"])
+    overlay["provenance"] = {}
+    # Not accepted as legacy: an envelope key is present, so the envelope rules apply.
+    assert verify(overlay).reason == "malformed_structure"
+
+
+def test_expected_scope_with_none_values_compares_only_given_keys() -> None:
+    envelope = _envelope()
+    assert verify(envelope, {"gateway": "edge", "namespace": None}).verdict == "accept"
+    assert verify(envelope, {"namespace": "default"}).reason == "scope_mismatch"
+
+
+CASES: dict[str, dict[str, Any]] = json.loads((FIXTURES / "cases.json").read_text())
+
+
+def test_fixtures_cover_every_verdict_and_reason() -> None:
+    verdicts = {case["verdict"] for case in CASES.values()}
+    reasons = {case["reason"] for case in CASES.values()}
+    assert verdicts == {"accept", "accept_legacy", "reject"}
+    assert reasons == {
+        None,
+        "malformed_structure",
+        "missing_schema_version",
+        "unsupported_schema_version",
+        "digest_mismatch",
+        "revision_digest_mismatch",
+        "scope_mismatch",
+    }
+    assert {p.name for p in FIXTURES.glob("*.json")} == set(CASES) | {"cases.json"}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fixture_verdict(name: str) -> None:
+    case = CASES[name]
+    document = json.loads((FIXTURES / name).read_text())
+    verdict = verify(document, case.get("expected_scope"))
+    assert (verdict.verdict, verdict.reason) == (case["verdict"], case["reason"])
+    if verdict.verdict == "reject":
+        assert verdict.revision is None
+    else:
+        assert verdict.revision == canonical_digest(document.get("overlay", document))
