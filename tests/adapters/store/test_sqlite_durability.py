@@ -1,0 +1,99 @@
+"""SQLite-specific behaviour: durability across reopen and several openers on one file."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grid.adapters.store.port import EventType
+from grid.adapters.store.sqlite import SqliteStore
+from grid.adapters.store.url import DEFAULT_STORE_URL, open_store, parse_store_url
+from grid.errors import GridError, ValidationError
+
+
+def provider(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "grid.praxis-proxy.io/v1alpha1",
+        "kind": "InferenceProvider",
+        "metadata": {"name": name},
+        "spec": {"gridNetworkRef": "grid-demo", "backendKind": "local"},
+    }
+
+
+async def test_objects_versions_and_event_log_survive_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "store.db"
+    store = await SqliteStore.open(path)
+    created = await store.create(provider("vllm"))
+    patched = await store.patch_status("InferenceProvider", "vllm", {"phase": "Available"})
+    await store.close()
+
+    reopened = await SqliteStore.open(path)
+    try:
+        assert await reopened.get("InferenceProvider", "vllm") == patched
+        later = await reopened.create(provider("tgi"))
+        assert int(later["metadata"]["resourceVersion"]) > int(
+            patched["metadata"]["resourceVersion"]
+        )
+        since = created["metadata"]["resourceVersion"]
+        async with contextlib.aclosing(reopened.watch("InferenceProvider", since)) as events:
+            first = await anext(events)
+            second = await anext(events)
+        assert (first.type, first.object["status"]) == (EventType.MODIFIED, {"phase": "Available"})
+        assert (second.type, second.object["metadata"]["name"]) == (EventType.ADDED, "tgi")
+    finally:
+        await reopened.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_a_watcher_sees_writes_made_through_another_connection(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    watcher_side = await SqliteStore.open(path, watch_poll_interval_s=0.02)
+    writer_side = await SqliteStore.open(path)
+    try:
+        async with contextlib.aclosing(watcher_side.watch("InferenceProvider")) as events:
+            waiter = asyncio.ensure_future(anext(events))
+            await writer_side.create(provider("vllm"))
+            event = await asyncio.wait_for(waiter, 5.0)
+        assert event.object["metadata"]["name"] == "vllm"
+        stale = await watcher_side.get("InferenceProvider", "vllm")
+        await writer_side.patch_status("InferenceProvider", "vllm", {"phase": "Available"})
+        with pytest.raises(GridError) as conflict:
+            await watcher_side.replace({**stale, "spec": {"gridNetworkRef": "other"}})
+        assert conflict.value.code == "conflict"
+    finally:
+        await watcher_side.close()
+        await writer_side.close()
+
+
+async def test_close_ends_an_open_watch(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "store.db", watch_poll_interval_s=0.02)
+    events = store.watch("GridSite")
+
+    async def drain() -> int:
+        return len([e async for e in events])
+
+    task = asyncio.ensure_future(drain())
+    await asyncio.sleep(0.05)
+    await store.close()
+    assert await asyncio.wait_for(task, 5.0) == 0
+
+
+def test_store_urls_parse_and_unknown_ones_are_refused() -> None:
+    assert parse_store_url("sqlite:/var/lib/grid.db").path == Path("/var/lib/grid.db")
+    assert parse_store_url("sqlite:///var/lib/grid.db").path == Path("/var/lib/grid.db")
+    assert parse_store_url(DEFAULT_STORE_URL).path == Path(".grid/store.db")
+    assert parse_store_url("kubernetes").scheme == "kubernetes"
+    for bad in ("sqlite:", "postgres://x", ""):
+        with pytest.raises(ValidationError):
+            parse_store_url(bad)
+
+
+async def test_the_kubernetes_store_is_reported_as_not_available() -> None:
+    with pytest.raises(GridError, match="not available in this build"):
+        await open_store("kubernetes")
