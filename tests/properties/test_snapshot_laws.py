@@ -3,6 +3,7 @@ and idempotent, and every delivery order of a write history converges."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import reduce
 
 from hypothesis import given, settings
@@ -17,6 +18,8 @@ from grid.core.crdt import (
     ProviderRecord,
     ProviderSignals,
 )
+from grid.core.crdt.payload import decode_lane, decode_snapshot, encode_lane, encode_snapshot
+from grid.core.crdt.replica import GridState, LaneItem
 
 ORIGIN = "east"
 
@@ -123,3 +126,57 @@ def test_snapshot_any_delivery_order_with_duplicates_converges(
     dupes = data.draw(st.lists(st.sampled_from(history), max_size=6))
     delivery = data.draw(st.permutations(history + dupes))
     assert reduce(lambda x, y: x.merge(y), delivery) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshot_st)
+def test_snapshot_and_lane_codecs_round_trip(snap: GridStateSnapshot) -> None:
+    data = encode_snapshot(snap)
+    assert decode_snapshot(data) == snap
+    assert encode_snapshot(decode_snapshot(data)) == data
+    for lane in Lane:
+        value = snap.lane_value(lane)
+        assert decode_lane(lane, encode_lane(value), ORIGIN) == value
+
+
+@st.composite
+def item_history(draw: st.DrawFn) -> tuple[list[LaneItem], dict[str, GridStateSnapshot]]:
+    """Every item published by two origins writing their own snapshots, and their finals."""
+    items: list[LaneItem] = []
+    finals: dict[str, GridStateSnapshot] = {}
+    for origin in ("east", "west"):
+        writer = GridState(origin)
+        for op in draw(st.lists(op_st, max_size=6)):
+            if op[0] == "put":
+                record = op[2]
+                assert isinstance(record, ProviderRecord)
+                op = ("put", op[1], replace(record, site=origin))
+            items.extend(writer.update_local(_apply(writer.local, op)))
+        if writer.items():
+            finals[origin] = writer.local
+    return items, finals
+
+
+@settings(max_examples=60, deadline=None)
+@given(item_history(), st.data())
+def test_replicas_converge_for_any_item_delivery_order_with_duplicates(
+    history: tuple[list[LaneItem], dict[str, GridStateSnapshot]], data: st.DataObject
+) -> None:
+    items, finals = history
+    replicas = []
+    for _ in range(2):
+        dupes = data.draw(st.lists(st.sampled_from(items), max_size=5)) if items else []
+        replica = GridState("north")
+        for item in data.draw(st.permutations(items + dupes)):
+            replica.apply(item)
+        replicas.append(replica)
+    a, b = replicas
+    assert a.origins() == sorted({"north", *finals})
+    for origin, final in finals.items():
+        assert a.snapshot(origin) == final
+    assert a.origins() == b.origins()
+    for origin in a.origins():
+        assert a.snapshot(origin) == b.snapshot(origin)
+    assert {(i.origin, i.lane, i.revision) for i in a.items()} == {
+        (i.origin, i.lane, i.revision) for i in b.items()
+    }

@@ -26,7 +26,7 @@ from grid.core.crdt.gcounter import GCounter
 from grid.core.crdt.lww import LwwRegister
 from grid.core.crdt.orset import ORSet
 from grid.core.crdt.record import ProviderRecord
-from grid.errors import GridError
+from grid.errors import ProtocolError
 
 
 class Lane(StrEnum):
@@ -45,8 +45,12 @@ PRIVATE_KEY_MARKER = "PRIVATE KEY"
 """A cert-lane PEM containing this text is discarded, never stored (seed 003)."""
 
 
-class PrivateKeyRefused(GridError):
-    """A certificate PEM carried a private-key marker and was refused."""
+class PrivateKeyRefused(ProtocolError):
+    """A certificate PEM carried a private-key marker and was refused.
+
+    It is a `ProtocolError` because a received cert-lane payload fails this
+    structural check while being decoded; the replica discards and counts it.
+    """
 
     code = "private_key_in_cert"
 
@@ -210,20 +214,27 @@ class GridStateSnapshot:
             return replace(self, revisions=revisions, metadata=value)
         raise TypeError(f"a {type(value).__name__} is not a value of lane {lane.value}")
 
+    def merge_lane(self, lane: Lane, revision: int, value: LaneValue) -> GridStateSnapshot:
+        """Merge one lane's ``(revision, value)`` into this snapshot.
+
+        The state lane joins as a CRDT (revision is the maximum); any other lane
+        is last-writer-wins on ``(revision, canonical repr)``.
+        """
+        rev = max(self.revision(lane), revision)
+        if isinstance(value, StateLaneValue):
+            merged: LaneValue = self.state.merge(value)
+        else:
+            mine = (self.revision(lane), self.lane_value(lane))
+            merged = _lww_lane(mine, (revision, value))[1]
+        return self.with_lane(lane, rev, merged)
+
     def merge(self, other: GridStateSnapshot) -> GridStateSnapshot:
         """Merge two snapshots of the same origin, lane by lane."""
         if other.origin != self.origin:
             raise ValueError("only snapshots of the same origin merge")
         result = self
         for lane in Lane:
-            rev = max(self.revision(lane), other.revision(lane))
-            if lane is Lane.STATE:
-                value: LaneValue = self.state.merge(other.state)
-            else:
-                mine = (self.revision(lane), self.lane_value(lane))
-                theirs = (other.revision(lane), other.lane_value(lane))
-                value = _lww_lane(mine, theirs)[1]
-            result = result.with_lane(lane, rev, value)
+            result = result.merge_lane(lane, other.revision(lane), other.lane_value(lane))
         return result
 
     # -- local writes by the origin site ---------------------------------------------
