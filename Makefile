@@ -8,6 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 APT_PACKAGES := nats-server
+LINT_PATHS := src tests $(wildcard bench)
 
 .PHONY: run test lint typecheck contracts pytest system-deps venv proto bench clean
 
@@ -21,8 +22,8 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install -qq --upgrade pip
+	$(BIN)/python -m pip install -qq -e '.[dev]'
 	@touch $(STAMP)
 
 # Debian packages the test suite needs (nats-server for the JetStream backbone tests).
@@ -36,8 +37,8 @@ system-deps:
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
