@@ -14,7 +14,10 @@ import click
 from grid import __version__
 
 # Append-only list of command modules; each defines `register(main: click.Group)`.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "grid.cli.telemetry_cmd",
+    "grid.cli.mock_provider_cmd",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -27,7 +27,7 @@ class GatewaySettings(BaseModel):
         None,
         min_length=1,
         max_length=128,
-        description="Written into every record's reception.gateway_id. Default: the host name.",
+        description="Written into every record's reception.gateway_id.",
     )
     request_body_bytes_max: int = Field(
         8 * MIB,
