@@ -1,0 +1,93 @@
+"""`grid mock-provider`: run one mock OpenAI-compatible backend with vLLM metrics.
+
+See `grid.demo.mock_provider` for what each profile does. The command prints the
+address it serves on (useful with ``--port 0``) and runs until interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+import click
+
+from grid.demo.mock_provider import PROFILES, MockProvider, MockSettings
+
+
+async def _serve(settings: MockSettings, host: str, port: int) -> None:
+    provider = MockProvider(settings)
+    bound_host, bound_port = await provider.start(host, port)
+    click.echo(
+        f"mock-provider serving {settings.model} on http://{bound_host}:{bound_port} "
+        f"(profile {settings.profile}, capacity {settings.capacity})",
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await provider.stop()
+
+
+@click.command("mock-provider")
+@click.option("--port", type=click.IntRange(0, 65535), required=True, help="TCP port; 0 = any.")
+@click.option("--model", required=True, help="The model name served and reported.")
+@click.option(
+    "--profile",
+    type=click.Choice(PROFILES),
+    default="steady",
+    show_default=True,
+    help="steady: real load only; bursty: plus a synthetic wave; failing: unhealthy.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--capacity",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Concurrency slots; further requests wait.",
+)
+@click.option(
+    "--service-time-ms",
+    type=click.FloatRange(min=0),
+    default=50.0,
+    show_default=True,
+    help="Mean simulated service time per completion.",
+)
+@click.option(
+    "--burst-period",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds per cycle of the bursty profile's wave.",
+)
+def mock_provider(
+    port: int,
+    model: str,
+    profile: str,
+    host: str,
+    capacity: int,
+    service_time_ms: float,
+    burst_period: float,
+) -> None:
+    """Serve an OpenAI-compatible mock backend with vLLM-named Prometheus metrics."""
+    settings = MockSettings(
+        model=model,
+        profile=profile,
+        capacity=capacity,
+        service_time_s=service_time_ms / 1000.0,
+        burst_period_s=burst_period,
+    )
+    try:
+        asyncio.run(_serve(settings, host, port))
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+
+
+def register(main: click.Group) -> None:
+    """Add `mock-provider` to the `grid` command group."""
+    main.add_command(mock_provider)

@@ -1,0 +1,316 @@
+"""A mock inference backend: OpenAI-compatible API, vLLM-named Prometheus metrics.
+
+`grid demo` starts one per provider so that the scrape loop, scoring and overlay
+have real, moving load to react to; tests use it as a real HTTP backend. It serves
+``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health`` and
+``GET /metrics``.
+
+Load is real: each completion takes one of ``capacity`` concurrency slots for a
+simulated service time, and requests beyond the capacity wait for a slot. The
+metrics report that load:
+
+- ``vllm:num_requests_waiting`` / ``vllm:num_requests_running``: requests queued
+  for a slot / holding one;
+- ``vllm:kv_cache_usage_perc``: a baseline plus the share of busy slots;
+- ``vllm:prefix_cache_queries_total`` / ``vllm:prefix_cache_hits_total``: prompt
+  tokens looked up, and those whose prompt prefix was seen recently;
+- ``vllm:e2e_request_latency_seconds``: a histogram of observed end-to-end latency
+  (queueing included).
+
+Profiles add behaviour on top. ``steady`` adds nothing. ``bursty`` adds a synthetic
+load that follows a sine wave of period ``burst_period_s`` (30 s by default): up to
+``2 * capacity`` phantom waiting requests and 50 % KV-cache use at the crest, and
+service time up to twice as long, so rankings visibly move. ``failing`` answers
+``/health`` with 503 always and completions with 503 always, while ``/metrics``
+keeps answering, as a backend that is up but broken does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import math
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+PROFILES = ("steady", "bursty", "failing")
+LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Bucket bounds of the latency histogram, finer than vLLM's at the low end because
+the mock's service times are tens of milliseconds."""
+KV_BASELINE = 0.05
+"""KV-cache use of an idle server."""
+KV_PER_BUSY_SHARE = 0.7
+"""KV-cache use added when every slot is busy."""
+PREFIX_MEMORY = 256
+"""How many recent prompt prefixes count as cached."""
+PREFIX_CHARS = 64
+"""Characters of the prompt that form its cache key."""
+BODY_MAX_BYTES = 1024 * 1024
+"""Largest accepted request body."""
+
+
+@dataclass(frozen=True)
+class MockSettings:
+    """How a mock provider behaves; every field has a CLI flag."""
+
+    model: str
+    profile: str = "steady"
+    capacity: int = 4
+    """Concurrency slots; requests beyond this wait (and show as waiting)."""
+    service_time_s: float = 0.05
+    """Mean simulated service time per completion, jittered by ±20 %."""
+    burst_period_s: float = 30.0
+    """Period of the bursty profile's synthetic wave."""
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"profile must be one of {', '.join(PROFILES)}")
+        if self.capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        if self.service_time_s < 0 or self.burst_period_s <= 0:
+            raise ValueError("service time must be >= 0 and the burst period > 0")
+
+
+def _estimate_tokens(text: str) -> int:
+    """A rough token count (four characters a token), enough for load accounting."""
+    return max(1, len(text) // 4)
+
+
+class _Metrics:
+    """The private Prometheus registry with the vLLM-named metrics."""
+
+    def __init__(self, model: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ["model_name"]
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting",
+            "Requests waiting for a slot.",
+            labels,
+            registry=self.registry,
+        )
+        self.running = Gauge(
+            "vllm:num_requests_running", "Requests being served.", labels, registry=self.registry
+        )
+        self.kv_cache = Gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage, 1 means 100 %.",
+            labels,
+            registry=self.registry,
+        )
+        self.prefix_queries = Counter(
+            "vllm:prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache.",
+            labels,
+            registry=self.registry,
+        )
+        self.prefix_hits = Counter(
+            "vllm:prefix_cache_hits",
+            "Prompt tokens found in the prefix cache.",
+            labels,
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "End-to-end request latency.",
+            labels,
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.model = model
+        # Create every series up front, as vLLM does, so an idle server exports zeros.
+        for metric in (
+            self.waiting,
+            self.running,
+            self.kv_cache,
+            self.prefix_queries,
+            self.prefix_hits,
+            self.latency,
+        ):
+            metric.labels(model)
+
+
+class MockProvider:
+    """The mock backend: its load state, metrics and aiohttp application."""
+
+    def __init__(
+        self,
+        settings: MockSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._started = clock()
+        self._slots = asyncio.Semaphore(settings.capacity)
+        self.waiting = 0
+        self.running = 0
+        self._prefixes: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self.metrics = _Metrics(settings.model)
+        self._runner: web.AppRunner | None = None
+
+    # -- load model ------------------------------------------------------------
+
+    def wave(self) -> float:
+        """The bursty profile's synthetic load in [0, 1] now (0 for other profiles)."""
+        if self.settings.profile != "bursty":
+            return 0.0
+        phase = 2 * math.pi * (self._clock() - self._started) / self.settings.burst_period_s
+        return (1 - math.cos(phase)) / 2
+
+    def _service_time(self) -> float:
+        jitter = self._rng.uniform(0.8, 1.2)
+        return self.settings.service_time_s * jitter * (1 + self.wave())
+
+    def _observe_prompt(self, prompt: str) -> None:
+        tokens = _estimate_tokens(prompt)
+        key = hashlib.sha256(prompt[:PREFIX_CHARS].encode("utf-8")).hexdigest()
+        model = self.settings.model
+        self.metrics.prefix_queries.labels(model).inc(tokens)
+        if key in self._prefixes:
+            self._prefixes.move_to_end(key)
+            self.metrics.prefix_hits.labels(model).inc(min(tokens, PREFIX_CHARS // 4))
+        else:
+            self._prefixes[key] = None
+            if len(self._prefixes) > PREFIX_MEMORY:
+                self._prefixes.popitem(last=False)
+
+    def refresh_gauges(self) -> None:
+        """Set the gauges from the current real load plus the profile's synthetic load."""
+        model, capacity, wave = self.settings.model, self.settings.capacity, self.wave()
+        self.metrics.waiting.labels(model).set(self.waiting + round(2 * capacity * wave))
+        self.metrics.running.labels(model).set(self.running)
+        busy_share = self.running / capacity
+        kv = KV_BASELINE + KV_PER_BUSY_SHARE * busy_share + 0.5 * wave
+        self.metrics.kv_cache.labels(model).set(min(1.0, kv))
+
+    async def serve_one(self, prompt: str) -> float:
+        """Queue for a slot, hold it for a service time; returns the e2e latency in s."""
+        begun = time.monotonic()
+        self._observe_prompt(prompt)
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        try:
+            await asyncio.sleep(self._service_time())
+        finally:
+            self.running -= 1
+            self._slots.release()
+        elapsed = time.monotonic() - begun
+        self.metrics.latency.labels(self.settings.model).observe(elapsed)
+        return elapsed
+
+    # -- HTTP --------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        """The aiohttp application serving the four routes."""
+        app = web.Application(client_max_size=BODY_MAX_BYTES)
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        return app
+
+    async def _chat_completions(self, request: web.Request) -> web.Response:
+        if self.settings.profile == "failing":
+            return _error(503, "the backend is failing (mock profile 'failing')", "server_error")
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "the body must be JSON", "invalid_request_error")
+        problem = _check_chat_body(body)
+        if problem is not None:
+            return _error(400, problem, "invalid_request_error")
+        if body["model"] != self.settings.model:
+            return _error(404, f"the model {body['model']!r} does not exist", "model_not_found")
+        prompt = "\n".join(str(m.get("content", "")) for m in body["messages"])
+        await self.serve_one(prompt)
+        return web.json_response(self._completion(prompt, body))
+
+    def _completion(self, prompt: str, body: dict[str, Any]) -> dict[str, Any]:
+        last = str(body["messages"][-1].get("content", ""))
+        content = f"[{self.settings.model}] {last[:200]}"
+        prompt_tokens, completion_tokens = _estimate_tokens(prompt), _estimate_tokens(content)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.settings.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    async def _models(self, _request: web.Request) -> web.Response:
+        model = {"id": self.settings.model, "object": "model", "created": 0, "owned_by": "grid"}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        if self.settings.profile == "failing":
+            return web.json_response({"status": "failing"}, status=503)
+        return web.json_response({"status": "ok"})
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        self.refresh_gauges()
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+        """Listen on host:port (0 picks a free port); returns the bound address."""
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound = self._runner.addresses[0]
+        return str(bound[0]), int(bound[1])
+
+    async def stop(self) -> None:
+        """Stop listening and finish."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+def _check_chat_body(body: object) -> str | None:
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    if not isinstance(body.get("model"), str):
+        return "'model' is required"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "'messages' must be a non-empty list"
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+        return "each message needs a 'role'"
+    if body.get("stream"):
+        return "streaming is not supported by the mock provider"
+    return None
+
+
+def _error(status: int, message: str, error_type: str) -> web.Response:
+    """An error in OpenAI's shape."""
+    payload = {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+    return web.json_response(payload, status=status)
