@@ -1,0 +1,253 @@
+"""``grid render``, ``grid explain`` and ``grid overlay verify`` (SPEC-DECISIONS §9).
+
+These are thin edges over the pure core: they read manifests and a signals file,
+take the clock once, call `grid.core.render` / `grid.core.explain` /
+`grid.core.overlay.verify`, and print. No network is touched. Invalid input
+exits 2 with one line per problem; Secret values are never read, so they can
+never be printed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from grid.adapters.manifests import load_manifests
+from grid.core.explain import ExplainRow, Explanation, explain
+from grid.core.manifest import ManifestError, Manifests
+from grid.core.overlay import verify
+from grid.core.render import RenderInputs, render
+from grid.core.signals import SignalsDocument, parse_signals
+from grid.errors import ValidationError
+
+SIGNALS_FILE_BYTES_MAX = 16 * 1024 * 1024
+"""Largest signals or overlay file read, in bytes; both are small JSON documents."""
+
+EXPLAIN_WIDTH = 200
+"""Columns of the explain table when stdout is not a terminal."""
+
+EXIT_INVALID = 2
+"""Exit status for invalid input (bad CRs, a bad signals file), as click uses for usage."""
+
+
+def _fail(lines: list[str]) -> NoReturn:
+    for line in lines:
+        click.echo(f"error: {line}", err=True)
+    sys.exit(EXIT_INVALID)
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_json(path: str) -> Any:
+    """Decode a JSON file, refusing NaN/Infinity; raises ValueError or OSError."""
+    data = Path(path).read_bytes()[: SIGNALS_FILE_BYTES_MAX + 1]
+    if len(data) > SIGNALS_FILE_BYTES_MAX:
+        raise ValueError(f"larger than {SIGNALS_FILE_BYTES_MAX} bytes")
+    return json.loads(data, parse_constant=_reject_constant)
+
+
+def _inputs(path: str) -> RenderInputs:
+    try:
+        manifests: Manifests = load_manifests(path)
+    except ManifestError as exc:
+        _fail([str(p) for p in exc.problems] or [exc.message])
+    return RenderInputs(
+        networks=tuple(manifests.networks.values()),
+        sites=tuple(manifests.sites.values()),
+        providers=tuple(manifests.providers.values()),
+        secrets=tuple(manifests.secrets.values()),
+    )
+
+
+def _signals(path: str | None) -> SignalsDocument | None:
+    if path is None:
+        return None
+    try:
+        return parse_signals(read_json(path))
+    except OSError as exc:
+        _fail([f"{path}: cannot read signals file: {exc.strerror or type(exc).__name__}"])
+    except ValueError as exc:  # includes json.JSONDecodeError
+        _fail([f"{path}: not a JSON signals document: {exc}"])
+    except ValidationError as exc:
+        _fail([f"{path}: {exc.message}"])
+
+
+@click.command("render")
+@click.option("-f", "--filename", "path", required=True, help="CR YAML file or directory.")
+@click.option("--site", required=True, help="This operator's site (default provider site).")
+@click.option("--gateway", required=True, help="Gateway name listed in spec.gatewayRefs.")
+@click.option("--namespace", default=None, help="Gateway namespace (default: the gatewayRef's).")
+@click.option("--signals", "signals_path", default=None, help="Signals document (§6, scope=grid).")
+def render_command(
+    path: str, site: str, gateway: str, namespace: str | None, signals_path: str | None
+) -> None:
+    """Render the overlay envelope (grid-overlay.json) for one gateway to stdout."""
+    inputs = _inputs(path)
+    signals = _signals(signals_path)
+    try:
+        rendered = render(
+            inputs,
+            site=site,
+            gateway=gateway,
+            namespace=namespace,
+            signals=signals,
+            now=datetime.now(UTC),
+        )
+    except ValidationError as exc:
+        _fail([exc.message])
+    click.echo(json.dumps(rendered.envelope, indent=2))
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+_SIGNAL_COLUMNS = (
+    ("locality", None, "locality"),
+    ("queue", "queue_depth", "queue_depth"),
+    ("kv", "kv_cache_utilization", "kv_cache"),
+    ("prefix", "prefix_cache_hit_ratio", "prefix_cache"),
+    ("p99 ms", "p99_latency_ms", "latency"),
+    ("cost", "cost_per_million_input_tokens", "cost"),
+)
+
+
+def _signal_cell(row: ExplainRow, value_key: str | None, score_key: str) -> str:
+    score = f"{row.signal_scores[score_key]:.2f}"
+    if score_key in row.missing_signals:
+        score += "*"
+    if value_key is None:
+        return score
+    return f"{_fmt(row.signal_values[value_key], 4)}→{score}"
+
+
+def _table(result: Explanation) -> Table:
+    scoring = "on" if result.scoring_enabled else "off (poll)"
+    table = Table(
+        title=f"{result.model} seen from site {result.local_site} "
+        f"(network {result.network}, scoring {scoring})",
+        caption="signal cells: raw value → score; * missing (neutral 0.5)",
+    )
+    for header in ("rank", "provider@site", "cluster", "backend", "status", "admission", "tier"):
+        table.add_column(header, overflow="fold")
+    table.add_column("fresh")
+    table.add_column("score", justify="right")
+    for header, _, _ in _SIGNAL_COLUMNS:
+        table.add_column(header, justify="right", no_wrap=True)
+    for row in result.rows:
+        table.add_row(
+            "-" if row.rank is None else str(row.rank),
+            f"{row.provider}@{row.site}",
+            row.cluster,
+            row.backend_kind,
+            row.status,
+            row.admission_state,
+            row.selection_tier,
+            "yes" if row.fresh else "no",
+            "-" if row.score is None else f"{row.score:.4f}",
+            *(_signal_cell(row, v, s) for _, v, s in _SIGNAL_COLUMNS),
+        )
+    return table
+
+
+def _print_table(result: Explanation) -> None:
+    probe = Console(file=sys.stdout)
+    # A pipe or a file has no width; use one wide enough that rows stay on one line.
+    console = Console(file=sys.stdout, width=probe.width if probe.is_terminal else EXPLAIN_WIDTH)
+    if not result.rows:
+        console.print(f"no candidates serve model {result.model!r}")
+        return
+    console.print(_table(result))
+    for row in result.rows:
+        where = f"rank {row.rank}" if row.rank is not None else row.status
+        console.print(f"[bold]{row.provider}@{row.site}[/bold] ({where}): {row.reason}")
+        if row.credential is not None:
+            ref = row.credential["secretRef"]
+            console.print(
+                f"    credential: {row.credential['strategy']} from Secret "
+                f"{ref['namespace']}/{ref['name']} key {ref['key']} (a reference only)"
+            )
+        for note in row.notes:
+            console.print(f"    note: {note}")
+
+
+@click.command("explain")
+@click.option("-f", "--filename", "path", required=True, help="CR YAML file or directory.")
+@click.option("--site", required=True, help="The site whose point of view is explained.")
+@click.option("--model", required=True, help="The model to explain.")
+@click.option("--signals", "signals_path", default=None, help="Signals document (§6, scope=grid).")
+@click.option("--gateway", default=None, help="Explain for this gateway's local site instead.")
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def explain_command(
+    path: str,
+    site: str,
+    model: str,
+    signals_path: str | None,
+    gateway: str | None,
+    output: str,
+) -> None:
+    """Show every candidate for MODEL, excluded ones too, and why each ranks where it does."""
+    inputs = _inputs(path)
+    signals = _signals(signals_path)
+    try:
+        result = explain(inputs, site=site, model=model, signals=signals, gateway=gateway)
+    except ValidationError as exc:
+        _fail([exc.message])
+    if output == "json":
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        _print_table(result)
+
+
+@click.group("overlay")
+def overlay_group() -> None:
+    """Inspect rendered overlays."""
+
+
+@overlay_group.command("verify")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--network", default=None, help="Expected scope.network.")
+@click.option("--gateway", default=None, help="Expected scope.gateway.")
+@click.option("--namespace", default=None, help="Expected scope.namespace.")
+@click.option("--local-site", default=None, help="Expected scope.local_site.")
+def verify_command(
+    file: str,
+    network: str | None,
+    gateway: str | None,
+    namespace: str | None,
+    local_site: str | None,
+) -> None:
+    """Verify an overlay envelope (or a bare overlay); exit 0 on accept, 1 on reject."""
+    expected = {
+        "network": network,
+        "gateway": gateway,
+        "namespace": namespace,
+        "local_site": local_site,
+    }
+    try:
+        document: Any = read_json(file)
+    except (OSError, ValueError):
+        document = None  # unreadable or not JSON: a malformed structure
+    verdict = verify(document, expected)
+    click.echo(json.dumps(verdict.as_dict()))
+    if not verdict.accepted:
+        click.echo(f"reject ({verdict.reason}): {verdict.detail}", err=True)
+        sys.exit(1)
+
+
+def register(main: click.Group) -> None:
+    """Add ``render``, ``explain`` and ``overlay verify`` to the ``grid`` group."""
+    main.add_command(render_command)
+    main.add_command(explain_command)
+    main.add_command(overlay_group)
