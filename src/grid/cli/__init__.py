@@ -17,6 +17,7 @@ from grid import __version__
 COMMAND_MODULES: tuple[str, ...] = (
     "grid.cli.telemetry_cmd",
     "grid.cli.mock_provider_cmd",
+    "grid.cli.resources_cmd",
     "grid.cli.routing_cmd",
 )
 

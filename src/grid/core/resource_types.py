@@ -141,7 +141,12 @@ MetricSource = Annotated[
     Field(max_length=256, pattern=METRIC_SOURCE_PATTERN),
     AfterValidator(_check_metric_source),
 ]
-Timestamp = Annotated[str, BeforeValidator(_timestamp_to_text), Field(pattern=TIMESTAMP_PATTERN)]
+Timestamp = Annotated[
+    str,
+    BeforeValidator(_timestamp_to_text),
+    # The pattern is repeated for the JSON schema, which omits it behind a validator.
+    Field(pattern=TIMESTAMP_PATTERN, json_schema_extra={"pattern": TIMESTAMP_PATTERN}),
+]
 U64Text = Annotated[str, Field(pattern=U64_PATTERN), AfterValidator(_check_u64)]
 TrustDomain = Annotated[str, Field(max_length=255, pattern=TRUST_DOMAIN_PATTERN)]
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
