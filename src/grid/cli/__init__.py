@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "grid.cli.mock_provider_cmd",
     "grid.cli.resources_cmd",
     "grid.cli.routing_cmd",
+    "grid.cli.certs_cmd",
 )
 
 
