@@ -66,7 +66,7 @@ def _check_laws(a: T, b: T, c: T, merge: Callable[[T, T], T]) -> None:
     assert merge(merge(a, b), b) == merge(a, b)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(lww_st, lww_st, lww_st)
 def test_lww_merge_laws(
     a: LwwRegister[str | None], b: LwwRegister[str | None], c: LwwRegister[str | None]
@@ -74,19 +74,19 @@ def test_lww_merge_laws(
     _check_laws(a, b, c, lambda x, y: x.merge(y))
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(gcounter_st, gcounter_st, gcounter_st)
 def test_gcounter_merge_laws(a: GCounter, b: GCounter, c: GCounter) -> None:
     _check_laws(a, b, c, lambda x, y: x.merge(y))
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(orset_st, orset_st, orset_st)
 def test_orset_merge_laws(a: ORSet[str], b: ORSet[str], c: ORSet[str]) -> None:
     _check_laws(a, b, c, lambda x, y: x.merge(y))
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(orset_history(), st.data())
 def test_orset_any_delivery_order_with_duplicates_converges(
     history: list[ORSet[str]], data: st.DataObject
@@ -98,7 +98,7 @@ def test_orset_any_delivery_order_with_duplicates_converges(
     assert reduce(lambda x, y: x.merge(y), delivery, empty) == expected
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from(REPLICAS), st.integers(min_value=0, max_value=9)), max_size=30
@@ -118,7 +118,7 @@ def test_gcounter_any_delivery_order_converges_to_the_true_sum(
     assert merged.value == sum(amount for _, amount in increments)
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(lww_st, min_size=1, max_size=12), st.data())
 def test_lww_any_delivery_order_converges_to_the_greatest_stamp(
     writes: list[LwwRegister[str | None]], data: st.DataObject

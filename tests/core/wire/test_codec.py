@@ -73,7 +73,7 @@ push_pull_st = st.builds(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(datagram_st)
 def test_datagram_round_trips(msg: Datagram) -> None:
     data = encode_datagram(msg)
@@ -81,7 +81,7 @@ def test_datagram_round_trips(msg: Datagram) -> None:
     assert encode_datagram(decode_datagram(data)) == data
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(push_pull_st)
 def test_push_pull_round_trips(msg: PushPull) -> None:
     assert decode_stream(encode_stream(msg)) == msg

@@ -132,7 +132,7 @@ def test_nonce_must_be_12_bytes() -> None:
         seal(KEY, b"x", bytes(8))
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=64), st.binary(min_size=12, max_size=12), st.data())
 def test_any_tampered_byte_is_dropped(plaintext: bytes, nonce: bytes, data: st.DataObject) -> None:
     packet = bytearray(seal(KEY, plaintext, nonce))
