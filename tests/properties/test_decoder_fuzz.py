@@ -8,9 +8,13 @@ GRID frame and the TCP deframer. Every failure reports its seed and input.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from collections.abc import Callable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grid.core.crdt import (
     CertLaneValue,
@@ -146,3 +150,21 @@ def test_decoders_return_a_value_or_raise_protocol_error_only() -> None:
     total += _fuzz("unseal", lambda b: unseal([KEY], b), frames, rnd)
     total += _fuzz("deframe", _deframe, [prefix_length(f) for f in frames], rnd)
     assert total >= 100_000
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=256), st.sampled_from(list(Lane)))
+def test_arbitrary_bytes_never_escape_as_anything_but_protocol_error(
+    data: bytes, lane: Lane
+) -> None:
+    decoders: list[Callable[[bytes], object]] = [
+        decode_datagram,
+        decode_stream,
+        decode_snapshot,
+        lambda b: decode_lane(lane, b, "east"),
+        lambda b: unseal([KEY], b),
+        _deframe,
+    ]
+    for decode in decoders:
+        with contextlib.suppress(ProtocolError):
+            decode(data)

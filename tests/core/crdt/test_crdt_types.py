@@ -146,3 +146,8 @@ def test_provider_record_validates_fields(kwargs: dict[str, object]) -> None:
 def test_provider_signals_validate_ranges(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValidationError):
         ProviderSignals(**kwargs)
+
+
+def test_provider_record_observed_at_as_utc_datetime() -> None:
+    rec = ProviderRecord("p", "c", "east", "local", observed_at=86400.5)
+    assert rec.observed_at_utc.isoformat() == "1970-01-02T00:00:00.500000+00:00"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from grid.errors import ValidationError
 
@@ -88,3 +89,8 @@ class ProviderRecord:
         if any(not model for model in self.models):
             raise ValidationError("model names must be non-empty", path="models")
         object.__setattr__(self, "models", tuple(sorted(set(self.models))))
+
+    @property
+    def observed_at_utc(self) -> datetime:
+        """``observed_at`` as an aware UTC datetime (the signals document's form)."""
+        return datetime.fromtimestamp(self.observed_at, tz=UTC)
