@@ -10,8 +10,8 @@ partial roster. Each request runs the steps in seed order exactly:
 4. content type and a bounded read; 5. decode, versions, stamp, validate;
 6. durable publish within the budget; only the backbone's receipt yields 200.
 
-A refusal before the body is read closes the connection afterwards, so the
-unread body is never drained into the gateway.
+A refusal before the body is read closes the connection afterwards unless the
+declared body is small, so a large unread body is never drained by the gateway.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ READ_CHUNK_BYTES = 64 * 1024
 PRUNE_EVERY_REQUESTS = 1024
 ROSTER_RETRY_S = 1.0
 SHUTDOWN_TIMEOUT_S = 5.0
+# After a refusal before the body was read, a declared body up to this size is
+# discarded so the client keeps its connection (a paced agent re-handshaking on
+# every 429 would waste both sides' CPU); anything larger or chunked closes it.
+KEEPALIVE_DISCARD_BYTES_MAX = 64 * 1024
 
 
 def server_ssl_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext:
@@ -72,6 +76,11 @@ def peer_leaf_der(request: web.Request) -> bytes | None:
         return None
     der = ssl_object.getpeercert(binary_form=True)
     return der if der else None
+
+
+def _small_declared_body(content_length: int | None) -> bool:
+    """True when an unread body is small enough to discard and keep the connection."""
+    return content_length is not None and content_length <= KEEPALIVE_DISCARD_BYTES_MAX
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -184,7 +193,8 @@ class TelemetryGateway:
             return ack_response(stamped.batch_id, accepted, request_id)
         except TelemetryRefusal as refusal:
             response = refusal_response(refusal, request_id, accept)
-            if not body_read:
+            if not body_read and not _small_declared_body(request.content_length):
+                # Never drain a large or unbounded unread body: close instead.
                 response.force_close()
             return response
         finally:
