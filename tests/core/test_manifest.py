@@ -318,3 +318,29 @@ def test_problems_keep_input_order_and_error_lists_them_all() -> None:
     lines = str(info.value).splitlines()
     assert [line.split(":")[0] for line in lines] == ["in0.yaml", "in1.yaml"]
     assert info.value.path == "kind"
+
+
+def test_duplicate_yaml_key_is_reported_not_silently_dropped() -> None:
+    problem = only_problem(
+        """
+        apiVersion: grid.praxis-proxy.io/v1alpha1
+        kind: GridNetwork
+        metadata: {name: grid-demo}
+        spec:
+          region: us-east-1
+          region: us-west-2
+        """
+    )
+    assert_one_line(problem, "in0.yaml", "GridNetwork/grid-demo", "spec.region")
+    assert problem.message == "duplicate key"
+    assert problem.line == 7
+
+
+def test_alias_bomb_is_refused_before_validation() -> None:
+    lines = ["apiVersion: grid.praxis-proxy.io/v1alpha1", "kind: GridNetwork", "a0: &a0 [x, x]"]
+    for i in range(1, 30):
+        lines.append(f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}]")
+    lines.append("metadata: {name: bomb}")
+    problem = only_problem("\n".join(lines) + "\n")
+    assert "expands to more than" in problem.message
+    assert problem.resource == "GridNetwork/bomb"

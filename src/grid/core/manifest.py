@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import yaml
 
 from grid.core.object_meta import SecretRef
-from grid.core.resource_errors import InvalidResource
+from grid.core.resource_errors import InvalidResource, join_path
 from grid.core.resources import (
     API_VERSION,
     KINDS,
@@ -40,6 +40,10 @@ from grid.core.secret import Secret, parse_secret
 from grid.errors import ValidationError
 
 _R = TypeVar("_R", GridNetwork, GridSite, InferenceProvider)
+
+DOCUMENT_NODES_MAX = 100_000
+"""Most YAML nodes one document may expand to once aliases are followed. Real CRs
+have a few hundred; the cap stops an alias bomb before validation walks it."""
 
 NO_RESOURCE = "-"
 """`Problem.resource` when the problem concerns no identifiable resource."""
@@ -186,12 +190,62 @@ def decode_documents(source: Source, problems: list[Problem]) -> Iterator[Docume
             if node is None:
                 continue
             obj = loader.construct_document(node)
-            if obj is not None:
-                yield Document(source.file, node.start_mark.line + 1, obj, node)
+            if obj is None:
+                continue
+            doc = Document(source.file, node.start_mark.line + 1, obj, node)
+            if _expanded_size(node, {}) > DOCUMENT_NODES_MAX:
+                message = f"document expands to more than {DOCUMENT_NODES_MAX} YAML nodes"
+                problems.append(Problem(doc.file, _label_of(obj), NO_FIELD, message, doc.line))
+                continue
+            problems.extend(_duplicate_keys(doc, node, "", set()))
+            yield doc
     except yaml.YAMLError as exc:
         problems.append(_yaml_problem(source.file, exc))
     finally:
         loader.dispose()
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    # Aliases share nodes, so a small document can expand exponentially ("billion
+    # laughs"); count the expanded size with memoization before validating anything.
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1  # a self-referencing alias counts once instead of looping
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(item, memo) for item in node.value)
+    memo[id(node)] = min(size, DOCUMENT_NODES_MAX + 1)
+    return memo[id(node)]
+
+
+def _duplicate_keys(doc: Document, node: yaml.Node, path: str, seen: set[int]) -> list[Problem]:
+    # PyYAML keeps the last of two equal keys silently; a repeated `spec:` would
+    # then drop half a resource without a word, so it is reported.
+    if id(node) in seen:
+        return []
+    seen.add(id(node))
+    found: list[Problem] = []
+    if isinstance(node, yaml.MappingNode):
+        keys: set[str] = set()
+        for key, value in node.value:
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+            child = join_path(path, [name])
+            if isinstance(key, yaml.ScalarNode) and name in keys:
+                label = _label_of(doc.obj)
+                line = key.start_mark.line + 1
+                found.append(Problem(doc.file, label, child, "duplicate key", line))
+            keys.add(name)
+            found.extend(_duplicate_keys(doc, value, child, seen))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found.extend(_duplicate_keys(doc, item, join_path(path, [i]), seen))
+    return found
+
+
+def _label_of(obj: Any) -> str:
+    return resource_label(obj) if isinstance(obj, Mapping) else NO_RESOURCE
 
 
 def _yaml_problem(file: str, exc: yaml.YAMLError) -> Problem:
