@@ -126,8 +126,8 @@ class Admission:
         seen: set[str] = set()
         encoded: list[tuple[str, bytes]] = []
         for index, record in enumerate(records):
-            validate_record(index, record, reception.received_at_ns, self.settings, seen)
             stamp_record(record, ticket.agent_id, ticket.tenant_id, reception)
+            validate_record(index, record, reception.received_at_ns, self.settings, seen)
             encoded.append((record.record_id, record.SerializeToString(deterministic=True)))
         batch_id = batch_id_for(ticket.route, ticket.agent_id, body)
         return StampedBatch(batch_id, ticket.route, tuple(encoded))
