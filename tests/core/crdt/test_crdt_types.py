@@ -118,6 +118,7 @@ def test_provider_record_sorts_models_for_deterministic_repr() -> None:
         {"backend_kind": "onprem"},
         {"phase": "Running"},
         {"observed_at": float("nan")},
+        {"observed_at": 1e300},
         {"models": ("",)},
         {"name": ""},
     ],

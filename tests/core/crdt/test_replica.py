@@ -101,3 +101,12 @@ def test_capabilities_union_across_origins() -> None:
     b.apply(a.item("a", Lane.STATE))
     assert b.capabilities("models") == {"x", "y"}
     assert GridStateSnapshot.empty("a").state.capability("models").elements == frozenset()
+
+
+def test_refuting_a_maximal_revision_stays_in_the_wire_range() -> None:
+    east = GridState("east")
+    east.update_local(east.local.set_lane(Lane.GATEWAY, GatewayLaneValue("mine:1")))
+    forged = LaneItem(Lane.GATEWAY, "east", 2**64 - 1, encode_lane(GatewayLaneValue("x:1")))
+    assert east.apply(forged) == MergeOutcome.REASSERTED
+    assert east.local.revision(Lane.GATEWAY) == 2**64 - 1
+    assert east.item("east", Lane.GATEWAY).revision == 2**64 - 1

@@ -24,6 +24,9 @@ BACKEND_KINDS = ("local", "remote", "cloud_managed", "api_provider")
 PROVIDER_PHASES = ("Pending", "Available", "Degraded", "Unavailable")
 """The InferenceProvider phases (seed 003)."""
 
+OBSERVED_AT_MAX = 253_402_300_799.0
+"""The last second of the year 9999, the largest time a datetime can hold."""
+
 RATIO_SIGNALS = ("queue_depth", "kv_cache_utilization", "prefix_cache_hit_ratio")
 """Signals that are ratios in [0, 1] (SPEC-DECISIONS §6)."""
 
@@ -84,8 +87,10 @@ class ProviderRecord:
             raise ValidationError(
                 f"phase must be one of {', '.join(PROVIDER_PHASES)}", path="phase"
             )
-        if not math.isfinite(self.observed_at) or self.observed_at < 0:
-            raise ValidationError("observed_at must be finite and >= 0", path="observed_at")
+        if not 0 <= self.observed_at <= OBSERVED_AT_MAX:
+            raise ValidationError(
+                "observed_at must be Unix seconds between 1970 and 9999", path="observed_at"
+            )
         if any(not model for model in self.models):
             raise ValidationError("model names must be non-empty", path="models")
         object.__setattr__(self, "models", tuple(sorted(set(self.models))))

@@ -29,6 +29,9 @@ from grid.core.crdt.payload import encode_lane as _encode
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.snapshot import GridStateSnapshot, Lane, PrivateKeyRefused
 
+REVISION_MAX = 2**64 - 1
+"""Revisions travel as uint64."""
+
 
 class MergeOutcome(StrEnum):
     """What `GridState.apply` did with a received item."""
@@ -165,9 +168,10 @@ class GridState:
         joined = current
         if lane is Lane.STATE and isinstance(value, type(current.state)):
             joined = current.with_lane(lane, current.revision(lane), current.state.merge(value))
-        self._snapshots[self.local_origin] = joined.with_lane(
-            lane, revision + 1, joined.lane_value(lane)
-        )
+        # Clamped to the wire's uint64 range; a peer holding the maximum cannot be
+        # out-ranked, which only a key holder can cause.
+        bumped = min(revision + 1, REVISION_MAX)
+        self._snapshots[self.local_origin] = joined.with_lane(lane, bumped, joined.lane_value(lane))
         return MergeOutcome.REASSERTED
 
     # -- read views for scoring and budgets ----------------------------------------
