@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -14,18 +13,11 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from grid.adapters.backbone import (
-    BackboneUnavailable,
-    PublishBatch,
-    Receipt,
-    RosterEntry,
-    Route,
-    StoredRecord,
-)
 from grid.core.telemetry.settings import GatewaySettings
 from grid.demo.pki import DevCA, Issued
 from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import EventBatch, InventoryBatch
 from grid.telemetry.server import TelemetryGateway, server_ssl_context
+from grid.testing.telemetry import MemoryBackbone, MemoryRosterLog
 
 
 @dataclass(frozen=True)
@@ -68,66 +60,6 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         for name, (cn, path) in AGENTS.items()
     }
     return Pki(directory, directory / "ca.pem", server_cert, server_key, agents)
-
-
-class MemoryBackbone:
-    """An in-memory `Backbone` that can be told to fail or to hold publishes."""
-
-    def __init__(self) -> None:
-        self.batches: list[PublishBatch] = []
-        self.fail = False
-        self.gate: asyncio.Event | None = None
-        self.publishing = asyncio.Event()
-
-    async def publish(self, batch: PublishBatch) -> Receipt:
-        self.publishing.set()
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.fail:
-            raise BackboneUnavailable("injected failure")
-        if any(b.batch_id == batch.batch_id for b in self.batches):
-            return Receipt(batch.batch_id, len(batch.records), duplicate=True)
-        self.batches.append(batch)
-        return Receipt(batch.batch_id, len(batch.records))
-
-    async def records(self) -> AsyncIterator[tuple[str, Route, StoredRecord]]:
-        for batch in self.batches:
-            for record in batch.records:
-                yield batch.batch_id, batch.route, record
-
-    async def close(self) -> None:
-        return None
-
-
-class MemoryRosterLog:
-    """An in-memory `RosterLog` whose tail wakes on append."""
-
-    def __init__(self) -> None:
-        self.entries: list[RosterEntry] = []
-        self._changed = asyncio.Condition()
-
-    async def append(self, agent_id: str, state: Any, tenant_id: str | None) -> RosterEntry:
-        entry = RosterEntry(agent_id, tenant_id, state, len(self.entries) + 1)
-        async with self._changed:
-            self.entries.append(entry)
-            self._changed.notify_all()
-        return entry
-
-    async def replay(self) -> list[RosterEntry]:
-        return list(self.entries)
-
-    async def tail(self, after_revision: int) -> AsyncIterator[RosterEntry]:
-        seen = [after_revision]
-        while True:
-            async with self._changed:
-                await self._changed.wait_for(lambda: len(self.entries) > seen[0])
-                new = self.entries[seen[0] :]
-            for entry in new:
-                seen[0] = entry.revision
-                yield entry
-
-    async def close(self) -> None:
-        return None
 
 
 @dataclass
