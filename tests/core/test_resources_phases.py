@@ -105,3 +105,18 @@ def test_unknown_kind_or_phase_raises() -> None:
         transition("GridSite", "Pending", "Running")
     with pytest.raises(TransitionError):
         transition("GridSite", "Sleeping", "Pending")
+
+
+def test_set_condition_moves_transition_time_only_when_status_flips() -> None:
+    status = GridNetworkStatus()
+    t0, t1, t2 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"
+    assert status.set_condition("Ready", "False", reason="Starting", now=t0)
+    assert status.set_condition("GatewayIngest", "True", reason="Clean", now=t0)
+    assert not status.set_condition("Ready", "False", reason="Starting", now=t1)
+    assert status.set_condition("Ready", "False", reason="Waiting", now=t1)
+    ready = status.condition("Ready")
+    assert ready is not None and ready.last_transition_time == t0
+    assert status.set_condition("Ready", "True", reason="Active", now=t2)
+    ready = status.condition("Ready")
+    assert ready is not None and ready.last_transition_time == t2
+    assert [c.type for c in status.conditions] == ["Ready", "GatewayIngest"]

@@ -48,6 +48,40 @@ class _StatusBase(WireModel):
         """The condition of the given type, if present."""
         return next((c for c in self.conditions if c.type == type_), None)
 
+    def set_condition(
+        self,
+        type_: str,
+        status: Literal["True", "False", "Unknown"],
+        *,
+        reason: str | None = None,
+        message: str | None = None,
+        now: str,
+        observed_generation: int | None = None,
+    ) -> bool:
+        """Record a condition with Kubernetes semantics; return whether anything changed.
+
+        `lastTransitionTime` moves to `now` (an RFC 3339 string supplied by the caller,
+        since the core reads no clock) only when `status` flips, so re-asserting the
+        same condition is a no-op and the caller can skip the status write.
+        """
+        current = self.condition(type_)
+        moved = current is None or current.status != status
+        updated = Condition(
+            type=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            last_transition_time=now if moved or current is None else current.last_transition_time,
+            observed_generation=observed_generation,
+        )
+        if current == updated:
+            return False
+        others = [c for c in self.conditions if c.type != type_]
+        index = next((i for i, c in enumerate(self.conditions) if c.type == type_), len(others))
+        others.insert(index, updated)
+        self.conditions = others
+        return True
+
 
 class OverlayStatus(WireModel):
     """One rendered overlay ConfigMap of the network."""
