@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import rfc8785
-
+from grid.core import canonical
 from grid.core.ids import stable_id
 from grid.core.overlay_structure import (
     CANDIDATES_MAX,
@@ -119,7 +118,7 @@ def canonical_digest(overlay: Mapping[str, Any]) -> str:
         "local_site": overlay["local_site"],
         "network": overlay["network"],
     }
-    return hashlib.sha256(rfc8785.dumps(content)).hexdigest()
+    return hashlib.sha256(canonical.dumps(content)).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ only consulted to check that a referenced key exists; no value is ever read.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -259,11 +259,12 @@ class _View:
     sites: Mapping[str, GridSite]
     secrets: Sequence[Secret]
     signals: SignalsDocument | None
+    signal_index: Mapping[tuple[str, str], ProviderSignals]
 
 
 def _drafts_for(provider: InferenceProvider, view: _View) -> list[_Draft]:
     site = provider.site_label or view.default_site
-    entry = view.signals.lookup(site, provider.name) if view.signals else None
+    entry = view.signal_index.get((site, provider.name))
     notes: list[str] = []
     credential = _credential(provider, view.secrets, notes)
     stale = (
@@ -272,19 +273,11 @@ def _drafts_for(provider: InferenceProvider, view: _View) -> list[_Draft]:
         and not is_fresh(entry, view.signals.generated_at)
     )
     degraded = provider.phase.value == "Degraded"
-    base = CandidateInput(
-        name="",
-        site=site,
-        cluster=provider.cluster,
-        provider=provider.name,
-        backend_kind=BackendKind(provider.spec.backend_kind),
-        signals=_signal_values(provider, entry),
-        geography=_geography(view.sites.get(site)),
-        healthy=not (entry is not None and entry.healthy is False),
-        fresh=not (degraded or stale),
-        observed_at=entry.observed_at if entry else None,
-        credential=credential,
-    )
+    signals = _signal_values(provider, entry)
+    geography = _geography(view.sites.get(site))
+    kind = BackendKind(provider.spec.backend_kind)
+    healthy = not (entry is not None and entry.healthy is False)
+    observed_at = entry.observed_at if entry else None
     if degraded:
         notes.append("status.phase is Degraded: not fresh")
     if stale:
@@ -294,7 +287,19 @@ def _drafts_for(provider: InferenceProvider, view: _View) -> list[_Draft]:
     exclusion, detail = _pre_exclusion(provider, site, entry, view)
     return [
         _Draft(
-            candidate=replace(base, name=model.name),
+            candidate=CandidateInput(
+                name=model.name,
+                site=site,
+                cluster=provider.cluster,
+                provider=provider.name,
+                backend_kind=kind,
+                signals=signals,
+                geography=geography,
+                healthy=healthy,
+                fresh=not (degraded or stale),
+                observed_at=observed_at,
+                credential=credential,
+            ),
             provider=provider,
             exclusion=exclusion,
             detail=detail,
@@ -357,7 +362,8 @@ def evaluate_network(
             path="network",
         )
     sites = {s.name: s for s in inputs.sites if s.spec.grid_network_ref == network.name}
-    view = _View(network, local_site, default_site, sites, inputs.secrets, signals)
+    index = signals.index() if signals else {}
+    view = _View(network, local_site, default_site, sites, inputs.secrets, signals, index)
     providers = sorted(
         (p for p in inputs.providers if p.spec.grid_network_ref == network.name),
         key=lambda p: p.name,

@@ -21,7 +21,7 @@ The rules are SPEC-DECISIONS §4 and §4a:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -375,31 +375,24 @@ def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalS
     """Normalise the six signals to [0, 1], substituting 0.5 for missing ones."""
     config = context.config
     values = candidate.signals
-    raw = {
-        "locality": locality_score(candidate, context),
-        "queue_depth": _ratio_score(values.queue_depth),
-        "kv_cache": _ratio_score(values.kv_cache_utilization),
-        "prefix_cache": (
-            None
-            if values.prefix_cache_hit_ratio is None
-            else min(1.0, max(0.0, values.prefix_cache_hit_ratio))
+    prefix = values.prefix_cache_hit_ratio
+    raw = (
+        ("locality", locality_score(candidate, context)),
+        ("queue_depth", _ratio_score(values.queue_depth)),
+        ("kv_cache", _ratio_score(values.kv_cache_utilization)),
+        ("prefix_cache", None if prefix is None else min(1.0, max(0.0, prefix))),
+        ("latency", _ceiling_score(values.p99_latency_ms, config.latency_ceiling_ms)),
+        (
+            "cost",
+            _ceiling_score(
+                values.cost_per_million_input_tokens,
+                config.cost_ceiling_per_million_input_tokens,
+            ),
         ),
-        "latency": _ceiling_score(values.p99_latency_ms, config.latency_ceiling_ms),
-        "cost": _ceiling_score(
-            values.cost_per_million_input_tokens, config.cost_ceiling_per_million_input_tokens
-        ),
-    }
-    missing = frozenset(name for name, value in raw.items() if value is None)
-    filled = {name: NEUTRAL_SIGNAL_SCORE if v is None else v for name, v in raw.items()}
-    return SignalScores(
-        locality=filled["locality"],
-        queue_depth=filled["queue_depth"],
-        kv_cache=filled["kv_cache"],
-        prefix_cache=filled["prefix_cache"],
-        latency=filled["latency"],
-        cost=filled["cost"],
-        missing=missing,
     )
+    missing = frozenset(name for name, value in raw if value is None)
+    f = [NEUTRAL_SIGNAL_SCORE if value is None else value for _, value in raw]
+    return SignalScores(f[0], f[1], f[2], f[3], f[4], f[5], missing)
 
 
 def blend(scores: SignalScores, weights: ScoringWeights) -> ScoreBreakdown:
@@ -407,17 +400,9 @@ def blend(scores: SignalScores, weights: ScoringWeights) -> ScoreBreakdown:
     w = weights.as_tuple()
     s = scores.as_tuple()
     total_weight = sum(w)
-    parts = [wi * si / total_weight for wi, si in zip(w, s, strict=True)]
-    total = sum(wi * si for wi, si in zip(w, s, strict=True)) / total_weight
-    return ScoreBreakdown(
-        locality=parts[0],
-        queue_depth=parts[1],
-        kv_cache=parts[2],
-        prefix_cache=parts[3],
-        latency=parts[4],
-        cost=parts[5],
-        total=total,
-    )
+    p = [wi * si for wi, si in zip(w, s, strict=True)]
+    d = total_weight
+    return ScoreBreakdown(p[0] / d, p[1] / d, p[2] / d, p[3] / d, p[4] / d, p[5] / d, sum(p) / d)
 
 
 def evaluate(candidate: CandidateInput, context: ScoringContext) -> Evaluation:
@@ -432,6 +417,33 @@ def evaluate(candidate: CandidateInput, context: ScoringContext) -> Evaluation:
         score=breakdown.total if breakdown else None,
         breakdown=breakdown,
     )
+
+
+def _evaluator(context: ScoringContext) -> Callable[[CandidateInput], Evaluation]:
+    """`evaluate` with a cache over what an evaluation depends on.
+
+    Everything but the identity comes from the site, backend kind, geography,
+    signals and liveness, which all models of one provider share; computing it
+    once per provider keeps large renders cheap.
+    """
+    cache: dict[tuple[object, ...], Evaluation] = {}
+
+    def evaluated(candidate: CandidateInput) -> Evaluation:
+        key = (candidate.site, candidate.backend_kind, candidate.geography, candidate.signals)
+        known = cache.get(key)
+        if known is None:
+            known = cache[key] = evaluate(candidate, context)
+            return known
+        return Evaluation(
+            candidate,
+            known.signal_scores,
+            known.admission,
+            known.tier,
+            known.score,
+            known.breakdown,
+        )
+
+    return evaluated
 
 
 SortKey = tuple[int, int, float, int, int, float, str, str, str]
@@ -468,8 +480,9 @@ def score_candidates(candidates: Sequence[CandidateInput], context: ScoringConte
     """Evaluate, exclude (unhealthy, then admission ``excluded``) and rank."""
     kept: list[Evaluation] = []
     excluded: list[Exclusion] = []
+    evaluated = _evaluator(context)
     for candidate in candidates:
-        evaluation = evaluate(candidate, context)
+        evaluation = evaluated(candidate)
         if not candidate.healthy:
             excluded.append(Exclusion(evaluation, ExclusionReason.UNHEALTHY))
         elif evaluation.admission is AdmissionState.EXCLUDED:

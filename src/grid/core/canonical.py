@@ -1,0 +1,86 @@
+"""RFC 8785 (JCS) canonical JSON, with a fast path that gives the same bytes.
+
+The overlay revision is the SHA-256 of the JCS form of the overlay content, so
+every renderer and verifier must produce byte-identical canonical JSON. The
+`rfc8785` library is the reference implementation; it is pure Python and about
+ten times slower than the C-accelerated `json` module, which dominates the cost
+of rendering a large overlay.
+
+For the documents Grid writes, the standard library already produces JCS bytes
+once three differences are ruled out:
+
+* Numbers: JCS prints numbers as ECMAScript does. Python's ``repr`` of a float
+  uses the same shortest round-trip digits and the same plain notation for
+  ``1e-4 <= |x| < 1e16``, but prints integral floats as ``1.0`` (JCS: ``1``).
+  Integral floats up to 2^53-1 are therefore written as integers. Any other
+  integral float, any float outside that range, any integer beyond 2^53-1 in
+  magnitude and any non-finite number go to the reference implementation.
+* Key order: JCS sorts by UTF-16 code units, Python by code points. They agree
+  unless a key holds a character at or above U+D800, so only such keys fall
+  back.
+* Strings: ``json.dumps(ensure_ascii=False)`` escapes exactly what JCS escapes
+  (``"``, ``\\``, and U+0000..U+001F with the short forms and lowercase
+  ``\\u00xx``). A string that cannot be encoded as UTF-8 falls back.
+
+Whenever a value is outside the fast path the whole document is serialised by
+`rfc8785.dumps`, so the output (or the error) is always the reference one.
+A differential test over generated documents holds the two paths equal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import rfc8785
+
+_INT_MAX = 2**53 - 1
+_PLAIN_FLOAT_MIN = 1e-4
+_PLAIN_FLOAT_MAX = 1e16
+_SURROGATE_START = "\ud800"
+
+
+class _NeedsReference(Exception):
+    """A value the fast path cannot prove identical; use the reference encoder."""
+
+
+def _prepare(value: Any) -> Any:
+    """A copy of ``value`` whose stdlib JSON form is its JCS form, or raise."""
+    if isinstance(value, str) or value is None or value is True or value is False:
+        return value
+    if isinstance(value, float):
+        if value.is_integer():
+            # Beyond 2^53 the exact integer and the shortest digits can differ.
+            if abs(value) <= _INT_MAX:
+                return int(value)
+            raise _NeedsReference
+        if math.isfinite(value) and _PLAIN_FLOAT_MIN <= abs(value) < _PLAIN_FLOAT_MAX:
+            return value
+        raise _NeedsReference
+    if isinstance(value, int):
+        if type(value) is int and abs(value) <= _INT_MAX:
+            return value
+        raise _NeedsReference
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or (key and max(key) >= _SURROGATE_START):
+                raise _NeedsReference
+            out[key] = _prepare(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [_prepare(item) for item in value]
+    raise _NeedsReference
+
+
+def dumps(value: Any) -> bytes:
+    """The RFC 8785 canonical serialisation of ``value`` as UTF-8 bytes."""
+    try:
+        prepared = _prepare(value)
+        text = json.dumps(
+            prepared, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+        return text.encode("utf-8")
+    except (_NeedsReference, UnicodeEncodeError, ValueError, RecursionError):
+        return rfc8785.dumps(value)

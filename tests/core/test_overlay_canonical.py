@@ -1,0 +1,73 @@
+"""The fast canonical JSON path gives exactly the `rfc8785` reference bytes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grid.core import canonical
+
+KEYS = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6
+) | st.sampled_from(["a", "b", "\ue000", "\U0001f600", "\u00e9", "A", ""])
+FLOATS = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
+    [0.0, -0.0, 1.0, 0.7, 1e-4, 9.99e-5, 1e-7, 1e16, 1e21, 1e22, 5e-324, 0.1 + 0.2, 2.0**53]
+)
+INTS = st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
+SCALARS = st.none() | st.booleans() | INTS | FLOATS | st.text(max_size=8)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def reference(value: Any) -> bytes | type[Exception]:
+    try:
+        return rfc8785.dumps(value)
+    except Exception as exc:  # the reference's error type is the expected outcome
+        return type(exc)
+
+
+def fast(value: Any) -> bytes | type[Exception]:
+    try:
+        return canonical.dumps(value)
+    except Exception as exc:
+        return type(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_fast_path_matches_the_reference(value: Any) -> None:
+    assert fast(value) == reference(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"\U0001f600": 1, "\ue000": 2},  # UTF-16 order differs from code point order
+        {"x": 2**53},  # beyond the JCS integer domain
+        {"x": math.inf},
+        {"x": float("nan")},
+        {"x": "\ud800"},  # lone surrogate
+        {1: "non-string key"},
+        {"x": object()},
+        [1e21, 1e-7, -0.0, 1.0, 123456789012345680.0],
+    ],
+)
+def test_edge_values_behave_like_the_reference(value: Any) -> None:
+    assert fast(value) == reference(value)
+
+
+def test_typical_overlay_numbers_take_the_fast_path_and_match() -> None:
+    document = {"score": 1.0, "parts": [0.0, 0.7, 3 / 13, 1e-3], "rank": 5, "fresh": True}
+    assert canonical.dumps(document) == rfc8785.dumps(document)
+    assert (
+        canonical.dumps(document)
+        == b'{"fresh":true,"parts":[0,0.7,0.23076923076923078,0.001],"rank":5,"score":1}'
+    )
