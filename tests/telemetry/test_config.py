@@ -42,3 +42,9 @@ def test_errors_name_the_offending_key(values: dict[str, object], named: str) ->
     base = {} if named == "cert" else BASE
     with pytest.raises(ValidationError, match=named):
         build_config({**base, **values}, {})
+
+
+@pytest.mark.parametrize("listen", ["8443", "host:99999", "::1:80"])
+def test_listen_must_be_host_port(listen: str) -> None:
+    with pytest.raises(ValidationError, match="listen"):
+        build_config(BASE, {"listen": listen})

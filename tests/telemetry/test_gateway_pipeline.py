@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from typing import Any
 
+import aiohttp
 import pytest
 
 from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import (
@@ -330,3 +332,20 @@ async def test_a_byte_identical_retry_gets_the_same_batch_id(start_gateway: Any)
     first = Ack.FromString((await gw.post("cn", "events", body))[2])
     again = Ack.FromString((await gw.post("cn", "events", body))[2])
     assert first == again and len(gw.backbone.batches) == 1
+
+
+async def test_a_client_without_a_certificate_is_refused_by_the_handshake(
+    start_gateway: Any,
+) -> None:
+    gw: Harness = await start_gateway()
+    context = ssl.create_default_context(cafile=str(gw.pki.ca))
+    _, port = gw.host_port
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        with pytest.raises(aiohttp.ClientError):
+            async with session.post(
+                f"https://localhost:{port}/v1/events",
+                data=events(1).SerializeToString(),
+                headers={"Content-Type": "application/x-protobuf"},
+            ) as response:
+                await response.read()
+    assert gw.backbone.batches == []

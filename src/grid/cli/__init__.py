@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "grid.cli.resources_cmd",
     "grid.cli.routing_cmd",
     "grid.cli.certs_cmd",
+    "grid.cli.store_cmd",
 )
 
 

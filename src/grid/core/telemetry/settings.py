@@ -9,9 +9,12 @@ claims. The same names are the keys of the gateway's config file and, with
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MIB = 1024 * 1024
+_LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^:\s\[\]]*):(\d{1,5})$")
 
 
 class GatewaySettings(BaseModel):
@@ -120,6 +123,14 @@ class GatewaySettings(BaseModel):
     attributes_max: int = Field(64, ge=0, description="Most attributes on one record.")
     attribute_key_chars_max: int = Field(128, gt=0, description="Longest attribute key.")
     attribute_value_chars_max: int = Field(4096, gt=0, description="Longest attribute value.")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen_is_host_port(cls, value: str) -> str:
+        match = _LISTEN.match(value)
+        if match is None or int(match.group(2)) > 65535:
+            raise ValueError("listen must be HOST:PORT (or [IPv6]:PORT) with a port up to 65535")
+        return value
 
     def batch_records_max(self, route: str) -> int:
         """The record limit of a route (``events`` or ``inventory``)."""
