@@ -1,0 +1,243 @@
+"""TCP push-pull anti-entropy: whole member tables and lane state, both ways.
+
+Datagrams carry at most 1,400 plaintext bytes, so gossip alone cannot move a
+state lane with thousands of providers. Push-pull can: a member opens a TCP
+connection to a peer (on the same port number as its UDP socket, 7946 by
+default), sends its full state as one `PushPull`, and reads the peer's full
+state back. The machine decides when: on join (with each seed) and every
+``push_pull_interval_s`` with one random live member.
+
+Framing (SPEC-DECISIONS §3): every message on the stream is a 4-byte
+big-endian length followed by that many bytes of one GRID frame (the same
+AES-256-GCM frame as datagrams), whose plaintext is one codec ``Stream``.
+
+Everything read from the network is bounded: the declared length is checked
+against ``frame_bytes_max`` before a byte of the body is read, and the whole
+exchange runs under ``timeout_s``. A frame that is too long, truncated, late,
+fails to unseal or to decode is dropped, counted by reason and the connection
+closed; nothing about its contents is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from grid.adapters.udp import TransportCounters, parse_address
+from grid.core.swim.messages import PushPull
+from grid.core.wire import codec
+from grid.core.wire.frame import OVERHEAD_BYTES, FrameError
+from grid.core.wire.keyring import Keyring
+from grid.errors import ProtocolError, ValidationError
+
+LENGTH_PREFIX = struct.Struct(">I")
+assert LENGTH_PREFIX.size == codec.LENGTH_PREFIX_BYTES
+"""The 4-byte big-endian length in front of every stream frame."""
+
+
+@dataclass(frozen=True, slots=True)
+class PushPullSettings:
+    """Limits of the TCP anti-entropy exchange."""
+
+    frame_bytes_max: int = codec.DEFAULT_LIMITS.stream_bytes_max + OVERHEAD_BYTES
+    """Largest sealed frame accepted or sent, in bytes (the codec's plaintext
+    limit plus the 33-byte frame overhead). It bounds the memory one peer can
+    make us allocate; it must hold the whole member table and every origin's
+    lanes, so raise it together with the codec's ``stream_bytes_max``."""
+
+    timeout_s: float = 10.0
+    """Seconds one exchange may take, connect to last byte (memberlist's
+    TCPTimeout is also 10 s). Too short fails large exchanges on slow links;
+    too long lets a stalled peer hold a connection slot."""
+
+    connections_max: int = 32
+    """Concurrent inbound exchanges served; more are closed at once (``busy``).
+    Bounds memory under a connection flood at the cost of refusing bursts."""
+
+    outbound_max: int = 8
+    """Concurrent outbound exchanges; further requests are skipped (the next
+    periodic exchange retries). Joins through many seeds start one each."""
+
+
+class StreamDrop(ProtocolError):
+    """A stream frame was dropped; ``reason`` is one of `udp.DROP_REASONS`."""
+
+    code = "push_pull_dropped"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"push-pull frame dropped: {reason}")
+        self.reason = reason
+
+
+def seal_frame(keyring: Keyring, plaintext: bytes) -> bytes:
+    """One stream frame: the length prefix and the sealed GRID frame."""
+    sealed = keyring.seal(plaintext)
+    return LENGTH_PREFIX.pack(len(sealed)) + sealed
+
+
+async def read_frame(
+    reader: asyncio.StreamReader, keyring: Keyring, frame_bytes_max: int
+) -> tuple[bytes, int]:
+    """Read one length-prefixed frame and unseal it; returns plaintext and bytes read.
+
+    Raises `StreamDrop` with the reason; the caller applies the timeout.
+    """
+    try:
+        header = await reader.readexactly(LENGTH_PREFIX.size)
+    except asyncio.IncompleteReadError as exc:
+        raise StreamDrop("truncated") from exc
+    (length,) = LENGTH_PREFIX.unpack(header)
+    if length > frame_bytes_max:
+        raise StreamDrop("oversize")
+    if length < OVERHEAD_BYTES:
+        raise StreamDrop("too_short")
+    try:
+        body = await reader.readexactly(length)
+    except asyncio.IncompleteReadError as exc:
+        raise StreamDrop("truncated") from exc
+    try:
+        plaintext = keyring.unseal(body)
+    except FrameError as exc:
+        raise StreamDrop(exc.reason) from exc
+    return plaintext, LENGTH_PREFIX.size + length
+
+
+def decode_push_pull(plaintext: bytes) -> PushPull:
+    """Decode a stream message; raises `StreamDrop("malformed")`."""
+    try:
+        return codec.decode_stream(plaintext)
+    except ProtocolError as exc:
+        raise StreamDrop("malformed") from exc
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(OSError, asyncio.CancelledError, TimeoutError):
+        await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+
+def _encode(message: PushPull, settings: PushPullSettings, keyring: Keyring) -> bytes:
+    frame = seal_frame(keyring, codec.encode_stream(message))
+    if len(frame) - LENGTH_PREFIX.size > settings.frame_bytes_max:
+        raise StreamDrop("unsendable")
+    return frame
+
+
+Responder = Callable[[PushPull], Awaitable[PushPull]]
+"""Given a peer's state, returns ours (the machine merges theirs meanwhile)."""
+
+
+class PushPullServer:
+    """Answers anti-entropy exchanges: read one frame, reply one frame, close."""
+
+    def __init__(
+        self,
+        keyring: Keyring,
+        counters: TransportCounters,
+        respond: Responder,
+        settings: PushPullSettings | None = None,
+    ) -> None:
+        self.keyring = keyring
+        self.counters = counters
+        self.settings = settings or PushPullSettings()
+        self._respond = respond
+        self._active = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> asyncio.Server:
+        """Listen on ``host:port`` (TCP)."""
+        self._server = await asyncio.start_server(self._serve, host, port)
+        return self._server
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port."""
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError("the push-pull server is not listening")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        counters = self.counters
+        if self._active >= self.settings.connections_max:
+            counters.streams_dropped["busy"] += 1
+            await _close(writer)
+            return
+        self._active += 1
+        try:
+            async with asyncio.timeout(self.settings.timeout_s):
+                plaintext, size = await read_frame(
+                    reader, self.keyring, self.settings.frame_bytes_max
+                )
+                counters.stream_bytes_received += size
+                remote = decode_push_pull(plaintext)
+                reply = await self._respond(remote)
+                frame = _encode(reply, self.settings, self.keyring)
+                writer.write(frame)
+                await writer.drain()
+                counters.stream_bytes_sent += len(frame)
+                counters.push_pulls_served += 1
+        except StreamDrop as exc:
+            counters.streams_dropped[exc.reason] += 1
+        except TimeoutError:
+            counters.streams_dropped["timeout"] += 1
+        except (OSError, asyncio.IncompleteReadError):
+            counters.streams_dropped["truncated"] += 1
+        finally:
+            self._active -= 1
+            await _close(writer)
+
+    async def close(self) -> None:
+        """Stop listening (exchanges in flight finish under their timeout)."""
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), self.settings.timeout_s)
+            self._server = None
+
+
+async def exchange(
+    address: str,
+    message: PushPull,
+    keyring: Keyring,
+    counters: TransportCounters,
+    settings: PushPullSettings | None = None,
+) -> PushPull | None:
+    """Push our state to the peer at ``"host:port"`` and pull theirs.
+
+    Returns the peer's `PushPull`, or None when the exchange failed (refused,
+    timed out, or the reply was dropped). A failed exchange needs no report:
+    the machine retries on its next tick.
+    """
+    settings = settings or PushPullSettings()
+    counters.push_pulls_started += 1
+    writer: asyncio.StreamWriter | None = None
+    try:
+        host, port = parse_address(address)
+        async with asyncio.timeout(settings.timeout_s):
+            frame = _encode(message, settings, keyring)
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(frame)
+            await writer.drain()
+            counters.stream_bytes_sent += len(frame)
+            plaintext, size = await read_frame(reader, keyring, settings.frame_bytes_max)
+            counters.stream_bytes_received += size
+            reply = decode_push_pull(plaintext)
+    except StreamDrop as exc:
+        counters.streams_dropped[exc.reason] += 1
+        counters.push_pulls_failed += 1
+        return None
+    except TimeoutError:
+        counters.streams_dropped["timeout"] += 1
+        counters.push_pulls_failed += 1
+        return None
+    except (OSError, ValidationError):
+        counters.push_pulls_failed += 1
+        return None
+    finally:
+        if writer is not None:
+            await _close(writer)
+    counters.push_pulls_completed += 1
+    return reply

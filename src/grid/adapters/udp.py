@@ -1,0 +1,319 @@
+"""The SWIM datagram edge: GRID-framed UDP in and out of one socket.
+
+Inbound, every datagram goes through the same short pipeline, all of it
+synchronous inside ``datagram_received``:
+
+1. a datagram longer than the largest legal frame is dropped (``oversize``)
+   before any cryptography is spent on it;
+2. it is unsealed with the keyring (`grid.core.wire.keyring.Keyring`); a frame
+   that is too short, has a bad magic, an unknown version or fails
+   authentication is dropped and counted under that reason;
+3. the plaintext is decoded with the codec; a `ProtocolError` is a drop
+   counted as ``malformed``;
+4. the decoded message is handed to the owner (`SwimNode`), which feeds it to
+   the machine from its one task. When the owner's backlog is full the message
+   is dropped as ``backlog``: SWIM tolerates loss, memory must stay bounded.
+
+Drops are silent: nothing about a dropped packet is logged or kept besides its
+reason counter (SPEC-DECISIONS §3), so neither packet contents nor keys can
+leak through logs.
+
+Outbound, a message is encoded, checked against the 1,400-byte plaintext
+budget, sealed with the primary key and sent. The machine sizes its piggyback
+with the codec's exact encoded sizes, so the budget check only trims when an
+estimate was wrong (counted as ``trimmed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import cast
+
+from grid.core.swim.messages import (
+    Ack,
+    Alive,
+    BroadcastItem,
+    Datagram,
+    Dead,
+    Nack,
+    Ping,
+    PingReq,
+    Suspect,
+)
+from grid.core.wire import codec
+from grid.core.wire.frame import OVERHEAD_BYTES, FrameError
+from grid.core.wire.keyring import Keyring
+from grid.errors import ProtocolError, ValidationError
+
+log = logging.getLogger(__name__)
+
+DROP_REASONS: tuple[str, ...] = (
+    "too_short",
+    "bad_magic",
+    "unknown_version",
+    "auth_failed",
+    "oversize",
+    "malformed",
+    "backlog",
+    "truncated",
+    "timeout",
+    "busy",
+    "unsendable",
+)
+"""Why a datagram or stream frame was dropped: a closed set, safe as a metric label.
+
+The first four are the frame's own reasons (`grid.core.wire.frame`). ``oversize``:
+longer than the configured maximum; ``malformed``: authenticated but not a valid
+SWIM message; ``backlog``: the owner's inbox was full; ``truncated``: a stream
+closed mid-frame; ``timeout``: a stream exchange took too long; ``busy``: too many
+concurrent stream connections; ``unsendable``: an outgoing message that could not
+be encoded within its budget."""
+
+WireValue = Ping | PingReq | Ack | Nack | Alive | Suspect | Dead | BroadcastItem
+"""What the machine's size estimator measures (as `grid.core.swim.dissemination`)."""
+
+ReceiveCallback = Callable[[str, Datagram], None]
+"""Called with the sender's ``"host:port"`` and the decoded datagram."""
+
+
+_SIZING_LIMITS = codec.CodecLimits(datagram_bytes_max=2**31)
+_BARE_ACK = Ack(0, "")
+_BARE_ACK_BYTES = len(codec.encode_datagram(_BARE_ACK, _SIZING_LIMITS))
+
+
+@functools.lru_cache(maxsize=8192)
+def encoded_size(value: WireValue) -> int:
+    """The exact encoded size of a bare datagram or of one piggybacked part.
+
+    This is the machine's `SizeEstimator`, so its piggyback fills datagrams to
+    the 1,400-byte budget without overflowing it. A part's size includes its
+    repeated-field tag and length, measured as the growth of a bare message.
+    """
+    if isinstance(value, BroadcastItem):
+        carrier = Ack(0, "", items=(value,))
+    elif isinstance(value, Ping | PingReq | Ack | Nack):
+        return len(codec.encode_datagram(value, _SIZING_LIMITS))
+    else:
+        carrier = Ack(0, "", updates=(value,))
+    return len(codec.encode_datagram(carrier, _SIZING_LIMITS)) - _BARE_ACK_BYTES
+
+
+def _reasons() -> dict[str, int]:
+    return dict.fromkeys(DROP_REASONS, 0)
+
+
+@dataclass(slots=True)
+class TransportCounters:
+    """Traffic and drop counters of one node's SWIM transport (UDP and TCP).
+
+    Byte counts are on-the-wire payload bytes (the sealed frame, plus the
+    4-byte length prefix on streams), without IP and UDP/TCP headers.
+    """
+
+    datagrams_sent: int = 0
+    datagram_bytes_sent: int = 0
+    datagrams_received: int = 0
+    datagram_bytes_received: int = 0
+    datagrams_trimmed: int = 0
+    datagrams_dropped: dict[str, int] = field(default_factory=_reasons)
+    socket_errors: int = 0
+    push_pulls_started: int = 0
+    push_pulls_completed: int = 0
+    push_pulls_failed: int = 0
+    push_pulls_served: int = 0
+    stream_bytes_sent: int = 0
+    stream_bytes_received: int = 0
+    streams_dropped: dict[str, int] = field(default_factory=_reasons)
+    machine_errors: int = 0
+    events_dropped: int = 0
+    items_rejected: int = 0
+
+    @property
+    def bytes_sent(self) -> int:
+        """Datagram and stream bytes sent."""
+        return self.datagram_bytes_sent + self.stream_bytes_sent
+
+    @property
+    def bytes_received(self) -> int:
+        """Datagram and stream bytes received."""
+        return self.datagram_bytes_received + self.stream_bytes_received
+
+
+def format_address(host: str, port: int) -> str:
+    """``"host:port"``, with brackets around an IPv6 host."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """Split ``"host:port"`` (or ``"[v6]:port"``); raises `ValidationError`."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValidationError("expected host:port", path="address")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValidationError("port out of range", path="address")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, port
+
+
+def is_ip_literal(host: str) -> bool:
+    """True when `host` is an IPv4 or IPv6 address rather than a name."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+async def resolve_address(text: str) -> str:
+    """Resolve ``"name:port"`` to ``"ip:port"`` (IP literals pass through).
+
+    The machine sends to the addresses it holds, and ``sendto`` with a name
+    would resolve synchronously on every packet; so names are resolved once,
+    here, before they reach the machine.
+    """
+    host, port = parse_address(text)
+    if is_ip_literal(host):
+        return format_address(host, port)
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    if not infos:
+        raise ValidationError(f"cannot resolve {host}", path="address")
+    resolved_host = str(infos[0][4][0])
+    return format_address(resolved_host, port)
+
+
+class DatagramEndpoint(asyncio.DatagramProtocol):
+    """One UDP socket carrying GRID-framed SWIM datagrams."""
+
+    def __init__(
+        self,
+        keyring: Keyring,
+        counters: TransportCounters,
+        on_receive: ReceiveCallback,
+        *,
+        datagram_bytes_max: int = 1400,
+        limits: codec.CodecLimits = codec.DEFAULT_LIMITS,
+    ) -> None:
+        self.keyring = keyring
+        self.counters = counters
+        self._on_receive = on_receive
+        self._datagram_bytes_max = datagram_bytes_max
+        self._frame_bytes_max = datagram_bytes_max + OVERHEAD_BYTES
+        self._limits = limits
+        self._transport: asyncio.DatagramTransport | None = None
+        self._peers: dict[str, tuple[str, int]] = {}
+
+    # -- asyncio protocol ----------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport (asyncio calls this once the socket is bound)."""
+        # Python 3.11's selector datagram transport does not subclass
+        # DatagramTransport, although it implements it.
+        self._transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | object, ...]) -> None:
+        """Unseal, decode and hand over one datagram, or drop and count it."""
+        counters = self.counters
+        counters.datagrams_received += 1
+        counters.datagram_bytes_received += len(data)
+        if len(data) > self._frame_bytes_max:
+            counters.datagrams_dropped["oversize"] += 1
+            return
+        try:
+            plaintext = self.keyring.unseal(data)
+        except FrameError as exc:
+            counters.datagrams_dropped[exc.reason] += 1
+            return
+        try:
+            message = codec.decode_datagram(plaintext, self._limits)
+        except ProtocolError:
+            counters.datagrams_dropped["malformed"] += 1
+            return
+        self._on_receive(format_address(str(addr[0]), int(str(addr[1]))), message)
+
+    def error_received(self, exc: Exception) -> None:
+        """An ICMP error (a peer's port is closed): count it, SWIM handles the loss."""
+        self.counters.socket_errors += 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The socket is closed."""
+        self._transport = None
+
+    # -- sending -------------------------------------------------------------
+
+    @property
+    def local_address(self) -> tuple[str, int]:
+        """The bound ``(host, port)``."""
+        if self._transport is None:
+            raise RuntimeError("the datagram endpoint is closed")
+        sockname = self._transport.get_extra_info("sockname")
+        return str(sockname[0]), int(sockname[1])
+
+    def send(self, address: str, message: Datagram) -> None:
+        """Encode, seal and send one datagram to ``"host:port"``.
+
+        A message the machine over-filled is re-packed with the prefix of its
+        piggyback that fits; one that cannot fit at all is dropped and counted.
+        """
+        if self._transport is None or self._transport.is_closing():
+            return
+        try:
+            plaintext = codec.encode_datagram(message, self._limits)
+        except codec.DatagramTooLarge:
+            try:
+                plaintext, _, _ = codec.pack_datagram(message, self._limits)
+            except codec.DatagramTooLarge:
+                self.counters.datagrams_dropped["unsendable"] += 1
+                return
+            self.counters.datagrams_trimmed += 1
+        peer = self._peers.get(address)
+        if peer is None:
+            try:
+                peer = parse_address(address)
+            except ValidationError:
+                self.counters.datagrams_dropped["unsendable"] += 1
+                return
+            if len(self._peers) < 65536:
+                self._peers[address] = peer
+        packet = self.keyring.seal(plaintext)
+        self.counters.datagrams_sent += 1
+        self.counters.datagram_bytes_sent += len(packet)
+        self._transport.sendto(packet, peer)
+
+    def close(self) -> None:
+        """Close the socket."""
+        if self._transport is not None:
+            self._transport.close()
+
+
+async def open_endpoint(
+    host: str,
+    port: int,
+    keyring: Keyring,
+    counters: TransportCounters,
+    on_receive: ReceiveCallback,
+    *,
+    datagram_bytes_max: int = 1400,
+    limits: codec.CodecLimits = codec.DEFAULT_LIMITS,
+) -> DatagramEndpoint:
+    """Bind a UDP socket on ``host:port`` and return its endpoint."""
+    loop = asyncio.get_running_loop()
+    _, endpoint = await loop.create_datagram_endpoint(
+        lambda: DatagramEndpoint(
+            keyring,
+            counters,
+            on_receive,
+            datagram_bytes_max=datagram_bytes_max,
+            limits=limits,
+        ),
+        local_addr=(host, port),
+    )
+    return endpoint

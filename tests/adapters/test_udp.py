@@ -1,0 +1,210 @@
+"""The SWIM datagram edge on a real UDP socket: sealing, decoding, drops and the timer heap."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+
+from grid.adapters.timers import TimerHeap
+from grid.adapters.udp import (
+    DatagramEndpoint,
+    TransportCounters,
+    encoded_size,
+    format_address,
+    open_endpoint,
+    parse_address,
+    resolve_address,
+)
+from grid.core.swim.messages import (
+    Ack,
+    Alive,
+    BroadcastItem,
+    Datagram,
+    Dead,
+    Lane,
+    Nack,
+    Ping,
+    PingReq,
+    Suspect,
+)
+from grid.core.wire import codec
+from grid.core.wire.frame import MAGIC, seal
+from grid.core.wire.keyring import Keyring
+from grid.errors import ValidationError
+
+KEY = bytes(range(32))
+WRONG_KEY = bytes(range(1, 33))
+
+
+async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Poll `condition` until it holds; fail after `timeout_s`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        await asyncio.sleep(0.005)
+
+
+class Inbox:
+    """Collects what an endpoint hands over."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, Datagram]] = []
+
+    def __call__(self, source: str, message: Datagram) -> None:
+        self.messages.append((source, message))
+
+
+@pytest.fixture
+async def endpoint() -> AsyncIterator[tuple[DatagramEndpoint, Inbox]]:
+    inbox = Inbox()
+    ep = await open_endpoint("127.0.0.1", 0, Keyring(KEY), TransportCounters(), inbox)
+    yield ep, inbox
+    ep.close()
+
+
+@pytest.fixture
+def raw_socket() -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    yield sock
+    sock.close()
+
+
+def _ping() -> Ping:
+    return Ping(7, "site-a", "site-b", updates=(Alive("site-a", "127.0.0.1:1", 3),))
+
+
+async def test_sealed_datagram_is_decoded_and_handed_over(
+    endpoint: tuple[DatagramEndpoint, Inbox], raw_socket: socket.socket
+) -> None:
+    ep, inbox = endpoint
+    packet = seal(KEY, codec.encode_datagram(_ping()))
+    raw_socket.sendto(packet, ep.local_address)
+    await wait_for(lambda: len(inbox.messages) == 1)
+    source, message = inbox.messages[0]
+    assert message == _ping()
+    assert parse_address(source) == raw_socket.getsockname()
+    assert ep.counters.datagrams_received == 1
+    assert ep.counters.datagram_bytes_received == len(packet)
+
+
+async def test_bad_datagrams_are_dropped_and_counted_by_reason(
+    endpoint: tuple[DatagramEndpoint, Inbox], raw_socket: socket.socket
+) -> None:
+    ep, inbox = endpoint
+    valid = seal(KEY, codec.encode_datagram(_ping()))
+    bad = {
+        "too_short": [b"", b"GRID\x01", valid[:32]],
+        "bad_magic": [b"XRID" + valid[4:], os.urandom(200)],
+        "unknown_version": [MAGIC + b"\x02" + valid[5:]],
+        "auth_failed": [
+            seal(WRONG_KEY, codec.encode_datagram(_ping())),
+            valid[:-1] + bytes([valid[-1] ^ 1]),
+            valid[:40] + bytes([valid[40] ^ 0x80]) + valid[41:],
+        ],
+        "malformed": [seal(KEY, b"\xff\xff\xff\xff"), seal(KEY, b"")],
+        "oversize": [seal(KEY, os.urandom(1401))],
+    }
+    for packets in bad.values():
+        for packet in packets:
+            raw_socket.sendto(packet, ep.local_address)
+    raw_socket.sendto(valid, ep.local_address)  # the node still works afterwards
+    await wait_for(lambda: len(inbox.messages) == 1)
+    expected = {reason: len(packets) for reason, packets in bad.items()}
+    await wait_for(lambda: all(ep.counters.datagrams_dropped[r] == n for r, n in expected.items()))
+    assert inbox.messages[0][1] == _ping()
+    assert sum(ep.counters.datagrams_dropped.values()) == sum(expected.values())
+
+
+async def test_send_seals_with_the_primary_key_and_the_peer_decodes() -> None:
+    inbox = Inbox()
+    old = bytes(32)
+    receiver = await open_endpoint("127.0.0.1", 0, Keyring(old, [KEY]), TransportCounters(), inbox)
+    sender = await open_endpoint("127.0.0.1", 0, Keyring(KEY, [old]), TransportCounters(), Inbox())
+    try:
+        message = PingReq(9, "site-a", "site-c", "127.0.0.1:9", updates=(Dead("x", "h:1", 2, "x"),))
+        sender.send(format_address(*receiver.local_address), message)
+        await wait_for(lambda: len(inbox.messages) == 1)
+        assert inbox.messages[0][1] == message
+        assert sender.counters.datagrams_sent == 1
+        assert sender.counters.datagram_bytes_sent == receiver.counters.datagram_bytes_received
+    finally:
+        sender.close()
+        receiver.close()
+
+
+async def test_an_overfull_datagram_is_trimmed_to_the_budget(
+    endpoint: tuple[DatagramEndpoint, Inbox],
+) -> None:
+    ep, inbox = endpoint
+    updates = tuple(Alive(f"member-{i:03d}", f"10.0.0.{i}:7946", i) for i in range(60))
+    message = Ack(1, "site-a", updates=updates)
+    assert len(codec.encode_datagram(message, codec.CodecLimits(datagram_bytes_max=10**6))) > 1400
+    ep.send(format_address(*ep.local_address), message)
+    await wait_for(lambda: len(inbox.messages) == 1)
+    got = inbox.messages[0][1]
+    assert 0 < len(got.updates) < len(updates)
+    assert got.updates == updates[: len(got.updates)]
+    assert ep.counters.datagrams_trimmed == 1
+    assert ep.counters.datagram_bytes_received <= 1400 + 33
+
+
+def test_encoded_size_is_exact_for_messages_and_parts() -> None:
+    item = BroadcastItem(Lane.GATEWAY, "site-a", 300, b"x" * 700)
+    parts = (
+        Alive("a", "127.0.0.1:7946", 1),
+        Suspect("bb", "10.1.2.3:7946", 2**40, "cc"),
+        Dead("ddd", "[::1]:7946", 0, "ddd"),
+    )
+    for bare in (
+        Ping(2**31, "s", None),
+        Ping(1, "s", "t"),
+        PingReq(5, "s", "t", "h:1"),
+        Nack(3, "n"),
+    ):
+        full = dataclasses.replace(bare, updates=parts, items=(item,))
+        predicted = encoded_size(bare) + sum(encoded_size(p) for p in parts) + encoded_size(item)
+        assert predicted == len(codec.encode_datagram(full))
+
+
+def test_addresses_format_and_parse() -> None:
+    assert format_address("127.0.0.1", 7946) == "127.0.0.1:7946"
+    assert format_address("::1", 7946) == "[::1]:7946"
+    assert parse_address("[::1]:7946") == ("::1", 7946)
+    assert parse_address("site.example:1") == ("site.example", 1)
+    for bad in ("nohost", ":7946", "h:", "h:x", "h:70000"):
+        with pytest.raises(ValidationError):
+            parse_address(bad)
+
+
+async def test_names_resolve_once_to_ip_literals() -> None:
+    assert await resolve_address("localhost:7946") in ("127.0.0.1:7946", "[::1]:7946")
+    assert await resolve_address("127.0.0.1:1") == "127.0.0.1:1"
+
+
+async def test_timer_heap_fires_due_timers_in_order_through_one_handle() -> None:
+    loop = asyncio.get_running_loop()
+    woke = asyncio.Event()
+    heap: TimerHeap[str] = TimerHeap(loop, woke.set)
+    now = loop.time()
+    heap.schedule("second", now + 0.04)
+    heap.schedule("first", now + 0.02)
+    heap.schedule("last", now + 10)
+    assert heap.pop_due(now) == []
+    await asyncio.wait_for(woke.wait(), 2)
+    assert loop.time() >= now + 0.02
+    woke.clear()
+    assert heap.pop_due(loop.time()) == ["first"]
+    heap.rearm()
+    await asyncio.wait_for(woke.wait(), 2)
+    assert heap.pop_due(loop.time()) == ["second"]
+    assert len(heap) == 1
+    heap.close()
+    assert len(heap) == 0
