@@ -182,3 +182,21 @@ def test_bad_example_reports_its_one_problem(
     assert f": {resource}: {field}: " in line
     assert words in line
     assert "do-not-print" not in line
+
+
+def test_poll_spiffe_example_declares_poll_and_spiffe_trust() -> None:
+    manifests = load_manifests(REPO / "examples" / "poll-spiffe")
+    net = manifests.networks["grid-poll"]
+    assert net.spec.signal_mode == "poll"
+    assert net.spec.tls is not None
+    assert (net.spec.tls.trust.mode, net.spec.tls.trust.trust_domain) == (
+        "spiffe",
+        "grid.example.org",
+    )
+    tgi = manifests.providers["vllm-eu-b"].spec.metrics_config
+    assert tgi is not None and tgi.signal_names.healthy == "tgi_up"
+    assert {p.spec.backend_kind for p in manifests.providers.values()} == {
+        "local",
+        "remote",
+        "cloud_managed",
+    }
