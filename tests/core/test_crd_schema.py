@@ -197,7 +197,9 @@ def test_every_example_validates_against_the_generated_schema(
 def test_generated_schema_rejects_what_the_models_reject(
     kind: str, mutate: Any, where: str
 ) -> None:
-    doc = copy.deepcopy(next(d for _, d in example_resources() if d["kind"] == kind))
+    doc = copy.deepcopy(
+        next(d for w, d in example_resources() if d["kind"] == kind and "quickstart" in w)
+    )
     mutate(doc)
     errors = list(validator(kind).iter_errors(doc))
     assert errors
