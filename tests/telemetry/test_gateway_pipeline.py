@@ -349,3 +349,29 @@ async def test_a_client_without_a_certificate_is_refused_by_the_handshake(
             ) as response:
                 await response.read()
     assert gw.backbone.batches == []
+
+
+async def test_expect_continue_invites_the_body_only_after_admission(start_gateway: Any) -> None:
+    gw: Harness = await start_gateway()
+    await admit(gw.roster, AGENT_IDS["cn"])
+    body = events(2).SerializeToString()
+    head = _head("events", len(body)).replace("\r\n\r\n", "\r\nExpect: 100-continue\r\n\r\n")
+
+    # Refused at step 2: the final answer comes at once, with no invitation first.
+    status, _, refusal = await _raw_request(gw, "stranger", head)
+    assert (status, json.loads(refusal)["code"]) == (403, "agent_not_registered")
+
+    _, port = gw.host_port
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=gw.client_context("cn"), server_hostname="localhost"
+    )
+    try:
+        writer.write(head.encode())
+        async with asyncio.timeout(5):
+            assert (await reader.readline()).startswith(b"HTTP/1.1 100")
+            assert await reader.readline() == b"\r\n"
+            writer.write(body)
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+    finally:
+        writer.close()
+    assert len(gw.backbone.batches) == 1

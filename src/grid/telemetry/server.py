@@ -10,6 +10,8 @@ partial roster. Each request runs the steps in seed order exactly:
 4. content type and a bounded read; 5. decode, versions, stamp, validate;
 6. durable publish within the budget; only the backbone's receipt yields 200.
 
+A client that sends ``Expect: 100-continue`` is invited to send its body
+only after steps 1 to 4 passed, so a refused body never leaves the client.
 A refusal before the body is read closes the connection afterwards unless the
 declared body is small, so a large unread body is never drained by the gateway.
 """
@@ -25,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from cryptography import x509
 
 from grid.adapters.backbone import Backbone, PublishBatch, RosterLog, StoredRecord
@@ -83,6 +85,24 @@ def _small_declared_body(content_length: int | None) -> bool:
     return content_length is not None and content_length <= KEEPALIVE_DISCARD_BYTES_MAX
 
 
+async def _defer_continue(request: web.Request) -> None:
+    """Expect handler that sends nothing yet: ``100 Continue`` waits for steps 1-4."""
+    expect = request.headers.get("Expect", "")
+    if expect and expect.lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"unknown Expect: {expect}")
+
+
+async def _send_continue(request: web.Request) -> None:
+    """Invite the body only once identity, roster, rate, capacity and headers passed."""
+    if (
+        request.version == HttpVersion11
+        and request.headers.get("Expect", "").lower() == "100-continue"
+        and request.writer is not None
+    ):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+
+
 def split_listen(listen: str) -> tuple[str, int]:
     """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6) into host and port."""
     host, sep, port = listen.rpartition(":")
@@ -120,8 +140,12 @@ class TelemetryGateway:
     def app(self) -> web.Application:
         """The aiohttp application with the two admission routes."""
         app = web.Application(client_max_size=self.settings.request_body_bytes_max)
-        app.router.add_post("/v1/events", functools.partial(self.handle, route="events"))
-        app.router.add_post("/v1/inventory", functools.partial(self.handle, route="inventory"))
+        for route in ("events", "inventory"):
+            app.router.add_post(
+                f"/v1/{route}",
+                functools.partial(self.handle, route=route),
+                expect_handler=_defer_continue,
+            )
         return app
 
     async def start(self) -> str:
@@ -183,6 +207,7 @@ class TelemetryGateway:
             self._housekeep()
             # Step 4: content type, declared length, bounded read.
             self.admission.check_content(request.headers.get("Content-Type", ""), content_length)
+            await _send_continue(request)
             body = await self._read_body(request)
             body_read = True
             # Step 5: decode, versions, stamp, validate.
