@@ -114,7 +114,9 @@ def crd(kind: str) -> JsonSchema:
 
 def crd_yaml(kind: str) -> str:
     """One CRD as a YAML document (deterministic: the bytes ``deploy/crds/`` holds)."""
-    return yaml.safe_dump(crd(kind), sort_keys=False, default_flow_style=False, width=100)
+    return yaml.safe_dump(
+        crd(kind), sort_keys=False, default_flow_style=False, width=100, allow_unicode=True
+    )
 
 
 def crd_file_name(kind: str) -> str:

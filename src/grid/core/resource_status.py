@@ -16,6 +16,7 @@ from pydantic import Field
 
 from grid.core.phases import NetworkPhase, ProviderPhase, SitePhase, transition
 from grid.core.resource_types import (
+    DNS_LABEL_PATTERN,
     NamespaceName,
     ObjectName,
     Text,
@@ -23,6 +24,9 @@ from grid.core.resource_types import (
     U64Text,
     WireModel,
 )
+
+REPORTER_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+"""A gateway reporter identity (x-grid-ingest-reporter)."""
 
 
 class Condition(WireModel):
@@ -97,14 +101,16 @@ class OverlayStatus(WireModel):
 
 
 class GatewayReporterStatus(WireModel):
-    """Persisted ingest-feedback state of one gateway reporter (§7).
+    """Persisted ingest-feedback state of one gateway reporter.
 
     Epoch, sequence and rejected are u64 values and travel as decimal strings, because
     Kubernetes integers are int64.
     """
 
-    reporter: Text = Field(min_length=1, max_length=64)
-    replica: Text | None = None
+    reporter: str = Field(pattern=REPORTER_PATTERN)
+    """Reporter identity of the gateway process: 1-64 of [A-Za-z0-9._-]."""
+    replica: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL_PATTERN)
+    """Replica label; diagnostic only."""
     epoch: U64Text
     sequence: U64Text
     rejected: U64Text
