@@ -92,7 +92,7 @@ class ScoringWeights(WireModel):
     @model_validator(mode="after")
     def _not_all_zero(self) -> ScoringWeights:
         if sum(self.model_dump().values()) <= 0:
-            raise field_error("locality", "at least one scoring weight must be positive")
+            raise field_error("", "at least one weight must be positive")
         return self
 
 
