@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,40 @@ def test_store_urls_parse_and_unknown_ones_are_refused() -> None:
 async def test_the_kubernetes_store_is_reported_as_not_available() -> None:
     with pytest.raises(GridError, match="not available in this build"):
         await open_store("kubernetes")
+
+
+async def test_a_watch_sees_grid_apply_run_in_another_process(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    manifest = tmp_path / "provider.yaml"
+    manifest.write_text(
+        "apiVersion: grid.praxis-proxy.io/v1alpha1\n"
+        "kind: InferenceProvider\n"
+        "metadata: {name: vllm}\n"
+        "spec:\n"
+        "  gridNetworkRef: grid-demo\n"
+        "  backendKind: local\n"
+        "  providerKind: self_hosted\n"
+        "  models: [{name: m1}]\n",
+        encoding="utf-8",
+    )
+    store = await SqliteStore.open(path, watch_poll_interval_s=0.02)
+    try:
+        async with contextlib.aclosing(store.watch("InferenceProvider")) as events:
+            waiter = asyncio.ensure_future(anext(events))
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                "from grid.cli.store_cmd import apply_command; apply_command()",
+                "-f",
+                str(manifest),
+                "--store",
+                f"sqlite:{path}",
+                stdout=asyncio.subprocess.PIPE,
+            )
+            out, _ = await proc.communicate()
+            assert proc.returncode == 0
+            assert out.decode().strip() == "inferenceprovider.grid.praxis-proxy.io/vllm created"
+            event = await asyncio.wait_for(waiter, 5.0)
+        assert (event.type, event.object["metadata"]["name"]) == (EventType.ADDED, "vllm")
+    finally:
+        await store.close()
