@@ -48,3 +48,8 @@ def test_errors_name_the_offending_key(values: dict[str, object], named: str) ->
 def test_listen_must_be_host_port(listen: str) -> None:
     with pytest.raises(ValidationError, match="listen"):
         build_config(BASE, {"listen": listen})
+
+
+def test_backbone_must_be_sqlite_or_a_nats_url() -> None:
+    with pytest.raises(ValidationError, match="backbone"):
+        build_config(BASE, {"backbone": "kafka://x:1"})

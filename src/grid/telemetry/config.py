@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from grid.core.telemetry.settings import GatewaySettings
@@ -32,6 +32,13 @@ class GatewayConfig(BaseModel):
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="Embedded backbone and roster directory.")
     backbone: str = Field("sqlite", description="'sqlite' or nats://HOST:PORT (JetStream).")
     settings: GatewaySettings = Field(default_factory=GatewaySettings)
+
+    @field_validator("backbone")
+    @classmethod
+    def _backbone_is_known(cls, value: str) -> str:
+        if value == "sqlite" or value.startswith("nats://"):
+            return value
+        raise ValueError("backbone must be 'sqlite' or nats://HOST:PORT")
 
 
 SERVICE_KEYS = frozenset(GatewayConfig.model_fields) - {"settings"}
