@@ -83,6 +83,8 @@ def test_schema_is_structural(kind: str) -> None:
         assert node["type"] in {"object", "array", "string", "integer", "number", "boolean"}
         assert "$ref" not in node, path
         assert "const" not in node, path
+        for unsupported in ("patternProperties", "propertyNames", "$schema", "definitions"):
+            assert unsupported not in node, f"{path} uses {unsupported}"
         assert node.get("additionalProperties") is not False, path
         for key in ("anyOf", "oneOf", "allOf"):
             assert key not in node, f"{path} uses {key}"

@@ -255,6 +255,15 @@ def test_unknown_field_is_rejected_with_its_name() -> None:
     assert "unknown field" in str(info.value)
 
 
+def test_label_keys_are_checked_and_named() -> None:
+    obj = network(labels={"grid.praxis-proxy.io/site": "east", "bad key": "x"})
+    with pytest.raises(InvalidResource) as info:
+        parse_resource(obj)
+    (issue,) = info.value.issues
+    assert issue.path == 'metadata.labels["bad key"]'
+    assert issue.message.startswith("key ")
+
+
 def test_cluster_scoped_resources_refuse_a_namespace() -> None:
     assert issue_paths(network(namespace="default")) == ["metadata.namespace"]
 

@@ -11,6 +11,7 @@ schema is rewritten:
   v3.0 form ``minimum`` plus ``exclusiveMinimum: true``;
 - ``additionalProperties: false`` is dropped (Kubernetes forbids it and prunes unknown
   fields instead), and ``title`` and ``default: null`` are dropped;
+- ``patternProperties`` (mappings with checked keys) becomes ``additionalProperties``;
 - ``metadata`` is left to the API server as a bare ``type: object``;
 - every node gets a ``type``.
 
@@ -30,7 +31,9 @@ from grid.core.resources import GROUP, KINDS, VERSION, KindInfo
 
 JsonSchema = dict[str, Any]
 
-_DROP_KEYS = frozenset({"title", "$defs", "discriminator"})
+# `propertyNames` (key patterns) has no equivalent in a Kubernetes structural schema;
+# the models still check keys, the API server cannot.
+_DROP_KEYS = frozenset({"title", "$defs", "discriminator", "propertyNames"})
 
 PRINTER_COLUMNS: Mapping[str, list[dict[str, Any]]] = {
     "GridNetwork": [
@@ -142,8 +145,13 @@ def _structural(node: Any, defs: Mapping[str, JsonSchema]) -> Any:
             continue
         if key == "default" and value is None:
             continue
-        if key in ("properties", "patternProperties"):
+        if key == "properties":
             out[key] = {name: _structural(sub, defs) for name, sub in value.items()}
+        elif key == "patternProperties":
+            # Kubernetes supports no patternProperties: a mapping with constrained keys
+            # (label selectors) publishes its value schema only; the models check keys.
+            (sub,) = value.values()
+            out["additionalProperties"] = _structural(sub, defs)
         elif key in ("items", "additionalProperties", "allOf", "anyOf", "oneOf", "not"):
             out[key] = _structural(value, defs)
         else:

@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from grid.core.resource_errors import field_error
 from grid.core.resource_types import (
+    LabelKey,
     LabelValue,
     NamespaceName,
     ObjectName,
@@ -41,7 +42,7 @@ class ObjectMeta(WireModel):
 
     name: ObjectName
     """Object name, an RFC 1123 subdomain. Grid resources are cluster-scoped."""
-    labels: dict[str, LabelValue] = Field(default_factory=dict)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     uid: Text | None = None
     generation: int | None = Field(default=None, ge=0)

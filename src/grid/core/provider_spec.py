@@ -14,6 +14,7 @@ from grid.core.object_meta import SecretRef
 from grid.core.resource_errors import field_error
 from grid.core.resource_types import (
     HttpPath,
+    LabelKey,
     LabelValue,
     MetricSource,
     NonNegative,
@@ -71,7 +72,7 @@ class ProviderAuth(WireModel):
 class SiteSelector(WireModel):
     """Labels a consuming site's GridSite must all carry; empty admits every site."""
 
-    match_labels: dict[str, LabelValue] = Field(default_factory=dict)
+    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
 
 
 class AccessPolicy(WireModel):

@@ -20,6 +20,7 @@ from grid.core.resource_types import PATTERN_HINTS
 from grid.errors import ValidationError
 
 _FIELD_ERROR = "grid_field"
+_VALIDATOR_TAG = re.compile(r"^function-(after|before|wrap|plain)\[.*\]$")
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -69,7 +70,9 @@ def issues_from(exc: pydantic.ValidationError, base: str = "") -> list[FieldIssu
     issues: list[FieldIssue] = []
     for err in exc.errors(include_input=False, include_url=False):
         loc = [p for p in err["loc"] if not _is_validator_tag(p)]
-        path = join_path(base, loc)
+        # A mapping key that fails validation is located as (..., key, "[key]").
+        key_error = bool(loc) and loc[-1] == "[key]"
+        path = join_path(base, loc[:-1] if key_error else loc)
         ctx = err.get("ctx") or {}
         if err["type"] == _FIELD_ERROR:
             path = join_path(path, _split_sub_path(str(ctx["field"])))
@@ -84,13 +87,13 @@ def issues_from(exc: pydantic.ValidationError, base: str = "") -> list[FieldIssu
             message = str(ctx.get("error", err["msg"]))
         else:
             message = err["msg"]
-        issues.append(FieldIssue(path, message))
+        issues.append(FieldIssue(path, f"key {message}" if key_error else message))
     return issues
 
 
 def _is_validator_tag(part: int | str) -> bool:
-    # Pydantic inserts tags such as "function-after[...]" for wrapped validators.
-    return isinstance(part, str) and "[" in part and part.endswith("]")
+    # Pydantic inserts tags such as "function-after[_check(), str]" for validators.
+    return isinstance(part, str) and _VALIDATOR_TAG.match(part) is not None
 
 
 def _split_sub_path(sub_path: str) -> list[int | str]:

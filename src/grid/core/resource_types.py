@@ -48,6 +48,12 @@ U64_PATTERN = r"^(0|[1-9][0-9]{0,19})$"
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 """A Kubernetes label value (at most 63 characters)."""
 
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+"""A Kubernetes label key: an optional DNS-subdomain prefix and ``/``, then a name."""
+
 TRUST_DOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$"
 """A SPIFFE trust domain (lowercase letters, digits, dots, dashes, underscores)."""
 
@@ -63,6 +69,7 @@ PATTERN_HINTS = {
     METRIC_SOURCE_PATTERN: "must be a Prometheus metric name or 'numerator/denominator'",
     TIMESTAMP_PATTERN: "must be an RFC 3339 timestamp such as 2026-01-01T00:00:00Z",
     U64_PATTERN: "must be a decimal u64 written as a string",
+    LABEL_KEY_PATTERN: "must be a label key: [prefix/]name, name alphanumerics, '-', '_', '.'",
     LABEL_VALUE_PATTERN: "must be a label value: alphanumerics, '-', '_', '.', at most 63",
     TRUST_DOMAIN_PATTERN: "must be a SPIFFE trust domain (lowercase, digits, '.', '-', '_')",
 }
@@ -153,6 +160,7 @@ Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
 Positive = Annotated[float, Field(gt=0.0)]
 Text = Annotated[str, Field(max_length=1024)]
+LabelKey = Annotated[str, Field(max_length=317, pattern=LABEL_KEY_PATTERN)]
 LabelValue = Annotated[str, Field(max_length=63, pattern=LABEL_VALUE_PATTERN)]
 
 
