@@ -310,3 +310,14 @@ async def test_watch_from_a_trimmed_version_raises_expired(store_factory: Any) -
         await store.patch_status("GridSite", "east", {"observed": 99})
         (event,) = await waiter
     assert event.object["status"]["observed"] == 99
+
+
+async def test_values_json_cannot_carry_are_refused_alike(store: ResourceStore) -> None:
+    with pytest.raises(ValidationError) as bad_spec:
+        await store.create(network("grid-demo", ratio=float("nan")))
+    assert bad_spec.value.path == "spec"
+    await store.create(network("grid-demo", zones=("a", "b")))
+    assert (await store.get("GridNetwork", "grid-demo"))["spec"] == {"zones": ["a", "b"]}
+    with pytest.raises(ValidationError) as bad_status:
+        await store.patch_status("GridNetwork", "grid-demo", {"seen": {1, 2}})
+    assert bad_status.value.path == "status"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as dt
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -110,8 +111,20 @@ def _normalize_string_data(obj: Obj) -> Obj:
     return obj
 
 
+def json_copy(value: Any, path: str) -> Any:
+    """A deep copy through JSON, so every store holds exactly what SQLite would.
+
+    Tuples become lists; anything JSON cannot carry (NaN, datetimes, sets) is a
+    `ValidationError` naming ``path``, in every store alike.
+    """
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"must be JSON-compatible ({exc})", path=path) from None
+
+
 def _client_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: copy.deepcopy(meta[k]) for k in CLIENT_METADATA if meta.get(k)}
+    return {k: json_copy(meta[k], f"metadata.{k}") for k in CLIENT_METADATA if meta.get(k)}
 
 
 def prepare_create(obj: Obj, *, resource_version: int, uid: str, now: str) -> Obj:
@@ -121,7 +134,7 @@ def prepare_create(obj: Obj, *, resource_version: int, uid: str, now: str) -> Ob
         raise ValidationError(
             "must not be set on an object to be created", path="metadata.resourceVersion"
         )
-    body = _normalize_string_data(copy.deepcopy(desired_state(obj)))
+    body = _normalize_string_data(json_copy(desired_state(obj), "spec"))
     meta: dict[str, Any] = {"name": name}
     if info.namespaced:
         meta["namespace"] = namespace
@@ -155,7 +168,7 @@ def prepare_replace(current: Obj, obj: Obj, *, resource_version: int) -> Obj | N
     if not given:
         raise ValidationError("is required to replace an object", path="metadata.resourceVersion")
     _check_precondition(current, given)
-    body = _normalize_string_data(copy.deepcopy(desired_state(obj)))
+    body = _normalize_string_data(json_copy(desired_state(obj), "spec"))
     old_body = desired_state(current)
     meta = {k: v for k, v in current["metadata"].items() if k not in CLIENT_METADATA}
     meta.update(_client_metadata(obj["metadata"]))
@@ -196,7 +209,7 @@ def prepare_patch_status(
         raise ValidationError("must be a mapping", path="status")
     if precondition is not None:
         _check_precondition(current, precondition)
-    new_status = merge_patch(current.get("status") or {}, status)
+    new_status = merge_patch(current.get("status") or {}, json_copy(dict(status), "status"))
     if new_status == (current.get("status") or {}):
         return None
     stored = copy.deepcopy(current)
