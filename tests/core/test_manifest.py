@@ -344,3 +344,34 @@ def test_alias_bomb_is_refused_before_validation() -> None:
     problem = only_problem("\n".join(lines) + "\n")
     assert "expands to more than" in problem.message
     assert problem.resource == "GridNetwork/bomb"
+
+
+def test_kubectl_lists_are_unpacked_and_problems_point_at_the_item() -> None:
+    text = """
+    apiVersion: v1
+    kind: List
+    items:
+      - apiVersion: grid.praxis-proxy.io/v1alpha1
+        kind: GridNetwork
+        metadata: {name: grid-demo}
+      - apiVersion: grid.praxis-proxy.io/v1alpha1
+        kind: GridSite
+        metadata: {name: east}
+        spec: {gridNetworkRef: grid-demo}
+    """
+    manifests = parse(text)
+    assert list(manifests.sites) == ["east"]
+    problem = only_problem(text.replace("gridNetworkRef: grid-demo", "gridNetworkRef: 7"))
+    assert_one_line(problem, "in0.yaml", "GridSite/east", "spec.gridNetworkRef")
+    assert problem.line == 11
+
+
+def test_grid_kind_list_and_bad_items() -> None:
+    problem = only_problem(
+        """
+        apiVersion: grid.praxis-proxy.io/v1alpha1
+        kind: GridSiteList
+        items: {}
+        """
+    )
+    assert (problem.resource, problem.field) == ("GridSiteList", "items")

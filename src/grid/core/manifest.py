@@ -244,6 +244,12 @@ def _duplicate_keys(doc: Document, node: yaml.Node, path: str, seen: set[int]) -
     return found
 
 
+def _is_list(kind: object, api_version: object) -> bool:
+    if kind == "List" and api_version == "v1":
+        return True
+    return api_version == API_VERSION and kind in {f"{k}List" for k in KINDS}
+
+
 def _label_of(obj: Any) -> str:
     return resource_label(obj) if isinstance(obj, Mapping) else NO_RESOURCE
 
@@ -280,7 +286,9 @@ class _Collector:
             self._problem(doc, NO_RESOURCE, NO_FIELD, "a document must be a YAML mapping")
             return
         kind, api_version = obj.get("kind"), obj.get("apiVersion")
-        if kind == "Secret" and api_version == "v1":
+        if _is_list(kind, api_version):
+            self._add_list(doc, obj)
+        elif kind == "Secret" and api_version == "v1":
             self._add_secret(doc, obj)
         elif kind in KINDS:
             self._add_resource(doc, obj)
@@ -292,6 +300,18 @@ class _Collector:
         else:
             message = f"unknown apiVersion/kind (expected {API_VERSION} or a v1 Secret)"
             self._problem(doc, resource_label(obj), "apiVersion", message)
+
+    def _add_list(self, doc: Document, obj: Mapping[str, Any]) -> None:
+        # `kubectl get ... -o yaml` wraps objects in a List; each item counts on its own.
+        items = obj.get("items")
+        if not isinstance(items, list):
+            self._problem(doc, f"{obj.get('kind')}", "items", "must be a list of resources")
+            return
+        items_node = _child(doc.node, "items")
+        for i, item in enumerate(items):
+            node = _child(items_node, i)
+            line = node.start_mark.line + 1 if node is not None else doc.line
+            self.add(Document(doc.file, line, item, node))
 
     def _add_resource(self, doc: Document, obj: Mapping[str, Any]) -> None:
         label = resource_label(obj)
