@@ -26,16 +26,28 @@ from grid.core.resource_types import (
     WireModel,
 )
 
+GOSSIP_NODES_MAX = 64
+"""Largest accepted `swim.gossipNodes`. Fan-out beyond this buys no speed in meshes
+Grid targets and multiplies per-round bandwidth."""
+
 
 class SwimConfig(WireModel):
     """SWIM protocol tuning; the SWIM runtime honours these values."""
 
-    gossip_nodes: int = Field(default=3, ge=1, le=64)
+    gossip_nodes: int = Field(default=3, ge=1, le=GOSSIP_NODES_MAX)
     """Peers each gossip round sends to. More converges faster at more bandwidth."""
     probe_interval: Duration = "5s"
     """Time between failure-detector probes of one random peer."""
     suspicion_timeout: Duration = "10s"
     """How long a suspected member may refute before it is declared dead."""
+
+    @model_validator(mode="after")
+    def _suspicion_covers_a_probe(self) -> SwimConfig:
+        # A suspect must get at least one probe period to refute, or every
+        # transient loss would declare members dead.
+        if parse_duration(self.suspicion_timeout) < parse_duration(self.probe_interval):
+            raise field_error("suspicionTimeout", "must not be shorter than probeInterval")
+        return self
 
     @property
     def probe_interval_s(self) -> float:
