@@ -1,0 +1,142 @@
+"""Tuning of the SWIM membership machine.
+
+Three fields come from `GridNetwork.spec.swim` (SPEC-DECISIONS §2) with the
+spec's defaults: `gossip_nodes`, `probe_interval_s` and `suspicion_timeout_s`.
+The rest are documented extras in the manner of memberlist's config: each says
+what it means, its unit, and what you trade when you move it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from grid.errors import ValidationError
+
+
+@dataclass(frozen=True, slots=True)
+class SwimConfig:
+    """Every knob of the SWIM + Lifeguard machine, with the spec's defaults."""
+
+    gossip_nodes: int = 3
+    """`spec.swim.gossipNodes`: k, the number of helpers asked to probe a member
+    indirectly (ping-req) after a direct probe times out; also K, the number of
+    independent suspicion confirmations that shrink the suspicion timeout to its
+    minimum. Higher values tolerate more packet loss before a false suspicion,
+    at the cost of more probe traffic for each failed direct probe."""
+
+    probe_interval_s: float = 5.0
+    """`spec.swim.probeInterval`, seconds: time between probe rounds, each of
+    which probes one member. Lifeguard multiplies it by (LHM + 1). Shorter
+    intervals detect failures and spread gossip sooner (gossip rides on probe
+    traffic) but cost proportionally more packets."""
+
+    suspicion_timeout_s: float = 10.0
+    """`spec.swim.suspicionTimeout`, seconds: the shortest time a suspect member
+    is given to refute before it is declared dead, reached once K independent
+    confirmations arrived. Longer values lower false deaths under loss or load;
+    shorter values declare real failures sooner."""
+
+    probe_timeout_s: float = 1.0
+    """Seconds to wait for a direct ack before asking helpers (ping-req); also
+    scaled by (LHM + 1). Set near the 99th percentile round-trip time: too low
+    causes needless indirect probes, too high leaves little of the probe interval
+    for the indirect probes to finish."""
+
+    suspicion_max_timeout_mult: float = 6.0
+    """The suspicion timeout starts at this multiple of `suspicion_timeout_s`
+    and shrinks toward it as confirmations arrive (Lifeguard). Higher values
+    give a lone, possibly unhealthy accuser's suspicion more time to be refuted;
+    lower values bound detection time more tightly."""
+
+    awareness_max_multiplier: int = 8
+    """Lifeguard local health: the multiplier (LHM + 1) never exceeds this, so
+    the LHM stays in [0, awareness_max_multiplier - 1]. Higher values let a
+    struggling node slow its probing (and its accusations) further."""
+
+    retransmit_mult: int = 4
+    """λ: each piggybacked update is sent about λ·⌈log10(n + 1)⌉ times by every
+    member that queues it. Higher values make dissemination more robust to loss
+    and raise bandwidth; lower values risk members missing an update until the
+    next push-pull."""
+
+    push_pull_interval_s: float = 30.0
+    """Seconds between TCP anti-entropy exchanges with one random live member;
+    0 disables the periodic exchange (the join exchange still happens). Shorter
+    intervals repair missed gossip and heal partitions sooner but each exchange
+    carries the whole member table and item set."""
+
+    push_pull_scale_threshold: int = 32
+    """Above this many members the push-pull interval grows with the cluster:
+    it is multiplied by 1 + ⌈log2(n) - log2(threshold)⌉ (memberlist's scaling),
+    so the total anti-entropy traffic grows about as n·log n, not n². Lower
+    thresholds save bandwidth in mid-sized clusters and slow repair there."""
+
+    datagram_budget_bytes: int = 1400
+    """Largest plaintext datagram (SPEC-DECISIONS §3). Piggybacked updates and
+    items are added while they fit; what never fits travels by push-pull."""
+
+    dead_retention_s: float = 60.0
+    """Seconds a dead or left member stays in the table as a tombstone, so that
+    stale Alive gossip cannot resurrect it and push-pull can tell others. Longer
+    retention guards better against resurrection and costs table space."""
+
+    nack_timeout_fraction: float = 0.8
+    """A ping-req helper sends a nack when the target has not acked within this
+    fraction of its probe timeout, early enough for the requester to count it.
+    Too close to 1 and nacks arrive after the requester stopped waiting."""
+
+    def __post_init__(self) -> None:
+        if self.gossip_nodes < 0:
+            raise ValidationError("must be >= 0", path="spec.swim.gossipNodes")
+        if self.probe_interval_s <= 0:
+            raise ValidationError("must be positive", path="spec.swim.probeInterval")
+        if self.suspicion_timeout_s <= 0:
+            raise ValidationError("must be positive", path="spec.swim.suspicionTimeout")
+        if not 0 < self.probe_timeout_s <= self.probe_interval_s:
+            raise ValidationError("must be in (0, probe_interval_s]", path="probe_timeout_s")
+        if self.suspicion_max_timeout_mult < 1:
+            raise ValidationError("must be >= 1", path="suspicion_max_timeout_mult")
+        if self.awareness_max_multiplier < 1:
+            raise ValidationError("must be >= 1", path="awareness_max_multiplier")
+        if self.retransmit_mult < 1:
+            raise ValidationError("must be >= 1", path="retransmit_mult")
+        if self.push_pull_interval_s < 0:
+            raise ValidationError("must be >= 0", path="push_pull_interval_s")
+        if self.push_pull_scale_threshold < 1:
+            raise ValidationError("must be >= 1", path="push_pull_scale_threshold")
+        if self.datagram_budget_bytes < 128:
+            raise ValidationError("must be >= 128", path="datagram_budget_bytes")
+        if not 0 < self.nack_timeout_fraction < 1:
+            raise ValidationError("must be in (0, 1)", path="nack_timeout_fraction")
+
+    @classmethod
+    def from_spec(
+        cls,
+        *,
+        gossip_nodes: int = 3,
+        probe_interval_s: float = 5.0,
+        suspicion_timeout_s: float = 10.0,
+    ) -> SwimConfig:
+        """Build from `GridNetwork.spec.swim` values (durations already in seconds)."""
+        return cls(
+            gossip_nodes=gossip_nodes,
+            probe_interval_s=probe_interval_s,
+            suspicion_timeout_s=suspicion_timeout_s,
+        )
+
+    @property
+    def suspicion_max_s(self) -> float:
+        """The suspicion timeout with no confirmations (its starting value)."""
+        return self.suspicion_timeout_s * self.suspicion_max_timeout_mult
+
+    def push_pull_interval(self, members: int) -> float:
+        """The periodic push-pull interval for `members` known members."""
+        if members <= self.push_pull_scale_threshold:
+            return self.push_pull_interval_s
+        scale = math.ceil(math.log2(members) - math.log2(self.push_pull_scale_threshold))
+        return self.push_pull_interval_s * (1 + scale)
+
+    def retransmit_limit(self, members: int) -> int:
+        """How many times each node sends one update, for `members` known members."""
+        return self.retransmit_mult * max(1, math.ceil(math.log10(members + 1)))

@@ -1,0 +1,218 @@
+"""The piggyback queue: what rides on the next datagram, and how often.
+
+Infection-style dissemination: every member that learns an update re-sends it
+on its next datagrams, about λ·⌈log10(n + 1)⌉ times in all (the retransmit
+limit, computed by `SwimConfig.retransmit_limit`). The queue hands out entries
+least-transmitted first and, among equals, most recently queued first, so news
+overtakes old news when the datagram budget is tight.
+
+Invalidation keeps the queue small and correct:
+
+- member updates are keyed by member: a newer update about a member replaces
+  the queued one (SWIM's precedence was already checked by the machine);
+- broadcast items are keyed by (origin, lane): a newer revision replaces a
+  queued older one within the same origin and lane only, so a burst in one lane
+  never evicts another lane's news (seed 003's four lanes).
+
+Sizes come from an injected `SizeEstimator`: the codec supplies the exact
+encoded size; `estimate_size` is a conservative default. An entry that cannot
+fit even an otherwise empty datagram is never queued; it travels by push-pull.
+
+Entries live in buckets by transmit count (an insertion-ordered dict each), so
+selection touches only the entries it returns plus the few it skips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from grid.core.swim.messages import (
+    Ack,
+    Alive,
+    BroadcastItem,
+    Dead,
+    MemberUpdate,
+    Nack,
+    Ping,
+    PingReq,
+    Suspect,
+)
+
+WireValue = Ping | PingReq | Ack | Nack | Alive | Suspect | Dead | BroadcastItem
+SizeEstimator = Callable[[WireValue], int]
+"""Encoded byte size of a datagram (without piggyback) or of one piggybacked part."""
+
+PART_OVERHEAD_BYTES = 4
+"""Added per piggybacked part for its repeated-field tag and length prefix."""
+
+DATAGRAM_HEADROOM_BYTES = 192
+"""Room kept for the datagram's own fields when deciding whether a part can ever
+fit; a part larger than the budget minus this is left to push-pull."""
+
+_INT_BYTES = 11  # tag plus the longest varint
+_STR_OVERHEAD = 4  # tag plus a length varint up to 2^21 bytes
+_MESSAGE_OVERHEAD = 4  # the oneof wrapper's tag and length
+
+
+def _text(value: str | None) -> int:
+    if value is None:
+        return 0
+    return _STR_OVERHEAD + len(value.encode("utf-8"))
+
+
+def estimate_size(value: WireValue) -> int:
+    """A conservative Protobuf size: every int costs its longest varint."""
+    if isinstance(value, BroadcastItem):
+        return (
+            _MESSAGE_OVERHEAD
+            + 2 * _INT_BYTES
+            + _text(value.origin)
+            + _STR_OVERHEAD
+            + len(value.payload)
+        )
+    if isinstance(value, Alive):
+        return _MESSAGE_OVERHEAD + _INT_BYTES + _text(value.member) + _text(value.address)
+    if isinstance(value, Suspect | Dead):
+        return (
+            _MESSAGE_OVERHEAD
+            + _INT_BYTES
+            + _text(value.member)
+            + _text(value.address)
+            + _text(value.accuser)
+        )
+    size = _MESSAGE_OVERHEAD + _INT_BYTES + _text(value.source)
+    if isinstance(value, Ping):
+        size += _text(value.target)
+    elif isinstance(value, PingReq):
+        size += _text(value.target) + _text(value.target_address)
+    return size
+
+
+QueueKey = tuple[str, str] | tuple[str, str, str]
+
+
+@dataclass(slots=True)
+class _Entry:
+    key: QueueKey
+    value: MemberUpdate | BroadcastItem
+    size: int
+    transmits: int = 0
+    live: bool = True
+
+
+@dataclass(slots=True)
+class Piggyback:
+    """The parts chosen for one datagram and the bytes they use."""
+
+    updates: list[MemberUpdate]
+    items: list[BroadcastItem]
+    used_bytes: int
+
+
+class DisseminationQueue:
+    """Updates and items waiting to be piggybacked, with invalidation.
+
+    Each bucket is a stack (newest on top). A replaced entry is only marked
+    dead and discarded when a selection reaches it, so every operation costs
+    O(1) per entry touched.
+    """
+
+    __slots__ = ("_buckets", "_entries", "_max_part_bytes", "_min_size")
+
+    def __init__(self, max_part_bytes: int) -> None:
+        self._entries: dict[QueueKey, _Entry] = {}
+        self._buckets: list[list[_Entry]] = [[]]
+        self._max_part_bytes = max_part_bytes
+        self._min_size = max_part_bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def transmits(self, key: QueueKey) -> int | None:
+        """How often the entry under `key` was sent, or None when not queued."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry.transmits
+
+    def enqueue_update(self, update: MemberUpdate, size: int) -> bool:
+        """Queue gossip about a member, replacing older gossip about it."""
+        return self._enqueue(("m", update.member), update, size)
+
+    def enqueue_item(self, item: BroadcastItem, size: int) -> bool:
+        """Queue an item, replacing an older revision of its (origin, lane) only."""
+        key = ("i", item.origin, str(item.lane))
+        queued = self._entries.get(key)
+        if queued is not None:
+            assert isinstance(queued.value, BroadcastItem)
+            if queued.value.revision >= item.revision:
+                return False
+        return self._enqueue(key, item, size)
+
+    def _enqueue(self, key: QueueKey, value: MemberUpdate | BroadcastItem, size: int) -> bool:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            old.live = False
+        part = size + PART_OVERHEAD_BYTES
+        if part > self._max_part_bytes:
+            return False  # never fits a datagram; push-pull carries it instead
+        entry = _Entry(key, value, part)
+        self._entries[key] = entry
+        self._buckets[0].append(entry)
+        if part < self._min_size:
+            self._min_size = part
+        return True
+
+    def select(self, budget_bytes: int, limit: int) -> Piggyback:
+        """Take what fits in `budget_bytes`, counting one transmit for each.
+
+        Entries that reach `limit` transmits leave the queue. Entries whose
+        count already reached a lower limit (the cluster shrank) are dropped.
+        """
+        chosen: list[_Entry] = []
+        remaining = budget_bytes
+        min_size = self._min_size
+        buckets = self._buckets
+        for transmits, bucket in enumerate(buckets):
+            if remaining < min_size:
+                break
+            if transmits >= limit:
+                for entry in bucket:
+                    if entry.live:
+                        entry.live = False
+                        del self._entries[entry.key]
+                bucket.clear()
+                continue
+            skipped: list[_Entry] = []
+            while bucket and remaining >= min_size:
+                entry = bucket.pop()
+                if not entry.live:
+                    continue
+                if entry.size <= remaining:
+                    chosen.append(entry)
+                    remaining -= entry.size
+                else:
+                    skipped.append(entry)
+            skipped.reverse()
+            bucket.extend(skipped)
+        return self._commit(chosen, limit, budget_bytes - remaining)
+
+    def _commit(self, chosen: list[_Entry], limit: int, used: int) -> Piggyback:
+        updates: list[MemberUpdate] = []
+        items: list[BroadcastItem] = []
+        buckets = self._buckets
+        # Re-stack oldest first so the newest stays on top of the next bucket.
+        for entry in reversed(chosen):
+            entry.transmits += 1
+            value = entry.value
+            if type(value) is BroadcastItem:
+                items.append(value)
+            else:
+                updates.append(value)  # type: ignore[arg-type]
+            if entry.transmits >= limit:
+                entry.live = False
+                del self._entries[entry.key]
+                continue
+            if entry.transmits == len(buckets):
+                buckets.append([])
+            buckets[entry.transmits].append(entry)
+        return Piggyback(updates, items, used)

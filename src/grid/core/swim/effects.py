@@ -1,0 +1,119 @@
+"""What the membership machine asks its adapter to do, and the timers it sets.
+
+The machine never performs I/O. Every input returns a list of effects, which
+the adapter carries out in order:
+
+- `Send(address, message)`: send one datagram (UDP) to ``"host:port"``.
+- `Schedule(timer, at)`: call `handle_timer(timer, now)` at time `at` (same
+  clock as the `now` passed in). Timers are never cancelled: a timer that no
+  longer matters is recognised and ignored by the machine, so the adapter needs
+  no handles, only one scheduler. Firing late is safe; firing early is not.
+- `Notify(kind, member, address, incarnation)`: a membership event for the
+  owner (the operator's controllers): alive, suspect, dead or left.
+- `Deliver(item)`: a broadcast item newer than any seen for its (origin, lane);
+  the owner merges its payload into the CRDT replica.
+- `PushPullRequest(address, message)`: open a TCP anti-entropy exchange with
+  ``address``: send `message`, read the peer's `PushPull` reply and pass it to
+  `handle_push_pull`. A failed exchange needs no report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from grid.core.swim.messages import BroadcastItem, Datagram, PushPull
+
+
+class EventKind(StrEnum):
+    """The membership events the owner is told about."""
+
+    ALIVE = "alive"
+    SUSPECT = "suspect"
+    DEAD = "dead"
+    LEFT = "left"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeTick:
+    """Start the next probe round (and conclude the previous one)."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeTimeout:
+    """The direct probe `seq` got no ack in time: ask helpers (ping-req)."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class RelayTimeout:
+    """As a ping-req helper, the probe `seq` went unanswered: send a nack."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class SuspicionTimeout:
+    """The suspicion of `member` at `incarnation` may have expired."""
+
+    member: str
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class PushPullTick:
+    """Time for periodic anti-entropy with a random live member."""
+
+    epoch: int
+
+
+Timer = ProbeTick | ProbeTimeout | RelayTimeout | SuspicionTimeout | PushPullTick
+"""Every timer the machine schedules."""
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send `message` as one datagram to `address`."""
+
+    address: str
+    message: Datagram
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Call `handle_timer(timer, now)` at `at`."""
+
+    timer: Timer
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """A membership event for the owner."""
+
+    kind: EventKind
+    member: str
+    address: str
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """A newly learned broadcast item for the owner to merge."""
+
+    item: BroadcastItem
+
+
+@dataclass(frozen=True, slots=True)
+class PushPullRequest:
+    """Exchange `message` with the member at `address` over TCP."""
+
+    address: str
+    message: PushPull
+
+
+Effect = Send | Schedule | Notify | Deliver | PushPullRequest
+"""Everything the machine asks of its adapter."""

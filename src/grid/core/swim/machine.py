@@ -1,0 +1,445 @@
+"""The SWIM membership machine with the Lifeguard refinements, sans I/O.
+
+`SwimMachine` is a pure, synchronous state machine. It owns the member table,
+the suspicion timers, the piggyback queue and the newest broadcast item per
+(origin, lane). It reads no clock, opens no socket and draws randomness only
+from the injected `random.Random`. One task owns one machine, so it needs no
+locks.
+
+Inputs (each takes `now`, seconds on the adapter's monotonic clock):
+
+- `join(seeds, now)`: start (or restart) membership; push-pull with each seed.
+- `leave(now)`: announce a graceful leave and stop.
+- `handle_packet(src_address, message, now)`: a decoded datagram.
+- `handle_timer(timer, now)`: a timer scheduled earlier is due.
+- `handle_push_pull(request, now)`: a peer's anti-entropy request; returns our
+  reply (to send back on the same connection) and effects.
+- `handle_push_pull_reply(reply, now)`: the reply to a `PushPullRequest` of ours.
+- `publish(item)`: an item of ours to disseminate (its revision must grow).
+
+Each input returns effects (see `grid.core.swim.effects`): `Send`, `Schedule`,
+`Notify`, `Deliver` and `PushPullRequest`. An adapter is thus a loop: decode,
+call, carry out the effects.
+
+Protocol, per probe round of `probe_interval_s · (LHM + 1)`:
+
+1. ping the next member of a random permutation (a suspect one is told it is
+   suspected: Lifeguard's buddy system);
+2. after `probe_timeout_s · (LHM + 1)` without an ack, ask `gossip_nodes`
+   random members to ping-req it; helpers nack when they got no answer;
+3. at the end of the round, if no ack came, the member is suspected. The LHM
+   rises by the number of missing nacks (or by one without helpers); an acked
+   direct probe lowers it.
+
+A suspected member refutes by raising its incarnation. Otherwise it is declared
+dead when its dynamic suspicion timeout expires (`grid.core.swim.suspicion`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from grid.core.swim.config import SwimConfig
+from grid.core.swim.dissemination import PART_OVERHEAD_BYTES, SizeEstimator, estimate_size
+from grid.core.swim.effects import (
+    Effect,
+    ProbeTick,
+    ProbeTimeout,
+    PushPullRequest,
+    PushPullTick,
+    RelayTimeout,
+    Schedule,
+    Send,
+    SuspicionTimeout,
+    Timer,
+)
+from grid.core.swim.members import Member, MemberState
+from grid.core.swim.membership import Membership
+from grid.core.swim.messages import (
+    Ack,
+    Alive,
+    BroadcastItem,
+    Datagram,
+    Dead,
+    MemberUpdate,
+    Nack,
+    Ping,
+    PingReq,
+    PushPull,
+    Suspect,
+)
+from grid.errors import TransitionError, ValidationError
+
+TIMER_TOLERANCE_S = 1e-6
+"""A timer that fires this early still counts as due (clock rounding)."""
+
+
+class NodeStatus(StrEnum):
+    """The lifecycle of the local member."""
+
+    IDLE = "idle"
+    JOINED = "joined"
+    LEFT = "left"
+
+
+@dataclass(slots=True)
+class _Probe:
+    seq: int
+    target: str
+    incarnation: int
+    acked: bool = False
+    indirect: bool = False
+    expected_nacks: int = 0
+    nacks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Relay:
+    origin_seq: int
+    requester: str
+    target: str
+
+
+class SwimMachine:
+    """SWIM + Lifeguard membership and lane dissemination for one member."""
+
+    def __init__(
+        self,
+        node_id: str,
+        address: str,
+        *,
+        rng: random.Random,
+        config: SwimConfig | None = None,
+        size_of: SizeEstimator = estimate_size,
+        incarnation: int = 0,
+    ) -> None:
+        self.node_id = node_id
+        self.address = address
+        self.config = config or SwimConfig()
+        self.status = NodeStatus.IDLE
+        self._rng = rng
+        self._view = Membership(node_id, address, incarnation, self.config, rng, size_of)
+        self._members = self._view.table
+        self._seq = rng.getrandbits(31)
+        self._probe: _Probe | None = None
+        self._relays: dict[int, _Relay] = {}
+        self._epoch = 0
+        self._seeds: tuple[str, ...] = ()
+
+    # -- views -------------------------------------------------------------
+
+    @property
+    def incarnation(self) -> int:
+        """Our own incarnation number."""
+        return self._view.incarnation
+
+    @property
+    def local_health(self) -> int:
+        """The Lifeguard local health multiplier (LHM), 0 when healthy."""
+        return self._view.health.score
+
+    def member(self, member_id: str) -> Member | None:
+        """The local view of one member (None when unknown or reaped)."""
+        return self._members.get(member_id)
+
+    def members(self) -> list[Member]:
+        """Every member record, tombstones included, the local member excluded."""
+        return list(self._members)
+
+    @property
+    def live_count(self) -> int:
+        """Alive and suspect members known, the local member excluded."""
+        return self._members.live_count
+
+    def known_items(self) -> list[BroadcastItem]:
+        """The newest item held per (origin, lane)."""
+        return list(self._view.items.values())
+
+    def queued(self) -> int:
+        """How many updates and items wait to be piggybacked."""
+        return len(self._view.queue)
+
+    def transmits_of(self, member_id: str) -> int | None:
+        """How often the queued gossip about `member_id` was sent, if queued."""
+        return self._view.queue.transmits(("m", member_id))
+
+    def restore(self, members: dict[str, Member]) -> None:
+        """Load a known member table before joining (persisted state, simulations)."""
+        if self.status is not NodeStatus.IDLE:
+            raise TransitionError("restore() is only allowed before join()")
+        table = {mid: m for mid, m in members.items() if mid != self.node_id}
+        self._members.load(table, self._rng)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def join(self, seeds: Iterable[str], now: float) -> list[Effect]:
+        """Join through `seeds` (addresses); with none, start a new cluster.
+
+        A member that left before rejoins with a higher incarnation, so its
+        Alive overrides the Dead(left) its peers hold.
+        """
+        if self.status is NodeStatus.JOINED:
+            raise TransitionError("already joined")
+        view = self._view
+        if self.status is NodeStatus.LEFT:
+            view.incarnation += 1
+        self.status = NodeStatus.JOINED
+        self._epoch += 1
+        self._seeds = tuple(seed for seed in seeds if seed != self.address)
+        view.gossip(Alive(self.node_id, self.address, view.incarnation))
+        cfg = self.config
+        out: list[Effect] = [
+            PushPullRequest(seed, self.push_pull_message(join=True)) for seed in self._seeds
+        ]
+        first_probe = now + self._rng.uniform(0.0, cfg.probe_interval_s)
+        out.append(Schedule(ProbeTick(self._epoch), first_probe))
+        if cfg.push_pull_interval_s > 0:
+            first_sync = now + cfg.push_pull_interval_s * self._rng.uniform(0.5, 1.5)
+            out.append(Schedule(PushPullTick(self._epoch), first_sync))
+        return out
+
+    def leave(self, now: float) -> list[Effect]:
+        """Leave gracefully: tell peers directly that we left, then go quiet.
+
+        Dead(self, accuser=self) at a raised incarnation makes peers mark us
+        Left, not failed. It is sent straight to as many random members as one
+        update's retransmit limit, since a left member no longer gossips.
+        """
+        if self.status is not NodeStatus.JOINED:
+            return []
+        view = self._view
+        view.incarnation += 1
+        farewell = Dead(self.node_id, self.address, view.incarnation, self.node_id)
+        out: list[Effect] = []
+        peers = self._members.random_live(self._rng, view.retransmit_limit(), alive_only=False)
+        for peer in peers:
+            ping = Ping(self._next_seq(), self.node_id, peer.id, updates=(farewell,))
+            out.append(Send(peer.address, ping))
+        self.status = NodeStatus.LEFT
+        self._epoch += 1
+        self._probe = None
+        self._relays.clear()
+        view.suspicions.clear()
+        view.queue = view.new_queue()
+        return out
+
+    def publish(self, item: BroadcastItem) -> None:
+        """Disseminate an item of ours; its revision must exceed the last one."""
+        if item.origin != self.node_id:
+            raise ValidationError("items are published by their origin only", path="origin")
+        items = self._view.items
+        known = items.get((item.origin, item.lane))
+        if known is not None and item.revision <= known.revision:
+            raise ValidationError(
+                f"revision {item.revision} does not exceed {known.revision}", path="revision"
+            )
+        items[(item.origin, item.lane)] = item
+        self._view.queue.enqueue_item(item, self._view.size_of(item))
+
+    # -- datagrams ---------------------------------------------------------
+
+    def handle_packet(self, src_address: str, message: Datagram, now: float) -> list[Effect]:
+        """Absorb a datagram's piggyback, then answer it."""
+        if self.status is not NodeStatus.JOINED:
+            return []
+        if isinstance(message, Ping) and message.target not in (None, self.node_id):
+            return []  # meant for a previous owner of this address
+        out: list[Effect] = []
+        self._view.absorb(message.updates, message.items, now, out, gossip=True)
+        if isinstance(message, Ping):
+            out.append(self._send(src_address, Ack(message.seq, self.node_id)))
+        elif isinstance(message, PingReq):
+            self._relay(src_address, message, now, out)
+        elif isinstance(message, Ack):
+            self._on_ack(message, out)
+        elif self._probe is not None and self._probe.seq == message.seq:
+            self._probe.nacks += 1
+        return out
+
+    def _on_ack(self, ack: Ack, out: list[Effect]) -> None:
+        probe = self._probe
+        if probe is not None and probe.seq == ack.seq:
+            if not probe.acked:
+                probe.acked = True
+                if not probe.indirect:
+                    self._view.health.apply(-1)
+            return
+        relay = self._relays.pop(ack.seq, None)
+        if relay is not None:
+            out.append(self._send(relay.requester, Ack(relay.origin_seq, relay.target)))
+
+    def _relay(self, src_address: str, req: PingReq, now: float, out: list[Effect]) -> None:
+        seq = self._next_seq()
+        self._relays[seq] = _Relay(req.seq, src_address, req.target)
+        out.append(self._send(req.target_address, Ping(seq, self.node_id, req.target)))
+        nack_at = now + self.config.probe_timeout_s * self.config.nack_timeout_fraction
+        out.append(Schedule(RelayTimeout(seq), nack_at))
+
+    def _send(self, address: str, message: Datagram, lead: tuple[MemberUpdate, ...] = ()) -> Send:
+        """A datagram with as much piggyback as the budget allows after `lead`."""
+        view = self._view
+        size_of = view.size_of
+        budget = self.config.datagram_budget_bytes - size_of(message)
+        for update in lead:
+            budget -= size_of(update) + PART_OVERHEAD_BYTES
+        pick = view.queue.select(budget, view.retransmit_limit())
+        if not (lead or pick.updates or pick.items):
+            return Send(address, message)
+        updates = lead + tuple(pick.updates)
+        message = dataclasses.replace(message, updates=updates, items=tuple(pick.items))
+        return Send(address, message)
+
+    # -- timers ------------------------------------------------------------
+
+    def handle_timer(self, timer: Timer, now: float) -> list[Effect]:
+        """A scheduled timer is due; stale timers are ignored."""
+        if self.status is not NodeStatus.JOINED:
+            return []
+        if isinstance(timer, ProbeTick):
+            return self._on_probe_tick(timer, now) if timer.epoch == self._epoch else []
+        if isinstance(timer, ProbeTimeout):
+            return self._on_probe_timeout(timer)
+        if isinstance(timer, RelayTimeout):
+            relay = self._relays.pop(timer.seq, None)
+            if relay is None:
+                return []
+            return [self._send(relay.requester, Nack(relay.origin_seq, self.node_id))]
+        if isinstance(timer, SuspicionTimeout):
+            return self._on_suspicion_timeout(timer, now)
+        return self._on_push_pull_tick(timer, now) if timer.epoch == self._epoch else []
+
+    def _on_probe_tick(self, timer: ProbeTick, now: float) -> list[Effect]:
+        out: list[Effect] = []
+        self._conclude_probe(now, out)
+        self._members.reap(now, self.config.dead_retention_s)
+        target = self._members.next_probe_target(self._rng)
+        health = self._view.health
+        if target is not None:
+            seq = self._next_seq()
+            self._probe = _Probe(seq, target.id, target.incarnation)
+            lead: tuple[MemberUpdate, ...] = ()
+            if target.state is MemberState.SUSPECT:
+                lead = (target.as_update(),)  # the buddy system
+            out.append(self._send(target.address, Ping(seq, self.node_id, target.id), lead))
+            timeout_at = now + health.scale(self.config.probe_timeout_s)
+            out.append(Schedule(ProbeTimeout(seq), timeout_at))
+        out.append(Schedule(timer, now + health.scale(self.config.probe_interval_s)))
+        return out
+
+    def _on_probe_timeout(self, timer: ProbeTimeout) -> list[Effect]:
+        probe = self._probe
+        if probe is None or probe.seq != timer.seq or probe.acked:
+            return []
+        probe.indirect = True
+        target = self._members.get(probe.target)
+        if target is None or not target.state.live:
+            return []
+        helpers = self._members.random_live(self._rng, self.config.gossip_nodes, target.id)
+        probe.expected_nacks = len(helpers)
+        req = PingReq(probe.seq, self.node_id, target.id, target.address)
+        return [self._send(helper.address, req) for helper in helpers]
+
+    def _conclude_probe(self, now: float, out: list[Effect]) -> None:
+        probe, self._probe = self._probe, None
+        if probe is None or probe.acked:
+            return
+        # Lifeguard: helpers that failed to nack suggest the problem is ours.
+        health = self._view.health
+        if probe.expected_nacks > 0:
+            health.apply(max(0, probe.expected_nacks - probe.nacks))
+        else:
+            health.apply(1)
+        target = self._members.get(probe.target)
+        if target is None or not target.state.live:
+            return
+        accusation = Suspect(target.id, target.address, probe.incarnation, self.node_id)
+        self._view.apply(accusation, now, out, gossip=True)
+
+    def _on_suspicion_timeout(self, timer: SuspicionTimeout, now: float) -> list[Effect]:
+        suspicions = self._view.suspicions
+        suspicion = suspicions.get(timer.member)
+        if suspicion is None or suspicion.incarnation != timer.incarnation:
+            return []
+        if now + TIMER_TOLERANCE_S < suspicion.deadline:
+            return []  # a confirmation moved the deadline; that timer is pending too
+        member = self._members.get(timer.member)
+        if member is None or member.state is not MemberState.SUSPECT:
+            del suspicions[timer.member]
+            return []
+        out: list[Effect] = []
+        verdict = Dead(member.id, member.address, member.incarnation, self.node_id)
+        self._view.apply(verdict, now, out, gossip=True)
+        return out
+
+    def _on_push_pull_tick(self, timer: PushPullTick, now: float) -> list[Effect]:
+        out: list[Effect] = []
+        partners = self._members.random_live(self._rng, 1, alive_only=False)
+        if partners:
+            out.append(PushPullRequest(partners[0].address, self.push_pull_message(join=False)))
+        elif self._seeds:
+            # Alone (every peer dead or reaped): try the seeds again.
+            seed = self._rng.choice(self._seeds)
+            out.append(PushPullRequest(seed, self.push_pull_message(join=True)))
+        interval = self.config.push_pull_interval(self._members.live_count + 1)
+        out.append(Schedule(timer, now + interval))
+        return out
+
+    # -- anti-entropy ------------------------------------------------------
+
+    def push_pull_message(self, *, join: bool) -> PushPull:
+        """Our full state: every member record, ourselves, and our items."""
+        view = self._view
+        me: MemberUpdate
+        if self.status is NodeStatus.LEFT:
+            me = Dead(self.node_id, self.address, view.incarnation, self.node_id)
+        else:
+            me = Alive(self.node_id, self.address, view.incarnation)
+        members = [member.update for member in self._members.records.values()]
+        members.append(me)
+        return PushPull(self.node_id, tuple(members), tuple(view.items.values()), join)
+
+    def handle_push_pull(self, request: PushPull, now: float) -> tuple[PushPull, list[Effect]]:
+        """Answer a peer's push-pull request: our state (the reply) and effects.
+
+        Our reply is taken before merging, so it carries only what we knew.
+        """
+        reply = self.push_pull_message(join=False)
+        if self.status is not NodeStatus.JOINED:
+            return reply, []
+        out: list[Effect] = []
+        self._merge(request, now, out)
+        return reply, out
+
+    def handle_push_pull_reply(self, reply: PushPull, now: float) -> list[Effect]:
+        """Merge the reply to a `PushPullRequest` of ours."""
+        if self.status is not NodeStatus.JOINED:
+            return []
+        out: list[Effect] = []
+        self._merge(reply, now, out)
+        return out
+
+    def _merge(self, remote: PushPull, now: float, out: list[Effect]) -> None:
+        # What we learn is re-gossiped, as with any news: members that knew it
+        # already stay silent, so only re-gossip keeps the epidemic going.
+        # A remote Dead (not Left) of a member we hold live only makes us
+        # suspect it, so a member wrongly buried (say, across a partition)
+        # gets the chance to refute.
+        records = self._members.records
+        updates: list[MemberUpdate] = []
+        for update in remote.members:
+            if type(update) is Dead and not update.left:
+                local = records.get(update.member)
+                if local is not None and local.state.live:
+                    update = Suspect(
+                        update.member, update.address, update.incarnation, remote.source
+                    )
+            updates.append(update)
+        self._view.absorb(updates, remote.items, now, out, gossip=True)
+
+    def _next_seq(self) -> int:
+        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        return self._seq

@@ -1,0 +1,217 @@
+"""The local view of the cluster and SWIM's rules for changing it.
+
+`Membership` holds what one member believes: its own incarnation, the member
+table, the running suspicions, the piggyback queue, the newest broadcast item
+per (origin, lane) and the local health multiplier. Its `apply` encodes SWIM's
+precedence of member updates (with memberlist's refinements):
+
+- Alive(i) replaces any record of a lower incarnation, reviving a suspect (a
+  refutation) or a tombstone (a rejoin).
+- Suspect(i) of a live member at incarnation >= its own starts a suspicion,
+  or, at the same incarnation, counts as an independent confirmation.
+- Dead(i) at incarnation >= the record's ends the member: Left when the member
+  declared it itself (accuser == member), Dead otherwise.
+- Gossip about ourselves that says we are suspect or dead, or alive at a higher
+  incarnation than ours, is refuted by raising our incarnation and gossiping
+  Alive; being accused also raises the local health multiplier (Lifeguard).
+
+Every accepted change is re-gossiped (piggybacked) unless the caller says not
+to, and reported to the owner as a `Notify` when the state changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Iterable
+
+from grid.core.swim.config import SwimConfig
+from grid.core.swim.dissemination import (
+    DATAGRAM_HEADROOM_BYTES,
+    DisseminationQueue,
+    SizeEstimator,
+)
+from grid.core.swim.effects import Deliver, Effect, EventKind, Notify, Schedule, SuspicionTimeout
+from grid.core.swim.health import LocalHealth
+from grid.core.swim.members import Member, MemberState, MemberTable
+from grid.core.swim.messages import Alive, BroadcastItem, Dead, Lane, MemberUpdate, Suspect
+from grid.core.swim.suspicion import Suspicion
+
+
+class Membership:
+    """One member's view of the cluster and the rules that change it."""
+
+    def __init__(
+        self,
+        node_id: str,
+        address: str,
+        incarnation: int,
+        config: SwimConfig,
+        rng: random.Random,
+        size_of: SizeEstimator,
+    ) -> None:
+        self.node_id = node_id
+        self.address = address
+        self.incarnation = incarnation
+        self.config = config
+        self.rng = rng
+        self.size_of = size_of
+        self.table = MemberTable()
+        self.suspicions: dict[str, Suspicion] = {}
+        self.queue = self.new_queue()
+        self.items: dict[tuple[str, Lane], BroadcastItem] = {}
+        self.health = LocalHealth(config.awareness_max_multiplier)
+        self._limits: dict[int, int] = {}
+
+    def new_queue(self) -> DisseminationQueue:
+        """An empty piggyback queue sized to the datagram budget."""
+        return DisseminationQueue(self.config.datagram_budget_bytes - DATAGRAM_HEADROOM_BYTES)
+
+    def retransmit_limit(self) -> int:
+        """λ·⌈log10(n + 1)⌉ for the current n (live members plus ourselves)."""
+        n = self.table.live_count + 1
+        limit = self._limits.get(n)
+        if limit is None:
+            limit = self._limits[n] = self.config.retransmit_limit(n)
+        return limit
+
+    def gossip(self, update: MemberUpdate) -> None:
+        """Queue `update` for piggybacking, replacing older gossip about its member."""
+        self.queue.enqueue_update(update, self.size_of(update))
+
+    # -- absorbing gossip ----------------------------------------------------
+
+    def absorb(
+        self,
+        updates: Iterable[MemberUpdate],
+        items: Iterable[BroadcastItem],
+        now: float,
+        out: list[Effect],
+        gossip: bool,
+    ) -> None:
+        """Apply piggybacked updates and items in order."""
+        records = self.table.records
+        for update in updates:
+            # Fast path: most gossip repeats what we already hold.
+            if type(update) is Alive:
+                local = records.get(update.member)
+                if local is not None and update.incarnation <= local.incarnation:
+                    continue
+            self.apply(update, now, out, gossip)
+        for item in items:
+            self.learn_item(item, out, gossip)
+
+    def learn_item(self, item: BroadcastItem, out: list[Effect], gossip: bool) -> None:
+        """Keep and deliver `item` when it is newer than its (origin, lane)'s."""
+        key = (item.origin, item.lane)
+        known = self.items.get(key)
+        if known is not None and item.revision <= known.revision:
+            return
+        self.items[key] = item
+        out.append(Deliver(item))
+        if gossip:
+            self.queue.enqueue_item(item, self.size_of(item))
+
+    def apply(self, update: MemberUpdate, now: float, out: list[Effect], gossip: bool) -> None:
+        """Apply one member update under SWIM's precedence rules."""
+        if isinstance(update, Alive):
+            self._on_alive(update, now, out, gossip)
+        elif isinstance(update, Suspect):
+            self._on_suspect(update, now, out, gossip)
+        else:
+            self._on_dead(update, now, out, gossip)
+
+    def _on_alive(self, alive: Alive, now: float, out: list[Effect], gossip: bool) -> None:
+        local = self.table.get(alive.member)
+        if local is not None and alive.incarnation <= local.incarnation:
+            return
+        if alive.member == self.node_id:
+            newer = alive.incarnation > self.incarnation
+            if newer or (alive.incarnation == self.incarnation and alive.address != self.address):
+                self.refute(alive.incarnation, penalize=False)
+            return
+        record = Member(alive.member, alive.address, alive.incarnation, MemberState.ALIVE, "", now)
+        self.table.put(record, self.rng)
+        self.suspicions.pop(alive.member, None)
+        if local is None or local.state is not MemberState.ALIVE or local.address != alive.address:
+            out.append(Notify(EventKind.ALIVE, alive.member, alive.address, alive.incarnation))
+        if gossip:
+            self.gossip(alive)
+
+    def _on_suspect(self, suspect: Suspect, now: float, out: list[Effect], gossip: bool) -> None:
+        if suspect.member == self.node_id:
+            if suspect.incarnation >= self.incarnation:
+                self.refute(suspect.incarnation, penalize=True)
+            return
+        local = self.table.get(suspect.member)
+        if local is None or suspect.incarnation < local.incarnation or not local.state.live:
+            return
+        current = self.suspicions.get(suspect.member)
+        if current is not None and current.incarnation == suspect.incarnation:
+            # An independent confirmation shortens the timer; pass it on so
+            # other members can count it too.
+            if current.confirm(suspect.accuser):
+                timer = SuspicionTimeout(suspect.member, suspect.incarnation)
+                out.append(Schedule(timer, current.deadline))
+                if gossip:
+                    self.gossip(suspect)
+            return
+        suspicion = self._start_suspicion(suspect, now)
+        record = dataclasses.replace(
+            local,
+            incarnation=suspect.incarnation,
+            state=MemberState.SUSPECT,
+            accuser=suspect.accuser,
+            changed_at=now,
+        )
+        self.table.put(record, self.rng)
+        if local.state is MemberState.ALIVE:
+            out.append(Notify(EventKind.SUSPECT, local.id, local.address, suspect.incarnation))
+        timer = SuspicionTimeout(suspect.member, suspect.incarnation)
+        out.append(Schedule(timer, suspicion.deadline))
+        if gossip:
+            self.gossip(suspect)
+
+    def _start_suspicion(self, suspect: Suspect, now: float) -> Suspicion:
+        cfg = self.config
+        # K confirmations can only come from members other than us and the
+        # suspect; with fewer of them, the timer starts at the minimum.
+        others = self.table.live_count - 1
+        k = cfg.gossip_nodes if others >= cfg.gossip_nodes else 0
+        suspicion = Suspicion(
+            suspect.accuser,
+            suspect.incarnation,
+            k,
+            cfg.suspicion_timeout_s,
+            cfg.suspicion_max_s,
+            now,
+        )
+        self.suspicions[suspect.member] = suspicion
+        return suspicion
+
+    def _on_dead(self, dead: Dead, now: float, out: list[Effect], gossip: bool) -> None:
+        if dead.member == self.node_id:
+            if dead.incarnation >= self.incarnation:
+                self.refute(dead.incarnation, penalize=True)
+            return
+        local = self.table.get(dead.member)
+        if local is None or dead.incarnation < local.incarnation:
+            return
+        if not local.state.live and dead.incarnation == local.incarnation:
+            return
+        state = MemberState.LEFT if dead.left else MemberState.DEAD
+        self.suspicions.pop(dead.member, None)
+        record = Member(dead.member, local.address, dead.incarnation, state, dead.accuser, now)
+        self.table.put(record, self.rng)
+        if local.state is not state:
+            kind = EventKind.LEFT if dead.left else EventKind.DEAD
+            out.append(Notify(kind, local.id, local.address, dead.incarnation))
+        if gossip:
+            self.gossip(dead)
+
+    def refute(self, incarnation: int, *, penalize: bool) -> None:
+        """Raise our incarnation above `incarnation` and gossip that we live."""
+        self.incarnation = max(self.incarnation, incarnation) + 1
+        self.gossip(Alive(self.node_id, self.address, self.incarnation))
+        if penalize:
+            self.health.apply(1)  # Lifeguard: being accused hints that we are the slow one
