@@ -1,0 +1,203 @@
+"""The mesh as one site sees it: its own resources plus what peers gossiped.
+
+An operator renders from two sources. Its store holds the GridNetwork, the
+GridSites, its own InferenceProviders and Secrets. Its CRDT replica holds every
+origin's provider records, its own included. This module turns both into the
+inputs of `grid.core.render`, so the operator and ``grid render`` share one
+rendering path:
+
+* each remote record becomes an InferenceProvider labelled with its origin site,
+  carrying its phase, so §4a's rules apply unchanged;
+* every live record becomes an entry of a ``scope=grid`` signals document;
+* remote records whose newest sample is older than ``staleCandidateTtlSeconds``
+  are evicted (the GridNetwork field; absent means keep them).
+
+Own providers keep their full resource (auth, access policy, cost), so only
+they can carry a credential reference: a peer's Secret lives in its cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from grid.core.crdt.record import ProviderRecord
+from grid.core.crdt.record import ProviderSignals as RecordSignals
+from grid.core.render import RenderInputs
+from grid.core.resources import (
+    API_VERSION,
+    SITE_LABEL,
+    GridNetwork,
+    GridSite,
+    InferenceProvider,
+)
+from grid.core.scoring import BackendKind, SignalValues
+from grid.core.secret import Secret
+from grid.core.signals import ProviderSignals, SignalsDocument
+
+SIGNALS_SCHEMA_VERSION = "1.0.0"
+
+_PROVIDER_KIND_FOR_BACKEND = {
+    "local": "self_hosted",
+    "remote": "self_hosted",
+    "cloud_managed": "bedrock",
+    "api_provider": "open_ai",
+}
+"""A peer's record carries no providerKind; rendering never reads it, so a
+remote provider gets a representative value for its backend kind."""
+
+
+@dataclass(frozen=True)
+class OriginRecord:
+    """A provider record with the origin site that published it."""
+
+    origin: str
+    provider_id: str
+    record: ProviderRecord
+
+
+def provider_site(provider: InferenceProvider, own_site: str) -> str:
+    """The site a provider belongs to: its site label, else the operator's site."""
+    return provider.site_label or own_site
+
+
+def record_for(
+    provider: InferenceProvider,
+    site: str,
+    *,
+    signals: RecordSignals,
+    healthy: bool | None,
+    observed_at_s: float,
+) -> ProviderRecord:
+    """The record an operator publishes for one of its own providers."""
+    cost = provider.spec.cost.per_million_input_tokens if provider.spec.cost else None
+    if signals.cost_per_million_input_tokens is None and cost is not None:
+        signals = RecordSignals(
+            queue_depth=signals.queue_depth,
+            kv_cache_utilization=signals.kv_cache_utilization,
+            prefix_cache_hit_ratio=signals.prefix_cache_hit_ratio,
+            p99_latency_ms=signals.p99_latency_ms,
+            cost_per_million_input_tokens=cost,
+        )
+    return ProviderRecord(
+        name=provider.name,
+        cluster=provider.cluster,
+        site=site,
+        backend_kind=provider.spec.backend_kind,
+        models=tuple(m.name for m in provider.spec.models),
+        healthy=healthy,
+        observed_at=observed_at_s,
+        signals=signals,
+        phase=provider.phase.value,
+    )
+
+
+def remote_provider(record: ProviderRecord, network: str) -> InferenceProvider:
+    """An InferenceProvider standing for a peer's record, labelled with its site."""
+    return InferenceProvider.model_validate(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "InferenceProvider",
+            "metadata": {"name": record.name, "labels": {SITE_LABEL: record.site}},
+            "spec": {
+                "gridNetworkRef": network,
+                "backendKind": record.backend_kind,
+                "providerKind": _PROVIDER_KIND_FOR_BACKEND[record.backend_kind],
+                "models": [{"name": m} for m in record.models],
+                "routingClusterRef": record.cluster,
+            },
+            "status": {"phase": record.phase},
+        }
+    )
+
+
+def live_records(
+    records: Iterable[OriginRecord], own_site: str, now_s: float, stale_ttl_s: float | None
+) -> list[OriginRecord]:
+    """Records still worth routing to: own ones always, remote ones within the TTL.
+
+    A record is attributed to its origin, never to the site it names, so a peer
+    cannot publish a record for another site. Output is sorted for determinism.
+    """
+    kept = []
+    for item in records:
+        if item.record.site != item.origin:
+            continue
+        if (
+            item.origin != own_site
+            and stale_ttl_s is not None
+            and now_s - item.record.observed_at > stale_ttl_s
+        ):
+            continue
+        kept.append(item)
+    return sorted(kept, key=lambda r: (r.origin, r.record.name, r.provider_id))
+
+
+def _entry(record: ProviderRecord) -> ProviderSignals:
+    s = record.signals
+    return ProviderSignals(
+        name=record.name,
+        cluster=record.cluster,
+        site=record.site,
+        backend_kind=BackendKind(record.backend_kind),
+        models=record.models,
+        healthy=record.healthy,
+        observed_at=datetime.fromtimestamp(record.observed_at, UTC),
+        signals=SignalValues(
+            queue_depth=s.queue_depth,
+            kv_cache_utilization=s.kv_cache_utilization,
+            prefix_cache_hit_ratio=s.prefix_cache_hit_ratio,
+            p99_latency_ms=s.p99_latency_ms,
+            cost_per_million_input_tokens=s.cost_per_million_input_tokens,
+        ),
+    )
+
+
+def signals_document(
+    network: str,
+    site: str,
+    records: Iterable[OriginRecord],
+    *,
+    now: datetime,
+    epoch: int,
+    sequence: int,
+) -> SignalsDocument:
+    """A ``scope=grid`` signals document (§6) of every live record."""
+    entries = sorted((_entry(r.record) for r in records), key=lambda e: (e.site, e.name))
+    return SignalsDocument(
+        schema_version=SIGNALS_SCHEMA_VERSION,
+        network=network,
+        site=site,
+        epoch=epoch,
+        sequence=sequence,
+        generated_at=now,
+        providers=tuple(entries),
+    )
+
+
+def mesh_inputs(
+    network: GridNetwork,
+    sites: Sequence[GridSite],
+    own_providers: Sequence[InferenceProvider],
+    secrets: Sequence[Secret],
+    records: Sequence[OriginRecord],
+    own_site: str,
+) -> RenderInputs:
+    """Render inputs from the store's resources and the replica's live records.
+
+    Own providers come from the store; a remote record adds a provider only when
+    no own provider has the same name at the same site.
+    """
+    own_keys = {(provider_site(p, own_site), p.name) for p in own_providers}
+    remote = [
+        remote_provider(r.record, network.name)
+        for r in records
+        if r.origin != own_site and (r.record.site, r.record.name) not in own_keys
+    ]
+    return RenderInputs(
+        networks=(network,),
+        sites=tuple(sites),
+        providers=(*own_providers, *remote),
+        secrets=tuple(secrets),
+    )

@@ -1,0 +1,240 @@
+"""The demo's mesh plan: sites, ports, providers and the resources each store holds.
+
+`plan_mesh` decides everything ``grid demo`` will start, before anything runs:
+free loopback ports, file locations under the demo directory, and the Grid
+resources for each site's embedded store. Every site's store holds the same
+GridNetwork and GridSites (each cluster has its own copy, as in Kubernetes,
+with the real fingerprints of the dev certificates) plus only its own
+InferenceProviders, the way each cluster holds only what runs there.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grid.core.resources import API_VERSION, AUTO_DISCOVER_LABEL, SITE_LABEL
+
+NETWORK = "grid-demo"
+NAMESPACE = "grid-system"
+MODEL = "llama-3.1-8b-instruct"
+SITE_GEOGRAPHY: dict[str, tuple[str, str]] = {
+    "east": ("us-east-1", "us-east-1a"),
+    "west": ("us-west-2", "us-west-2a"),
+    "central": ("us-east-1", "us-east-1b"),
+}
+"""Region and zone of the well-known demo sites; further sites get generated ones."""
+
+
+def free_port() -> int:
+    """A port free for both UDP and TCP on 127.0.0.1 at the time of asking."""
+    for _ in range(64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+            tcp.bind(("127.0.0.1", 0))
+            port = int(tcp.getsockname()[1])
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                try:
+                    udp.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            return port
+    raise OSError("no free port for both UDP and TCP on 127.0.0.1")
+
+
+@dataclass(frozen=True)
+class ProviderPlan:
+    """One mock provider process and the InferenceProvider describing it."""
+
+    name: str
+    site: str
+    port: int
+    profile: str
+    capacity: int = 4
+
+
+@dataclass
+class SitePlan:
+    """Everything one site's operator needs."""
+
+    name: str
+    region: str
+    zone: str
+    swim_port: int
+    metrics_port: int
+    egress_port: int
+    root: Path
+    providers: list[ProviderPlan] = field(default_factory=list)
+
+    @property
+    def store(self) -> Path:
+        """The site's embedded store."""
+        return self.root / "store.db"
+
+    @property
+    def overlay_dir(self) -> Path:
+        """Where the site's grid-config.json and grid-overlay.json land."""
+        return self.root
+
+    @property
+    def gateway(self) -> str:
+        """The gateway this site's overlay is for."""
+        return f"edge-{self.name}"
+
+
+@dataclass
+class MeshPlan:
+    """The whole demo mesh."""
+
+    root: Path
+    sites: dict[str, SitePlan]
+    pki_dir: Path
+
+    @property
+    def providers(self) -> list[ProviderPlan]:
+        """Every mock provider of every site."""
+        return [p for s in self.sites.values() for p in s.providers]
+
+
+_PROFILES = ("steady", "bursty")
+
+
+def plan_mesh(root: Path, site_names: list[str]) -> MeshPlan:
+    """Choose ports and paths for ``site_names``; two mock providers at the first site."""
+    sites: dict[str, SitePlan] = {}
+    for i, name in enumerate(site_names):
+        region, zone = SITE_GEOGRAPHY.get(name, (f"region-{i}", f"region-{i}a"))
+        site = SitePlan(name, region, zone, free_port(), free_port(), free_port(), root / name)
+        count = 2 if i == 0 else 1
+        for j in range(count):
+            suffix = "" if count == 1 else f"-{'ab'[j]}"
+            profile = _PROFILES[(i + j) % 2]
+            site.providers.append(ProviderPlan(f"vllm-{name}{suffix}", name, free_port(), profile))
+        sites[name] = site
+    return MeshPlan(root, sites, root / "pki")
+
+
+def _meta(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"name": name, "labels": labels or {}}
+
+
+def network_doc(plan: MeshPlan, *, probe_interval: str, suspicion_timeout: str) -> dict[str, Any]:
+    """The GridNetwork every site's store holds."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "GridNetwork",
+        "metadata": _meta(NETWORK),
+        "spec": {
+            "seeds": [f"127.0.0.1:{s.swim_port}" for s in plan.sites.values()],
+            "gatewayRefs": [
+                {"name": s.gateway, "namespace": NAMESPACE, "localSiteName": s.name}
+                for s in plan.sites.values()
+            ],
+            "swim": {
+                "gossipNodes": 3,
+                "probeInterval": probe_interval,
+                "suspicionTimeout": suspicion_timeout,
+            },
+            "tls": {
+                "caSecretRef": {"name": "grid-ca", "namespace": NAMESPACE, "key": "ca.crt"},
+                "swimKeyRef": {"name": "grid-swim-key", "namespace": NAMESPACE, "key": "swim.key"},
+                "trust": {"mode": "pin"},
+            },
+            "staleCandidateTtlSeconds": 10,
+        },
+    }
+
+
+def site_doc(site: SitePlan, fingerprint: str) -> dict[str, Any]:
+    """A GridSite with the real fingerprint of its dev certificate."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "GridSite",
+        "metadata": _meta(site.name, {AUTO_DISCOVER_LABEL: "true", "tier": "prod"}),
+        "spec": {
+            "gridNetworkRef": NETWORK,
+            "region": site.region,
+            "zone": site.zone,
+            "egress": {
+                "address": f"127.0.0.1:{site.egress_port}",
+                "tls": {"mode": "Mutual", "serverName": "localhost"},
+            },
+            "trust": {"certFingerprint": fingerprint},
+        },
+    }
+
+
+def provider_doc(provider: ProviderPlan, *, interval: str) -> dict[str, Any]:
+    """An InferenceProvider for one mock provider, scraped every ``interval``."""
+    endpoint = f"http://127.0.0.1:{provider.port}"
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "InferenceProvider",
+        "metadata": _meta(provider.name, {SITE_LABEL: provider.site}),
+        "spec": {
+            "gridNetworkRef": NETWORK,
+            "backendKind": "local",
+            "providerKind": "self_hosted",
+            "models": [{"name": MODEL, "capabilities": ["chat"], "contextWindow": 131072}],
+            "endpoint": endpoint,
+            "cost": {"perMillionInputTokens": 0.2, "perMillionOutputTokens": 0.6},
+            "healthCheck": {"path": "/health", "interval": interval, "timeout": interval},
+            "metricsConfig": {
+                "path": "/metrics",
+                "interval": interval,
+                "timeout": interval,
+                "queueCapacity": provider.capacity * 4,
+            },
+        },
+    }
+
+
+def third_party_docs(site: str) -> list[dict[str, Any]]:
+    """A cloud-managed and an API provider at ``site``, never contacted by the demo."""
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "InferenceProvider",
+            "metadata": _meta("bedrock-llama", {SITE_LABEL: site}),
+            "spec": {
+                "gridNetworkRef": NETWORK,
+                "backendKind": "cloud_managed",
+                "providerKind": "bedrock",
+                "models": [{"name": MODEL}],
+                "cost": {"perMillionInputTokens": 0.3, "perMillionOutputTokens": 0.6},
+            },
+        },
+        {
+            "apiVersion": API_VERSION,
+            "kind": "InferenceProvider",
+            "metadata": _meta("openai", {SITE_LABEL: site}),
+            "spec": {
+                "gridNetworkRef": NETWORK,
+                "backendKind": "api_provider",
+                "providerKind": "open_ai",
+                "models": [{"name": "gpt-4o-mini"}],
+                "cost": {"perMillionInputTokens": 0.15, "perMillionOutputTokens": 0.6},
+                "auth": {
+                    "strategy": "BearerToken",
+                    "secretRef": {
+                        "name": "openai-credentials",
+                        "namespace": NAMESPACE,
+                        "key": "token",
+                    },
+                },
+            },
+        },
+    ]
+
+
+def secret_doc(name: str, items: dict[str, bytes]) -> dict[str, Any]:
+    """A core v1 Secret in the demo namespace with base64 data."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v).decode() for k, v in items.items()},
+    }

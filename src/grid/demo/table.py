@@ -1,0 +1,49 @@
+"""The live view of ``grid demo``: each site's ranked candidates from its overlay file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+from grid.operator.output import CONFIG_KEY
+
+
+def read_overlay(overlay_dir: Path) -> dict[str, Any] | None:
+    """The site's current grid-config.json, or None before the first write."""
+    try:
+        data = json.loads((overlay_dir / CONFIG_KEY).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def site_table(site: str, overlay: dict[str, Any] | None) -> Table:
+    """One site's candidates in rank order."""
+    table = Table(title=f"site {site}", title_justify="left", expand=True)
+    for column in ("rank", "model", "site", "cluster", "tier", "admission", "score", "fresh"):
+        table.add_column(column, justify="right" if column in ("rank", "score") else "left")
+    if overlay is None:
+        table.add_row("-", "waiting for the first overlay", "", "", "", "", "", "")
+        return table
+    for c in overlay.get("candidates", []):
+        score = c.get("score")
+        table.add_row(
+            str(c.get("rank")),
+            str(c.get("name")),
+            str(c.get("site")),
+            str(c.get("cluster")),
+            str(c.get("selection_tier")),
+            str(c.get("admission_state")),
+            f"{score:.3f}" if isinstance(score, int | float) else "-",
+            "yes" if c.get("fresh") else "no",
+        )
+    return table
+
+
+def mesh_view(overlay_dirs: dict[str, Path]) -> Group:
+    """A table per site, in site order."""
+    return Group(*(site_table(s, read_overlay(d)) for s, d in overlay_dirs.items()))

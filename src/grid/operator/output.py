@@ -1,0 +1,132 @@
+"""Writing the rendered overlay: the ConfigMap through the store port, and files.
+
+An overlay is written only when its revision changes, so re-rendering identical
+state writes nothing anywhere (no ConfigMap update, no file rename, no watch
+event). The ConfigMap goes through the `ResourceStore` port, so the embedded
+store and a Kubernetes store need no different logic. In the embedded default
+the same two documents also land in the site's output directory, each written
+atomically: a temporary file in the same directory, fsync, rename, fsync of the
+directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from grid.adapters.store.port import ResourceStore
+from grid.core.render import Rendered
+from grid.errors import AlreadyExists, NotFound
+
+CONFIG_KEY = "grid-config.json"
+ENVELOPE_KEY = "grid-overlay.json"
+NAME_MAX = 63
+"""Kubernetes name limit for the ConfigMap; longer names are shortened."""
+
+
+def configmap_name(network: str, gateway: str) -> str:
+    """``grid-overlay-{network}-{gateway}``, shortened deterministically past 63 chars.
+
+    A long name keeps its first 54 characters (trailing dashes trimmed), then a
+    dash and the first 8 hex digits of the SHA-256 of the full name, so two long
+    names that share a prefix still differ.
+    """
+    name = f"grid-overlay-{network}-{gateway}"
+    if len(name) <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: NAME_MAX - 9].rstrip('-')}-{digest}"
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """The stable text form of an overlay document (sorted keys, two-space indent)."""
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so readers see the old or the new file, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class OverlayWriter:
+    """Writes each gateway's overlay when, and only when, its revision changes."""
+
+    def __init__(self, store: ResourceStore, overlay_dir: Path | None) -> None:
+        self._store = store
+        self._dir = overlay_dir
+        self._written: dict[tuple[str, str], str] = {}
+        self.writes = 0
+
+    def revision_of(self, network: str, gateway: str) -> str | None:
+        """The revision last written for a gateway, if any."""
+        return self._written.get((network, gateway))
+
+    async def write(self, rendered: Rendered) -> bool:
+        """Write the overlay if its revision is new; True when something was written."""
+        scope = rendered.scope
+        revision = str(rendered.envelope["revision"]["value"])
+        key = (scope.network, scope.gateway)
+        if self._written.get(key) is None:
+            self._written[key] = await self._stored_revision(scope.network, scope.gateway, scope)
+        if self._written[key] == revision:
+            return False
+        config, envelope = dumps(rendered.overlay), dumps(rendered.envelope)
+        await self._write_configmap(scope.network, scope.gateway, scope.namespace, config, envelope)
+        if self._dir is not None:
+            atomic_write(self._dir / CONFIG_KEY, config.encode())
+            atomic_write(self._dir / ENVELOPE_KEY, envelope.encode())
+        self._written[key] = revision
+        self.writes += 1
+        return True
+
+    async def _stored_revision(self, network: str, gateway: str, scope: Any) -> str:
+        try:
+            cm = await self._store.get(
+                "ConfigMap", configmap_name(network, gateway), namespace=scope.namespace
+            )
+            envelope = json.loads(cm.get("data", {}).get(ENVELOPE_KEY, "{}"))
+            return str(envelope.get("revision", {}).get("value", ""))
+        except (NotFound, ValueError, AttributeError):
+            return ""
+
+    async def _write_configmap(
+        self, network: str, gateway: str, namespace: str, config: str, envelope: str
+    ) -> None:
+        name = configmap_name(network, gateway)
+        obj: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {
+                    "grid.praxis-proxy.io/network": network,
+                    "grid.praxis-proxy.io/gateway": gateway,
+                },
+            },
+            "data": {CONFIG_KEY: config, ENVELOPE_KEY: envelope},
+        }
+        try:
+            current = await self._store.get("ConfigMap", name, namespace=namespace)
+        except NotFound:
+            try:
+                await self._store.create(obj)
+                return
+            except AlreadyExists:
+                current = await self._store.get("ConfigMap", name, namespace=namespace)
+        obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        await self._store.replace(obj)

@@ -1,0 +1,209 @@
+"""The InferenceProvider controller: health checks, metric scrapes and phases.
+
+For every InferenceProvider this site holds, one task checks health per
+``healthCheck`` and scrapes per ``metricsConfig`` (the shorter interval paces
+the loop), then:
+
+* moves the provider's phase with `grid.core.lifecycle.next_provider_phase`
+  and writes status only when the phase or reason changed;
+* turns what it saw into a `ProviderRecord` for the CRDT replica. A signal the
+  scrape did not find stays missing; credentials are checked by reference
+  elsewhere and never read here.
+
+The provider's endpoint is only contacted when it declares a health check or a
+metrics config, so third-party APIs without them are never probed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from grid.adapters.scrape import ProviderScraper, ScrapeError, check_health
+from grid.adapters.store.port import ResourceStore
+from grid.core.crdt.record import ProviderRecord
+from grid.core.crdt.record import ProviderSignals as RecordSignals
+from grid.core.duration import parse_duration
+from grid.core.lifecycle import ProviderObservation, next_provider_phase
+from grid.core.mesh_view import record_for
+from grid.core.phases import ProviderPhase
+from grid.core.resource_status import InferenceProviderStatus
+from grid.core.resources import InferenceProvider
+from grid.errors import GridError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHECK_INTERVAL_S = 15.0
+"""Pace of a provider without a health check or metrics (re-publishing only)."""
+
+
+@dataclass
+class ProviderState:
+    """What the controller remembers about one provider between rounds."""
+
+    provider: InferenceProvider
+    failures: int = 0
+    record: ProviderRecord | None = None
+    scraper: ProviderScraper | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+def check_interval_s(provider: InferenceProvider, refresh_s: float) -> float:
+    """The loop period: the shorter of the health and scrape intervals, capped by refresh."""
+    intervals = [refresh_s]
+    if provider.spec.health_check is not None:
+        intervals.append(parse_duration(provider.spec.health_check.interval))
+    if provider.spec.metrics_config is not None:
+        intervals.append(parse_duration(provider.spec.metrics_config.interval))
+    return max(0.05, min(intervals))
+
+
+class ProviderController:
+    """Runs one check loop per own provider and reports records and phases."""
+
+    def __init__(
+        self,
+        store: ResourceStore,
+        site: str,
+        on_record: Callable[[str, ProviderRecord | None], None],
+        refresh_s: float,
+    ) -> None:
+        self._store = store
+        self._site = site
+        self._on_record = on_record
+        self._refresh_s = refresh_s
+        self._states: dict[str, ProviderState] = {}
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def names(self) -> set[str]:
+        """Names of the providers being checked."""
+        return set(self._states)
+
+    def current(self, name: str) -> InferenceProvider | None:
+        """A provider as last checked, with the phase this controller computed."""
+        state = self._states.get(name)
+        return state.provider if state is not None else None
+
+    async def start(self) -> None:
+        """Open the HTTP session the checks share."""
+        self._session = aiohttp.ClientSession()
+
+    def sync(self, providers: list[InferenceProvider]) -> None:
+        """Start, restart or stop loops so there is one per provider, on its latest spec."""
+        wanted = {p.name: p for p in providers}
+        for name in list(self._states):
+            if name not in wanted:
+                self._stop(name)
+                self._on_record(name, None)
+        for name, provider in wanted.items():
+            state = self._states.get(name)
+            if state is not None and state.provider.spec == provider.spec:
+                state.provider = provider
+                continue
+            if state is not None:
+                self._stop(name)
+            self._states[name] = ProviderState(provider)
+            self._states[name].task = asyncio.create_task(self._loop(name), name=f"provider-{name}")
+
+    def _stop(self, name: str) -> None:
+        state = self._states.pop(name)
+        if state.task is not None:
+            state.task.cancel()
+
+    async def stop(self) -> None:
+        """Stop every loop and close the session."""
+        for name in list(self._states):
+            self._stop(name)
+        if self._session is not None:
+            await self._session.close()
+
+    async def _loop(self, name: str) -> None:
+        while True:
+            state = self._states.get(name)
+            if state is None:
+                return
+            try:
+                await self._round(state)
+            except asyncio.CancelledError:
+                raise
+            except GridError as exc:
+                log.warning("provider check failed", extra={"provider": name, "code": exc.code})
+            await asyncio.sleep(check_interval_s(state.provider, self._refresh_s))
+
+    async def _round(self, state: ProviderState) -> None:
+        assert self._session is not None
+        provider = state.provider
+        spec = provider.spec
+        health_ok: bool | None = None
+        if spec.health_check is not None and spec.endpoint is not None:
+            result = await check_health(self._session, spec.endpoint, spec.health_check)
+            health_ok = result.healthy
+        signals, metrics_ok, metric_healthy = RecordSignals(), None, None
+        if spec.metrics_config is not None and (spec.metrics_config.endpoint or spec.endpoint):
+            if state.scraper is None:
+                state.scraper = ProviderScraper(
+                    self._session, spec.endpoint or "", spec.metrics_config
+                )
+            try:
+                scraped = await state.scraper.scrape()
+                v = scraped.values
+                signals = RecordSignals(
+                    queue_depth=v.queue_depth,
+                    kv_cache_utilization=v.kv_cache_utilization,
+                    prefix_cache_hit_ratio=v.prefix_cache_hit_ratio,
+                    p99_latency_ms=v.p99_latency_ms,
+                )
+                metrics_ok, metric_healthy = True, scraped.healthy
+            except ScrapeError as exc:
+                metrics_ok = False
+                log.info("scrape failed", extra={"provider": provider.name, "reason": exc.reason})
+        state.failures = state.failures + 1 if health_ok is False else 0
+        phase = await self._update_phase(
+            state, ProviderObservation(health_ok, metrics_ok, state.failures)
+        )
+        healthy = metric_healthy if metric_healthy is not None else health_ok
+        if phase is ProviderPhase.UNAVAILABLE:
+            healthy = False
+        state.provider = provider.model_copy(
+            update={
+                "status": (provider.status or InferenceProviderStatus()).model_copy(
+                    update={"phase": phase}
+                )
+            }
+        )
+        state.record = record_for(
+            state.provider, self._site, signals=signals, healthy=healthy, observed_at_s=time.time()
+        )
+        self._on_record(provider.name, state.record)
+
+    async def _update_phase(self, state: ProviderState, seen: ProviderObservation) -> ProviderPhase:
+        current = state.provider.phase
+        phase = next_provider_phase(current, seen)
+        if phase is not current:
+            reason = {
+                ProviderPhase.AVAILABLE: "Healthy",
+                ProviderPhase.DEGRADED: "MetricsFailing"
+                if seen.health_ok
+                else "HealthCheckFailing",
+                ProviderPhase.UNAVAILABLE: "HealthCheckFailing",
+            }.get(phase, "Pending")
+            await self._store.patch_status(
+                "InferenceProvider",
+                state.provider.name,
+                {
+                    "phase": phase.value,
+                    "reason": reason,
+                    "observedGeneration": state.provider.metadata.generation,
+                },
+            )
+            log.info(
+                "provider phase",
+                extra={"provider": state.provider.name, "from": current.value, "to": phase.value},
+            )
+        return phase

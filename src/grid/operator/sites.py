@@ -1,0 +1,105 @@
+"""The GridSite controller: SWIM's view plus mTLS egress probes, into phases.
+
+Each round, for every GridSite of the network, the controller gathers a
+`SiteObservation` (is the member alive in SWIM, did it leave gracefully, does
+the site carry the auto-discover label, is its egress known, and, once
+Connecting or beyond, did an mTLS probe of ``egress.address`` present the
+pinned certificate), asks `grid.core.lifecycle.next_site_phase` for the next
+phase, and writes status only when the phase or reason changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+
+from grid.adapters.store.port import ResourceStore
+from grid.adapters.tls_probe import probe
+from grid.core.lifecycle import Probe, SiteObservation, next_site_phase
+from grid.core.phases import SitePhase
+from grid.core.resources import GridSite
+from grid.core.swim.members import MemberState
+from grid.core.trust import normalize_fingerprint
+from grid.errors import ValidationError
+
+log = logging.getLogger(__name__)
+
+_REASONS = {
+    SitePhase.DISCOVERED: "SwimMemberAlive",
+    SitePhase.CONNECTING: "EgressKnown",
+    SitePhase.ACTIVE: "FingerprintVerified",
+    SitePhase.UNREACHABLE: "ProbeFailed",
+    SitePhase.LEFT: "LeftMesh",
+}
+
+
+class SiteController:
+    """Moves GridSites through their phases from SWIM events and egress probes."""
+
+    def __init__(self, store: ResourceStore, own_site: str, tls: ssl.SSLContext | None) -> None:
+        self._store = store
+        self._own_site = own_site
+        self._tls = tls
+        self.phases: dict[str, SitePhase] = {}
+
+    async def reconcile(self, sites: list[GridSite], members: dict[str, MemberState]) -> bool:
+        """One round over every site; True when any phase changed."""
+        changed = False
+        for site in sites:
+            phase = await self._reconcile_one(site, members)
+            changed |= self.phases.get(site.name) is not phase
+            self.phases[site.name] = phase
+        for gone in set(self.phases) - {s.name for s in sites}:
+            del self.phases[gone]
+        return changed
+
+    async def _probe(self, site: GridSite) -> Probe:
+        egress = site.spec.egress
+        if self._tls is None or egress is None or not egress.address:
+            return Probe.NOT_RUN
+        pinned = site.spec.trust.cert_fingerprint if site.spec.trust else None
+        server_name = egress.tls.server_name if egress.tls else None
+        result = await probe(egress.address, self._tls, server_name)
+        if not result.reachable:
+            return Probe.UNREACHABLE
+        try:
+            expected = normalize_fingerprint(pinned or "")
+        except ValidationError:
+            return Probe.FINGERPRINT_MISMATCH
+        return Probe.PASSED if result.fingerprint == expected else Probe.FINGERPRINT_MISMATCH
+
+    async def _reconcile_one(self, site: GridSite, members: dict[str, MemberState]) -> SitePhase:
+        current = self.phases.get(site.name, site.phase)
+        state = MemberState.ALIVE if site.name == self._own_site else members.get(site.name)
+        egress = site.spec.egress
+        result = Probe.NOT_RUN
+        if current in (SitePhase.CONNECTING, SitePhase.ACTIVE, SitePhase.UNREACHABLE):
+            result = await self._probe(site)
+        seen = SiteObservation(
+            auto_discover=site.auto_discover,
+            swim_alive=state is MemberState.ALIVE or state is MemberState.SUSPECT,
+            swim_left=state is MemberState.LEFT,
+            egress_known=egress is not None and bool(egress.address),
+            probe=result,
+        )
+        phase = next_site_phase(current, seen)
+        reason = _REASONS.get(phase, "Pending")
+        if result is Probe.FINGERPRINT_MISMATCH:
+            reason = "FingerprintMismatch"
+        status = site.status
+        if status is None or status.phase is not phase or status.reason != reason:
+            await self._store.patch_status(
+                "GridSite",
+                site.name,
+                {
+                    "phase": phase.value,
+                    "reason": reason,
+                    "observedGeneration": site.metadata.generation,
+                },
+            )
+            if phase is not current or status is None:
+                log.info(
+                    "site phase",
+                    extra={"site": site.name, "from": current.value, "to": phase.value},
+                )
+        return phase
