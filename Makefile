@@ -50,7 +50,7 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 proto: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -I proto --python_out=src/grid/proto_gen \
+	PATH=$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -I proto --python_out=src/grid/proto_gen \
 	  --mypy_out=src/grid/proto_gen $$(find proto -name '*.proto')
 
 bench: $(STAMP)
