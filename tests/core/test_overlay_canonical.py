@@ -18,7 +18,7 @@ KEYS = st.text(
 FLOATS = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
     [0.0, -0.0, 1.0, 0.7, 1e-4, 9.99e-5, 1e-7, 1e16, 1e21, 1e22, 5e-324, 0.1 + 0.2, 2.0**53]
 )
-INTS = st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
+INTS = st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1) | st.integers(-(2**60), 2**60)
 SCALARS = st.none() | st.booleans() | INTS | FLOATS | st.text(max_size=8)
 JSON = st.recursive(
     SCALARS,
@@ -41,10 +41,24 @@ def fast(value: Any) -> bytes | type[Exception]:
         return type(exc)
 
 
+def fast_json(value: Any) -> bytes | type[Exception]:
+    try:
+        return canonical.dumps_json(value)
+    except Exception as exc:
+        return type(exc)
+
+
 @settings(max_examples=300, deadline=None)
 @given(JSON)
 def test_fast_path_matches_the_reference(value: Any) -> None:
     assert fast(value) == reference(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_json_data_path_matches_the_reference(value: Any) -> None:
+    # JSON keeps string keys only, which is the precondition of dumps_json.
+    assert fast_json(value) == reference(value)
 
 
 @pytest.mark.parametrize(
@@ -58,10 +72,25 @@ def test_fast_path_matches_the_reference(value: Any) -> None:
         {1: "non-string key"},
         {"x": object()},
         [1e21, 1e-7, -0.0, 1.0, 123456789012345680.0],
+        2**53,
+        1.0,
+        [-(2**53) - 1],
+        {"a": [1, {"b": 2**54}]},
     ],
 )
 def test_edge_values_behave_like_the_reference(value: Any) -> None:
     assert fast(value) == reference(value)
+    if not isinstance(value, dict) or all(isinstance(k, str) for k in value):
+        assert fast_json(value) == reference(value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["v1.0", "x1e+5", "1234567890123456789", "\ue000", "a.0", "\U0001f600"],
+)
+def test_suspicious_strings_only_cost_speed_never_correctness(text: str) -> None:
+    document = {"s": text, "n": [0.5, 12, 1e-3]}
+    assert canonical.dumps_json(document) == rfc8785.dumps(document)
 
 
 def test_typical_overlay_numbers_take_the_fast_path_and_match() -> None:

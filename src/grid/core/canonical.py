@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import rfc8785
@@ -72,6 +73,52 @@ def _prepare(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_prepare(item) for item in value]
     raise _NeedsReference
+
+
+# Output the standard library writes differently from JCS, or might: an integral
+# float ("1.0"), an exponent ("1e-05"; Python writes it in lower case), an integer
+# of 16 or more digits (possibly beyond 2^53; in compact JSON a number follows
+# ":", "," or "[") and any character at or above U+E000 (where code point order
+# and UTF-16 order of keys part ways; surrogates cannot be encoded at all).
+# Matches inside strings are harmless: they only send the document to the
+# reference path. Each pattern starts with a literal or a small class, so the
+# scans stay a small fraction of the serialisation itself.
+_INTEGRAL_FLOAT = re.compile(r"\.0(?![0-9])")
+_EXPONENT = re.compile(r"e[-+][0-9]")
+_LONG_INTEGER = re.compile(r"[,:\[]-?[0-9]{16}")
+_LATE_CHARACTER = re.compile("[\ue000-\uffff\U00010000-\U0010ffff]")
+
+
+def _suspect(text: str) -> bool:
+    """True when ``text`` might not be the JCS form of what it encodes."""
+    if text[:1] in "-0123456789":  # a bare top-level number
+        return True
+    if not text.isascii() and _LATE_CHARACTER.search(text):
+        return True
+    return any(p.search(text) for p in (_INTEGRAL_FLOAT, _EXPONENT, _LONG_INTEGER))
+
+
+def dumps_json(value: Any) -> bytes:
+    """`dumps` for JSON data: every mapping key is already a string.
+
+    This is the overlay's case (documents built by Grid or decoded from JSON).
+    The standard library serialises the document in C, and a scan of its output
+    sends anything that might differ from JCS to the reference implementation,
+    so the bytes are always the reference bytes. Unlike `dumps`, a mapping with
+    non-string keys is not refused here; callers pass JSON data only.
+    """
+    try:
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError):
+        return rfc8785.dumps(value)
+    if _suspect(text):
+        return rfc8785.dumps(value)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return rfc8785.dumps(value)
 
 
 def dumps(value: Any) -> bytes:

@@ -202,8 +202,9 @@ def explain(
     else:
         network = select_network(inputs.networks, inputs.sites, site)
         local_site = site
-    rows, _, context = evaluate_network(inputs, network, local_site, site, signals)
-    mine = [r for r in rows if r.evaluation.candidate.name == model]
+    evaluated = evaluate_network(inputs, network, local_site, site, signals)
+    context = evaluated.context
+    mine = [r for r in evaluated.rows if r.evaluation.candidate.name == model]
     ranked = sorted((r for r in mine if r.exclusion is None), key=lambda r: r.rank or 0)
     excluded = sorted(
         (r for r in mine if r.exclusion is not None),

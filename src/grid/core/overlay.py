@@ -62,6 +62,15 @@ def format_timestamp(moment: datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
+def json_number(value: float) -> float | int:
+    """An integral float as an int (``1.0`` -> ``1``), the form JCS writes anyway.
+
+    The number is the same JSON value either way; writing it as JCS does keeps
+    the canonical serialisation on its fast path (`grid.core.canonical`).
+    """
+    return int(value) if value.is_integer() else value
+
+
 def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
     """The §5 wire form of one ranked candidate (no field beyond §5's list)."""
     evaluation = ranked.evaluation
@@ -78,8 +87,9 @@ def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
         "rank": ranked.rank,
     }
     if evaluation.breakdown is not None:
-        document["score"] = evaluation.breakdown.total
-        document["score_breakdown"] = evaluation.breakdown.as_dict()
+        breakdown = {key: json_number(v) for key, v in evaluation.breakdown.as_dict().items()}
+        document["score"] = breakdown["total"]
+        document["score_breakdown"] = breakdown
     credential = candidate.credential
     if credential is not None:
         document["credential"] = {
@@ -112,13 +122,17 @@ def build_overlay(
 
 
 def canonical_digest(overlay: Mapping[str, Any]) -> str:
-    """Lowercase-hex SHA-256 of the JCS form of ``{candidates, local_site, network}``."""
+    """Lowercase-hex SHA-256 of the JCS form of ``{candidates, local_site, network}``.
+
+    ``overlay`` is JSON data (string keys), as built by `build_overlay` or decoded
+    from a file; the canonical bytes are exactly RFC 8785's (`grid.core.canonical`).
+    """
     content = {
         "candidates": overlay["candidates"],
         "local_site": overlay["local_site"],
         "network": overlay["network"],
     }
-    return hashlib.sha256(canonical.dumps(content)).hexdigest()
+    return hashlib.sha256(canonical.dumps_json(content)).hexdigest()
 
 
 @dataclass(frozen=True)

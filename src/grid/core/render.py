@@ -14,9 +14,10 @@ only consulted to check that a referenced key exists; no value is ever read.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from grid import __version__
@@ -36,6 +37,7 @@ from grid.core.scoring import (
     Evaluation,
     Geography,
     RankedCandidate,
+    Ranking,
     ScoringConfig,
     ScoringContext,
     ScoringWeights,
@@ -92,6 +94,43 @@ class CandidateRow:
 
 
 @dataclass(frozen=True)
+class _Draft:
+    """One provider's candidates (one per model) and what applies to all of them."""
+
+    provider: InferenceProvider
+    candidates: tuple[CandidateInput, ...]
+    exclusion: Exclusion | None
+    detail: str
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """Every candidate of one network seen from one site, scored and ranked.
+
+    ``kept`` is what the overlay carries: the top ``candidates_max`` ranked
+    candidates (all of them when ``None``). ``rows`` (computed on first use)
+    describes every candidate, kept or not, for ``explain``.
+    """
+
+    drafts: tuple[_Draft, ...]
+    ranking: Ranking
+    context: ScoringContext
+    candidates_max: int | None
+
+    @property
+    def kept(self) -> tuple[RankedCandidate, ...]:
+        """The ranked candidates the overlay carries, in rank order."""
+        ranked = self.ranking.ranked
+        return ranked if self.candidates_max is None else ranked[: self.candidates_max]
+
+    @cached_property
+    def rows(self) -> tuple[CandidateRow, ...]:
+        """Ranked rows in rank order, then scoring exclusions, then earlier exclusions."""
+        return _rows(self)
+
+
+@dataclass(frozen=True)
 class Rendered:
     """A render's results: the overlay, its envelope and every candidate row."""
 
@@ -99,17 +138,17 @@ class Rendered:
     scope: Scope
     overlay: dict[str, Any]
     envelope: dict[str, Any]
-    rows: tuple[CandidateRow, ...]
-    scoring_enabled: bool
+    evaluated: Evaluated
 
+    @property
+    def rows(self) -> tuple[CandidateRow, ...]:
+        """Every candidate, including excluded ones."""
+        return self.evaluated.rows
 
-@dataclass
-class _Draft:
-    candidate: CandidateInput
-    provider: InferenceProvider
-    exclusion: Exclusion | None = None
-    detail: str = ""
-    notes: list[str] = field(default_factory=list)
+    @property
+    def scoring_enabled(self) -> bool:
+        """False under ``signalTransport.mode: poll``."""
+        return self.evaluated.context.config.enabled
 
 
 def scoring_config(network: GridNetwork) -> ScoringConfig:
@@ -262,7 +301,7 @@ class _View:
     signal_index: Mapping[tuple[str, str], ProviderSignals]
 
 
-def _drafts_for(provider: InferenceProvider, view: _View) -> list[_Draft]:
+def _draft_for(provider: InferenceProvider, view: _View) -> _Draft:
     site = provider.site_label or view.default_site
     entry = view.signal_index.get((site, provider.name))
     notes: list[str] = []
@@ -273,40 +312,35 @@ def _drafts_for(provider: InferenceProvider, view: _View) -> list[_Draft]:
         and not is_fresh(entry, view.signals.generated_at)
     )
     degraded = provider.phase.value == "Degraded"
-    signals = _signal_values(provider, entry)
-    geography = _geography(view.sites.get(site))
-    kind = BackendKind(provider.spec.backend_kind)
-    healthy = not (entry is not None and entry.healthy is False)
-    observed_at = entry.observed_at if entry else None
     if degraded:
         notes.append("status.phase is Degraded: not fresh")
     if stale:
         notes.append("signal sample older than 60 s: not fresh")
     if entry is None:
         notes.append("no signal entry: signals missing (neutral 0.5), sample counts as oldest")
-    exclusion, detail = _pre_exclusion(provider, site, entry, view)
-    return [
-        _Draft(
-            candidate=CandidateInput(
-                name=model.name,
-                site=site,
-                cluster=provider.cluster,
-                provider=provider.name,
-                backend_kind=kind,
-                signals=signals,
-                geography=geography,
-                healthy=healthy,
-                fresh=not (degraded or stale),
-                observed_at=observed_at,
-                credential=credential,
-            ),
-            provider=provider,
-            exclusion=exclusion,
-            detail=detail,
-            notes=list(notes),
+    signals = _signal_values(provider, entry)
+    geography = _geography(view.sites.get(site))
+    kind = BackendKind(provider.spec.backend_kind)
+    healthy = not (entry is not None and entry.healthy is False)
+    observed_at = entry.observed_at if entry else None
+    candidates = tuple(
+        CandidateInput(
+            name=model.name,
+            site=site,
+            cluster=provider.cluster,
+            provider=provider.name,
+            backend_kind=kind,
+            signals=signals,
+            geography=geography,
+            healthy=healthy,
+            fresh=not (degraded or stale),
+            observed_at=observed_at,
+            credential=credential,
         )
         for model in provider.spec.models
-    ]
+    )
+    exclusion, detail = _pre_exclusion(provider, site, entry, view)
+    return _Draft(provider, candidates, exclusion, detail, tuple(notes))
 
 
 def _pre_exclusion(
@@ -336,16 +370,16 @@ def _pre_exclusion(
 def _check_duplicates(drafts: Sequence[_Draft]) -> None:
     seen: dict[tuple[str, str, str, str], str] = {}
     for draft in drafts:
-        c = draft.candidate
-        key = (c.kind, c.name, c.site, c.cluster)
-        if key in seen and seen[key] != draft.provider.name:
-            raise ValidationError(
-                f"InferenceProvider/{draft.provider.name} and InferenceProvider/{seen[key]} both "
-                f"route model {c.name!r} at site {c.site!r} through cluster {c.cluster!r}; "
-                "give one a distinct spec.routingClusterRef",
-                path="spec.routingClusterRef",
-            )
-        seen[key] = draft.provider.name
+        for c in draft.candidates:
+            key = (c.kind, c.name, c.site, c.cluster)
+            if key in seen and seen[key] != draft.provider.name:
+                raise ValidationError(
+                    f"InferenceProvider/{draft.provider.name} and InferenceProvider/{seen[key]} "
+                    f"both route model {c.name!r} at site {c.site!r} through cluster "
+                    f"{c.cluster!r}; give one a distinct spec.routingClusterRef",
+                    path="spec.routingClusterRef",
+                )
+            seen[key] = draft.provider.name
 
 
 def evaluate_network(
@@ -354,8 +388,9 @@ def evaluate_network(
     local_site: str,
     default_site: str,
     signals: SignalsDocument | None,
-) -> tuple[tuple[CandidateRow, ...], tuple[RankedCandidate, ...], ScoringContext]:
-    """Every candidate of ``network`` seen from ``local_site``: rows and the ranking."""
+    candidates_max: int | None = CANDIDATES_MAX,
+) -> Evaluated:
+    """Every candidate of ``network`` seen from ``local_site``, scored and ranked."""
     if signals is not None and signals.network != network.name:
         raise ValidationError(
             f"the signals document is for network {signals.network!r}, not {network.name!r}",
@@ -368,58 +403,55 @@ def evaluate_network(
         (p for p in inputs.providers if p.spec.grid_network_ref == network.name),
         key=lambda p: p.name,
     )
-    drafts = [d for p in providers for d in _drafts_for(p, view)]
+    drafts = tuple(_draft_for(p, view) for p in providers)
     _check_duplicates(drafts)
     context = ScoringContext(local_site, _geography(sites.get(local_site)), scoring_config(network))
-    eligible = [d for d in drafts if d.exclusion is None]
-    ranking = score_candidates([d.candidate for d in eligible], context)
-    kept = ranking.ranked[:CANDIDATES_MAX]
-    return _rows(drafts, ranking.ranked, ranking.excluded, context), kept, context
+    eligible = [c for d in drafts if d.exclusion is None for c in d.candidates]
+    return Evaluated(drafts, score_candidates(eligible, context), context, candidates_max)
 
 
-def _rows(
-    drafts: Sequence[_Draft],
-    ranked: Sequence[RankedCandidate],
-    excluded: Sequence[Any],
-    context: ScoringContext,
-) -> tuple[CandidateRow, ...]:
-    by_candidate = {id(d.candidate): d for d in drafts}
+def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:
+    context = evaluated.context
+    limit = evaluated.candidates_max
+    owner = {id(c): d for d in evaluated.drafts for c in d.candidates}
     rows: list[CandidateRow] = []
-    for r in ranked:
-        draft = by_candidate[id(r.evaluation.candidate)]
-        over = r.rank >= CANDIDATES_MAX
+    for r in evaluated.ranking.ranked:
+        draft = owner[id(r.evaluation.candidate)]
+        over = limit is not None and r.rank >= limit
         rows.append(
             CandidateRow(
                 evaluation=r.evaluation,
                 provider=draft.provider,
                 rank=None if over else r.rank,
                 exclusion=Exclusion.CANDIDATE_LIMIT if over else None,
-                exclusion_detail=f"ranked beyond the {CANDIDATES_MAX}-candidate limit"
+                exclusion_detail=f"ranked beyond the {limit}-candidate overlay limit"
                 if over
                 else "",
-                notes=tuple(draft.notes),
+                notes=draft.notes,
             )
         )
-    for x in excluded:
-        draft = by_candidate[id(x.evaluation.candidate)]
+    for x in evaluated.ranking.excluded:
+        draft = owner[id(x.evaluation.candidate)]
         rows.append(
             CandidateRow(
                 evaluation=x.evaluation,
                 provider=draft.provider,
                 exclusion=Exclusion(x.reason.value),
                 exclusion_detail=_scoring_exclusion_detail(x.evaluation, context),
-                notes=tuple(draft.notes),
+                notes=draft.notes,
             )
         )
-    for draft in drafts:
-        if draft.exclusion is not None:
+    for draft in evaluated.drafts:
+        if draft.exclusion is None:
+            continue
+        for candidate in draft.candidates:
             rows.append(
                 CandidateRow(
-                    evaluation=evaluate(draft.candidate, context),
+                    evaluation=evaluate(candidate, context),
                     provider=draft.provider,
                     exclusion=draft.exclusion,
                     exclusion_detail=draft.detail,
-                    notes=tuple(draft.notes),
+                    notes=draft.notes,
                 )
             )
     return tuple(rows)
@@ -445,19 +477,22 @@ def render(
     namespace: str | None = None,
     signals: SignalsDocument | None = None,
     producer_version: str = __version__,
+    candidates_max: int | None = CANDIDATES_MAX,
 ) -> Rendered:
     """Render the overlay and envelope for ``gateway`` (``grid render``).
 
     ``site`` is the operator's site: the default for providers without a site
     label and for a gatewayRef without ``localSiteName``. ``now`` stamps
     ``generated_at`` and ``rendered_at``; it never changes the revision.
+    ``candidates_max`` keeps the top-ranked candidates only (default 1,024, the
+    §5 limit, so the overlay always verifies); ``None`` keeps every candidate.
     """
     network, local_site_name, resolved_namespace = select_gateway(
         inputs.networks, gateway, namespace
     )
     local_site = local_site_name or site
-    rows, ranked, context = evaluate_network(inputs, network, local_site, site, signals)
-    overlay = build_overlay(network.name, local_site, ranked, now)
+    evaluated = evaluate_network(inputs, network, local_site, site, signals, candidates_max)
+    overlay = build_overlay(network.name, local_site, evaluated.kept, now)
     scope = Scope(network.name, gateway, resolved_namespace, local_site)
     provenance = Provenance(
         producer_version=producer_version,
@@ -471,6 +506,5 @@ def render(
         scope=scope,
         overlay=overlay,
         envelope=build_envelope(overlay, scope, provenance),
-        rows=rows,
-        scoring_enabled=context.config.enabled,
+        evaluated=evaluated,
     )
