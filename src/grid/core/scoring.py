@@ -426,10 +426,19 @@ def _evaluator(context: ScoringContext) -> Callable[[CandidateInput], Evaluation
     signals and liveness, which all models of one provider share; computing it
     once per provider keeps large renders cheap.
     """
-    cache: dict[tuple[object, ...], Evaluation] = {}
+    cache: dict[tuple[str, BackendKind, int, int], Evaluation] = {}
 
     def evaluated(candidate: CandidateInput) -> Evaluation:
-        key = (candidate.site, candidate.backend_kind, candidate.geography, candidate.signals)
+        # Identity of the shared signal and geography objects is enough for a
+        # cache: a renderer passes one instance per provider, and equal values in
+        # distinct objects only miss the cache. The candidates, and so these
+        # objects, stay alive for the whole call, so no id is reused meanwhile.
+        key = (
+            candidate.site,
+            candidate.backend_kind,
+            id(candidate.geography),
+            id(candidate.signals),
+        )
         known = cache.get(key)
         if known is None:
             known = cache[key] = evaluate(candidate, context)
