@@ -380,10 +380,13 @@ class SwimMachine:
         partners = self._members.random_live(self._rng, 1, alive_only=False)
         if partners:
             out.append(PushPullRequest(partners[0].address, self.push_pull_message(join=False)))
-        elif self._seeds:
-            # Alone (every peer dead or reaped): try the seeds again.
-            seed = self._rng.choice(self._seeds)
-            out.append(PushPullRequest(seed, self.push_pull_message(join=True)))
+        # Seeds we do not hold live are retried too: that reconnects a member
+        # left alone, and halves of a partition that outlasted the tombstones.
+        live = {m.address for m in self._members if m.state.live}
+        lost = [seed for seed in self._seeds if seed not in live]
+        if lost:
+            seed = self._rng.choice(lost)
+            out.append(PushPullRequest(seed, self.push_pull_message(join=not partners)))
         interval = self.config.push_pull_interval(self._members.live_count + 1)
         out.append(Schedule(timer, now + interval))
         return out
