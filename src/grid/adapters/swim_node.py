@@ -1,0 +1,421 @@
+"""`SwimNode`: one member of the encrypted SWIM mesh, on real sockets.
+
+This is the runtime around the pure `grid.core.swim.machine.SwimMachine`, the
+piece the operator starts. It binds one UDP socket and one TCP listener on the
+same port (7946 by default), and one asyncio task owns the machine: every
+input (datagrams, timers, push-pull state, the owner's commands) reaches the
+machine through that task, so the machine needs no locks and sees one
+monotonic clock, the event loop's.
+
+The task carries out the machine's effects:
+
+- ``Send`` → encode, seal and ``sendto`` (`grid.adapters.udp`);
+- ``Schedule`` → one timer heap with a single ``loop.call_at`` armed for its
+  earliest entry (`TimerHeap`); timers are never cancelled, the machine ignores
+  stale ones, so nothing per timer outlives its firing;
+- ``Notify`` and ``Deliver`` → the bounded `SwimNode.events` queue, after a
+  delivered item was merged into the optional `GridState` replica;
+- ``PushPullRequest`` → a TCP exchange (`grid.adapters.pushpull`), whose reply
+  comes back to the machine through the task.
+
+Usage::
+
+    node = await SwimNode.start("site-a", "0.0.0.0:7946", keyring,
+                                advertise="10.0.0.5:7946", seeds=["10.0.0.6:7946"])
+    event = await node.events.get()   # Notify(...) or Deliver(...)
+    await node.publish(item)          # a BroadcastItem of ours
+    await node.leave()                # graceful: peers see "left", not "failed"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from grid.adapters import nonce
+from grid.adapters.pushpull import PushPullServer, PushPullSettings, exchange
+from grid.adapters.timers import TimerHeap
+from grid.adapters.udp import (
+    DatagramEndpoint,
+    TransportCounters,
+    encoded_size,
+    format_address,
+    is_ip_literal,
+    open_endpoint,
+    parse_address,
+    resolve_address,
+)
+from grid.core.crdt.replica import GridState, MergeOutcome
+from grid.core.crdt.snapshot import GridStateSnapshot
+from grid.core.crdt.snapshot import Lane as CrdtLane
+from grid.core.swim.config import SwimConfig
+from grid.core.swim.effects import (
+    Deliver,
+    Effect,
+    Notify,
+    PushPullRequest,
+    Schedule,
+    Send,
+    Timer,
+)
+from grid.core.swim.machine import NodeStatus, SwimMachine
+from grid.core.swim.members import Member, MemberState
+from grid.core.swim.messages import BroadcastItem, Datagram, Lane, PushPull
+from grid.core.wire import codec
+from grid.core.wire.keyring import Keyring
+from grid.errors import ProtocolError, ValidationError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+SwimEvent = Notify | Deliver
+"""What the owner reads from `SwimNode.events`."""
+Command = Callable[[float], tuple[Any, list[Effect]]]
+
+
+@dataclass(frozen=True, slots=True)
+class SwimNodeSettings:
+    """Limits of the runtime around the machine (the protocol's are in `SwimConfig`)."""
+
+    inbox_datagrams_max: int = 4096
+    """Decoded datagrams waiting for the machine task; beyond it they are dropped
+    (``backlog``). Bounds memory under a flood; SWIM tolerates the loss."""
+
+    events_max: int = 10_000
+    """Events waiting in `SwimNode.events` for the owner; beyond it new events are
+    dropped and counted (``events_dropped``). An owner that stops reading loses
+    events rather than the process its memory."""
+
+    batch_max: int = 256
+    """Inputs the task handles before yielding to the event loop, so a burst of
+    datagrams cannot starve the sockets and timers."""
+
+    bind_attempts: int = 16
+    """Tries to find a port free for both UDP and TCP when binding port 0."""
+
+    codec_limits: codec.CodecLimits = codec.DEFAULT_LIMITS
+    """Bounds on decoded messages (and the 1,400-byte datagram budget)."""
+
+    push_pull: PushPullSettings = field(default_factory=PushPullSettings)
+    """Limits of the TCP anti-entropy exchange."""
+
+
+async def _bind(
+    host: str, port: int, attempts: int, open_udp: Callable[[int], Any], server: PushPullServer
+) -> DatagramEndpoint:
+    """Bind UDP and TCP on the same port; with port 0, retry until one is free for both."""
+    for _ in range(attempts if port == 0 else 1):
+        await server.start(host, port)
+        try:
+            endpoint: DatagramEndpoint = await open_udp(server.port)
+        except OSError:
+            await server.close()
+            if port != 0:
+                raise
+            continue
+        return endpoint
+    raise OSError("no port free for both UDP and TCP")
+
+
+class SwimNode:
+    """One SWIM member on real sockets; build it with `SwimNode.start`."""
+
+    def __init__(
+        self, keyring: Keyring, settings: SwimNodeSettings, replica: GridState | None
+    ) -> None:
+        """Use `SwimNode.start`; this only prepares the pieces."""
+        self._machine: SwimMachine | None = None
+        self.keyring = keyring
+        self.settings = settings
+        self.replica = replica
+        self.counters = TransportCounters()
+        self.events: asyncio.Queue[SwimEvent] = asyncio.Queue(settings.events_max)
+        self._loop = asyncio.get_running_loop()
+        self._packets: deque[tuple[str, Datagram]] = deque()
+        self._commands: deque[tuple[Command, asyncio.Future[Any] | None]] = deque()
+        self._wakeup = asyncio.Event()
+        self._timers: TimerHeap[Timer] = TimerHeap(self._loop, self._wakeup.set)
+        self._exchanges: set[asyncio.Task[None]] = set()
+        self._server = PushPullServer(keyring, self.counters, self._respond, settings.push_pull)
+        self._endpoint: DatagramEndpoint | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @classmethod
+    async def start(
+        cls,
+        node_id: str,
+        bind: str,
+        keyring: Keyring,
+        *,
+        config: SwimConfig | None = None,
+        seeds: Iterable[str] = (),
+        advertise: str | None = None,
+        settings: SwimNodeSettings | None = None,
+        replica: GridState | None = None,
+        rng: random.Random | None = None,
+    ) -> SwimNode:
+        """Bind ``host:port`` (UDP and TCP), start the machine task and join.
+
+        `advertise` is the ``host:port`` peers reach us at; it defaults to the
+        bound address, which must then be a specific IP (not 0.0.0.0 or ::).
+        Seeds given as names are resolved once, here. With no seeds the node
+        starts a new cluster.
+        """
+        settings = settings or SwimNodeSettings()
+        nonce.install()
+        host, port = parse_address(bind)
+        node = cls(keyring, settings, replica)
+        endpoint = await _bind(
+            host,
+            port,
+            settings.bind_attempts,
+            lambda p: open_endpoint(
+                host,
+                p,
+                keyring,
+                node.counters,
+                node._receive,
+                datagram_bytes_max=settings.codec_limits.datagram_bytes_max,
+                limits=settings.codec_limits,
+            ),
+            node._server,
+        )
+        node._endpoint = endpoint
+        bound_host, bound_port = endpoint.local_address
+        if advertise is None:
+            if not is_ip_literal(bound_host) or bound_host in ("0.0.0.0", "::"):
+                await node.stop()
+                raise ValidationError("binding a wildcard address needs advertise", path="bind")
+            advertise = format_address(bound_host, bound_port)
+        else:
+            advertise = await resolve_address(advertise)
+        node._machine = SwimMachine(
+            node_id,
+            advertise,
+            rng=rng or random.Random(),
+            config=config,
+            size_of=encoded_size,
+        )
+        resolved = [await resolve_address(seed) for seed in seeds]
+        node._task = asyncio.create_task(node._run(), name=f"swim:{node_id}")
+        await node._submit(lambda now: (None, node.machine.join(resolved, now)))
+        return node
+
+    @property
+    def machine(self) -> SwimMachine:
+        """The membership machine (read its views; only the node's task mutates it)."""
+        if self._machine is None:
+            raise RuntimeError("the SWIM node has not started")
+        return self._machine
+
+    @property
+    def node_id(self) -> str:
+        """This member's id (its site name)."""
+        return self.machine.node_id
+
+    @property
+    def address(self) -> str:
+        """The advertised ``host:port`` (UDP and TCP)."""
+        return self.machine.address
+
+    async def leave(self) -> None:
+        """Leave gracefully: tell peers we left (they record "left", not "failed"), then stop."""
+        if self._task is not None and not self._task.done():
+            await self._submit(lambda now: (None, self.machine.leave(now)))
+        await self.stop()
+
+    async def stop(self) -> None:
+        """Stop at once, without a farewell (peers will detect a failure)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._timers.close()
+        for task in list(self._exchanges):
+            task.cancel()
+        if self._exchanges:
+            await asyncio.gather(*self._exchanges, return_exceptions=True)
+        if self._endpoint is not None:
+            self._endpoint.close()
+        await self._server.close()
+
+    async def __aenter__(self) -> SwimNode:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- the owner's commands -------------------------------------------------
+
+    async def publish(self, item: BroadcastItem) -> None:
+        """Disseminate an item of ours (its revision must grow per lane)."""
+
+        def command(now: float) -> tuple[None, list[Effect]]:
+            self.machine.publish(item)
+            return None, []
+
+        await self._submit(command)
+
+    async def publish_snapshot(self, snapshot: GridStateSnapshot) -> int:
+        """Install our new snapshot in the replica and publish the lanes that moved."""
+        replica = self.replica
+        if replica is None:
+            raise ValidationError("this node has no replica", path="replica")
+
+        def command(now: float) -> tuple[int, list[Effect]]:
+            items = replica.update_local(snapshot)
+            for item in items:
+                self.machine.publish(
+                    BroadcastItem(Lane(item.lane.value), item.origin, item.revision, item.payload)
+                )
+            return len(items), []
+
+        count: int = await self._submit(command)
+        return count
+
+    def members(self) -> list[Member]:
+        """The current member table (tombstones included, ourselves excluded)."""
+        return self.machine.members()
+
+    def members_in(self, state: MemberState) -> set[str]:
+        """Ids of the members we hold in `state`."""
+        return {m.id for m in self.machine.members() if m.state is state}
+
+    @property
+    def status(self) -> NodeStatus:
+        """Idle, joined or left."""
+        return self.machine.status
+
+    # -- the machine task ----------------------------------------------------
+
+    def _submit(self, command: Command) -> asyncio.Future[Any]:
+        if self._task is None or self._task.done():
+            raise RuntimeError("the SWIM node is not running")
+        future: asyncio.Future[Any] = self._loop.create_future()
+        self._commands.append((command, future))
+        self._wakeup.set()
+        return future
+
+    def _receive(self, source: str, message: Datagram) -> None:
+        if len(self._packets) >= self.settings.inbox_datagrams_max:
+            self.counters.datagrams_dropped["backlog"] += 1
+            return
+        self._packets.append((source, message))
+        self._wakeup.set()
+
+    async def _respond(self, remote: PushPull) -> PushPull:
+        def command(now: float) -> tuple[PushPull, list[Effect]]:
+            return self.machine.handle_push_pull(remote, now)
+
+        reply: PushPull = await self._submit(command)
+        return reply
+
+    async def _run(self) -> None:
+        """The one task that touches the machine."""
+        budget = self.settings.batch_max
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            handled = 0
+            while self._commands and handled < budget:
+                command, future = self._commands.popleft()
+                self._run_command(command, future)
+                handled += 1
+            now = self._loop.time()
+            for timer in self._timers.pop_due(now):
+                self._guarded(self.machine.handle_timer, timer)
+            self._timers.rearm()
+            while self._packets and handled < budget:
+                source, message = self._packets.popleft()
+                self._guarded(self.machine.handle_packet, source, message)
+                handled += 1
+            if self._commands or self._packets:
+                self._wakeup.set()
+                await asyncio.sleep(0)
+
+    def _run_command(self, command: Command, future: asyncio.Future[Any] | None) -> None:
+        try:
+            result, effects = command(self._loop.time())
+        except Exception as exc:
+            if future is not None and not future.done():
+                future.set_exception(exc)
+            return
+        if future is not None and not future.done():
+            future.set_result(result)
+        self._carry_out(effects)
+
+    def _guarded(self, step: Callable[..., list[Effect]], *args: Any) -> None:
+        """Run one machine input (``now`` goes last); a bug in it must not take the node down."""
+        try:
+            effects = step(*args, self._loop.time())
+        except Exception as exc:
+            self.counters.machine_errors += 1
+            log.error("SWIM machine input failed: %s", type(exc).__name__)
+            return
+        self._carry_out(effects)
+
+    def _carry_out(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Send):
+                if self._endpoint is not None:
+                    self._endpoint.send(effect.address, effect.message)
+            elif isinstance(effect, Schedule):
+                self._timers.schedule(effect.timer, effect.at)
+            elif isinstance(effect, Deliver):
+                self._merge(effect.item)
+                self._emit(effect)
+            elif isinstance(effect, Notify):
+                self._emit(effect)
+            elif isinstance(effect, PushPullRequest):
+                self._start_exchange(effect)
+
+    def _merge(self, item: BroadcastItem) -> None:
+        replica = self.replica
+        if replica is None:
+            return
+        try:
+            outcome = replica.apply(item)
+        except ProtocolError:
+            self.counters.items_rejected += 1
+            return
+        if outcome is MergeOutcome.REASSERTED:
+            # A peer held our own lane at a revision >= ours (we restarted):
+            # publish ours past it, like a SWIM refutation.
+            own = replica.item(replica.local_origin, CrdtLane(item.lane.value))
+            self.machine.publish(BroadcastItem(item.lane, own.origin, own.revision, own.payload))
+
+    def _emit(self, event: SwimEvent) -> None:
+        try:
+            self.events.put_nowait(event)
+        except asyncio.QueueFull:
+            self.counters.events_dropped += 1
+
+    def _start_exchange(self, request: PushPullRequest) -> None:
+        if self._stopped or len(self._exchanges) >= self.settings.push_pull.outbound_max:
+            return
+        task = asyncio.create_task(self._exchange(request))
+        self._exchanges.add(task)
+        task.add_done_callback(self._exchanges.discard)
+
+    async def _exchange(self, request: PushPullRequest) -> None:
+        reply = await exchange(
+            request.address, request.message, self.keyring, self.counters, self.settings.push_pull
+        )
+        if reply is None or self._task is None or self._task.done():
+            return
+        self._commands.append(
+            (lambda now: (None, self.machine.handle_push_pull(reply, now)[1]), None)
+        )
+        self._wakeup.set()
