@@ -13,8 +13,7 @@ LINT_PATHS := src tests $(wildcard bench)
 .PHONY: run test lint typecheck contracts pytest system-deps venv proto bench clean
 
 run: $(STAMP)
-	$(BIN)/grid render -f examples/quickstart --site east --gateway edge --signals examples/quickstart/signals.json
-	$(BIN)/grid explain -f examples/quickstart --site east --model llama-3.1-8b-instruct --signals examples/quickstart/signals.json
+	$(BIN)/grid demo
 
 test: system-deps $(STAMP) lint typecheck contracts pytest
 

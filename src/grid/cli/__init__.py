@@ -20,7 +20,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "grid.cli.resources_cmd",
     "grid.cli.routing_cmd",
     "grid.cli.certs_cmd",
+    "grid.cli.operator_cmd",
     "grid.cli.store_cmd",
+    "grid.cli.demo_cmd",
 )
 
 

@@ -21,6 +21,16 @@ def read_overlay(overlay_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+_SHORT = {
+    "same_site": "site",
+    "same_zone": "zone",
+    "same_region": "region",
+    "cross_region": "cross",
+    "new_and_existing": "new+existing",
+    "existing_only": "existing-only",
+}
+
+
 def site_table(site: str, overlay: dict[str, Any] | None) -> Table:
     """One site's candidates in rank order."""
     table = Table(title=f"site {site}", title_justify="left", expand=True)
@@ -36,8 +46,8 @@ def site_table(site: str, overlay: dict[str, Any] | None) -> Table:
             str(c.get("name")),
             str(c.get("site")),
             str(c.get("cluster")),
-            str(c.get("selection_tier")),
-            str(c.get("admission_state")),
+            _SHORT.get(str(c.get("selection_tier")), str(c.get("selection_tier"))),
+            _SHORT.get(str(c.get("admission_state")), str(c.get("admission_state"))),
             f"{score:.3f}" if isinstance(score, int | float) else "-",
             "yes" if c.get("fresh") else "no",
         )

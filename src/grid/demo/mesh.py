@@ -1,0 +1,284 @@
+"""`DemoMesh`: start, supervise and stop a local Grid mesh of real processes.
+
+The mesh is what ``grid demo`` runs and what the end-to-end tests drive: a dev
+PKI and SWIM key, one embedded store per site filled with that site's
+resources, mock providers, and one ``grid operator`` process per site on
+loopback. The supervisor restarts an operator that exits, as Kubernetes would,
+and `stop` ends every child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from grid.adapters.store.sqlite import SqliteStore
+from grid.demo import plan as p
+from grid.demo.pki import DevPki, write_dev_pki
+from grid.errors import AlreadyExists
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 45.0
+RESTART_BACKOFF_S = 1.0
+
+
+@dataclass
+class Child:
+    """One supervised child process."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str]
+    process: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+    supervised: bool = True
+
+
+class DemoMesh:
+    """A local mesh of operator and mock-provider processes under one directory."""
+
+    def __init__(
+        self,
+        root: Path,
+        sites: list[str],
+        *,
+        probe_interval: str = "500ms",
+        suspicion_timeout: str = "2s",
+        scrape_interval: str = "1s",
+    ) -> None:
+        self.root = root
+        self.plan = p.plan_mesh(root, sites)
+        self.probe_interval = probe_interval
+        self.suspicion_timeout = suspicion_timeout
+        self.scrape_interval = scrape_interval
+        self.pki: DevPki | None = None
+        self.children: dict[str, Child] = {}
+        self._supervisor: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- preparation -----------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Write the PKI and fill each site's store with its resources."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.pki = write_dev_pki(self.plan.pki_dir, list(self.plan.sites))
+        network = p.network_doc(
+            self.plan,
+            probe_interval=self.probe_interval,
+            suspicion_timeout=self.suspicion_timeout,
+        )
+        sites = [
+            p.site_doc(s, self.pki.sites[s.name].fingerprint) for s in self.plan.sites.values()
+        ]
+        secrets = [
+            p.secret_doc("grid-swim-key", {"swim.key": self.pki.swim_key.read_bytes()}),
+            p.secret_doc("grid-ca", {"ca.crt": self.pki.ca.read_bytes()}),
+            p.secret_doc("openai-credentials", {"token": b"sk-demo-placeholder-not-a-key"}),
+        ]
+        first = next(iter(self.plan.sites))
+        for site in self.plan.sites.values():
+            site.root.mkdir(parents=True, exist_ok=True)
+            providers = [p.provider_doc(pp, interval=self.scrape_interval) for pp in site.providers]
+            if site.name == first:
+                providers += p.third_party_docs(site.name)
+            await self._fill_store(site.store, [network, *sites, *providers, *secrets])
+
+    async def _fill_store(self, path: Path, docs: list[dict[str, Any]]) -> None:
+        store = await SqliteStore.open(path)
+        try:
+            for doc in docs:
+                with contextlib.suppress(AlreadyExists):
+                    await store.create(doc)
+        finally:
+            await store.close()
+
+    # -- processes --------------------------------------------------------------
+
+    def _grid(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "grid", *args]
+
+    def operator_argv(self, site: p.SitePlan) -> list[str]:
+        """The command line of one site's operator."""
+        assert self.pki is not None
+        certs = self.pki.sites[site.name]
+        return self._grid(
+            "operator",
+            "--site",
+            site.name,
+            "--store",
+            f"sqlite:{site.store}",
+            "--swim-bind",
+            f"127.0.0.1:{site.swim_port}",
+            "--metrics-bind",
+            f"127.0.0.1:{site.metrics_port}",
+            "--egress-bind",
+            f"127.0.0.1:{site.egress_port}",
+            "--overlay-dir",
+            str(site.overlay_dir),
+            "--ca",
+            str(self.pki.ca),
+            "--cert",
+            str(certs.cert),
+            "--key",
+            str(certs.key),
+            "--record-refresh",
+            "1",
+            "--site-probe-interval",
+            "0.5",
+        )
+
+    async def start(self) -> None:
+        """Start mock providers, then operators, and wait until every operator is ready."""
+        for provider in self.plan.providers:
+            argv = self._grid(
+                "mock-provider",
+                "--port",
+                str(provider.port),
+                "--model",
+                p.MODEL,
+                "--profile",
+                provider.profile,
+                "--capacity",
+                str(provider.capacity),
+                "--burst-period",
+                "20",
+            )
+            await self._spawn(
+                Child(f"provider-{provider.name}", argv, self._log(provider.name), {})
+            )
+        for site in self.plan.sites.values():
+            await self.start_operator(site.name)
+        self._supervisor = asyncio.create_task(self._supervise(), name="demo-supervisor")
+        await self.wait_ready()
+
+    def _log(self, name: str) -> Path:
+        return self.root / "logs" / f"{name}.log"
+
+    async def start_operator(self, site: str) -> None:
+        """Start (or restart) one site's operator."""
+        child = self.children.get(f"operator-{site}")
+        if child is None:
+            argv = self.operator_argv(self.plan.sites[site])
+            child = Child(f"operator-{site}", argv, self._log(f"operator-{site}"), {})
+        child.supervised = True
+        await self._spawn(child)
+
+    async def _spawn(self, child: Child) -> None:
+        child.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **child.env, "PYTHONUNBUFFERED": "1"}
+        with open(child.log_path, "ab") as out:
+            child.process = await asyncio.create_subprocess_exec(
+                *child.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=env,
+                start_new_session=True,
+            )
+        self.children[child.name] = child
+
+    async def _supervise(self) -> None:
+        while not self._stopping:
+            for child in list(self.children.values()):
+                proc = child.process
+                if proc is None or proc.returncode is None or not child.supervised:
+                    continue
+                if self._stopping:
+                    return
+                child.restarts += 1
+                log.warning("restarting %s (exit %s)", child.name, proc.returncode)
+                await asyncio.sleep(RESTART_BACKOFF_S)
+                if not self._stopping and child.supervised:
+                    await self._spawn(child)
+            await asyncio.sleep(0.2)
+
+    def kill_operator(self, site: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to one operator and stop supervising it (tests restart it)."""
+        child = self.children[f"operator-{site}"]
+        child.supervised = False
+        if child.process is not None and child.process.returncode is None:
+            child.process.send_signal(sig)
+
+    async def wait_exit(self, name: str, timeout_s: float = 10.0) -> int | None:
+        """Wait for a child to exit and return its code."""
+        proc = self.children[name].process
+        assert proc is not None
+        async with asyncio.timeout(timeout_s):
+            return await proc.wait()
+
+    async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Poll every operator's /readyz until all answer 200."""
+        deadline = time.monotonic() + timeout_s
+        pending = set(self.plan.sites)
+        async with aiohttp.ClientSession() as session:
+            while pending:
+                for site in list(pending):
+                    url = f"http://127.0.0.1:{self.plan.sites[site].metrics_port}/readyz"
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                        async with session.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
+                            if r.status == 200:
+                                pending.discard(site)
+                if pending and time.monotonic() > deadline:
+                    raise TimeoutError(f"operators not ready: {', '.join(sorted(pending))}")
+                if pending:
+                    await asyncio.sleep(0.2)
+
+    def describe(self) -> dict[str, Any]:
+        """The ``.grid/demo/demo.json`` document (SPEC-DECISIONS §9)."""
+        assert self.pki is not None
+        sites = {}
+        for name, site in self.plan.sites.items():
+            proc = self.children[f"operator-{name}"].process
+            sites[name] = {
+                "pid": proc.pid if proc else None,
+                "swim": f"127.0.0.1:{site.swim_port}",
+                "signals": None,
+                "metrics": f"127.0.0.1:{site.metrics_port}",
+                "store": str(site.store),
+                "overlay_dir": str(site.overlay_dir),
+                "cert": str(self.pki.sites[name].cert),
+                "key": str(self.pki.sites[name].key),
+            }
+        return {"sites": sites, "ca": str(self.pki.ca), "gateway": None}
+
+    def write_description(self) -> Path:
+        """Write demo.json atomically and return its path."""
+        path = self.root / "demo.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.describe(), indent=2) + "\n")
+        tmp.replace(path)
+        return path
+
+    async def stop(self) -> None:
+        """Stop supervising; SIGTERM every child, SIGKILL what outlives the grace period."""
+        self._stopping = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        live = [c.process for c in self.children.values() if c.process is not None]
+        for proc in live:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
+        for proc in live:
+            try:
+                async with asyncio.timeout(8):
+                    await proc.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()

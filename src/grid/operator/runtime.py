@@ -1,0 +1,493 @@
+"""The site operator: one process, one GridNetwork, one site.
+
+`Operator.run` wires the tasks ARCHITECTURE.md lists around one event loop:
+
+* the SWIM node (`grid.adapters.swim_node`), which owns the membership machine
+  and the CRDT replica; its events mark the view dirty;
+* the InferenceProvider controller (health checks and scrapes of own
+  providers), whose records go into the local snapshot and out over SWIM;
+* the GridSite controller (SWIM view plus mTLS egress probes);
+* the renderer: whenever something changed (or every ``render_interval_s`` for
+  time-driven rules) it renders each gateway this site serves and writes the
+  overlay only when its revision changed; then the GridNetwork status;
+* the metrics/health endpoint.
+
+Only the mode read at start is served: ``signalTransport.mode: poll`` needs the
+signals listener, so this build refuses it with a clear error rather than pick
+another mode. SIGTERM leaves the SWIM mesh first, then stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import datetime as dt
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from grid.adapters.health_server import ClosedCounter, HealthServer
+from grid.adapters.store.port import EventType, Expired, ResourceStore
+from grid.adapters.swim_node import SwimNode
+from grid.adapters.tls_probe import EgressListener, client_context, server_context
+from grid.adapters.udp import parse_address
+from grid.core.crdt.record import ProviderRecord
+from grid.core.crdt.replica import GridState
+from grid.core.crdt.snapshot import GatewayLaneValue, Lane, MetadataLaneValue, sorted_pairs
+from grid.core.duration import parse_duration
+from grid.core.lifecycle import next_network_phase
+from grid.core.mesh_view import OriginRecord, live_records, mesh_inputs, signals_document
+from grid.core.phases import NetworkPhase, SitePhase
+from grid.core.render import render
+from grid.core.resources import GridNetwork, GridSite, InferenceProvider
+from grid.core.secret import Secret
+from grid.core.swim.config import SwimConfig
+from grid.core.swim.effects import Deliver, Notify
+from grid.core.swim.members import MemberState
+from grid.core.wire.keyring import Keyring
+from grid.errors import GridError, NotFound
+from grid.operator.output import OverlayWriter, configmap_name
+from grid.operator.providers import ProviderController
+from grid.operator.settings import OperatorSettings
+from grid.operator.sites import SiteController
+
+log = logging.getLogger(__name__)
+
+RUNNING_MODE = "gossip"
+"""The signal transport this process serves, fixed at start (seed 000)."""
+
+SWIM_KEY_DEFAULT_ITEM = "swim.key"
+"""Key read from the swimKeyRef Secret when the reference names none."""
+
+
+class StartupError(GridError):
+    """The operator cannot start; the message says what to fix."""
+
+    code = "startup_failed"
+
+
+async def select_network(store: ResourceStore, wanted: str | None) -> GridNetwork:
+    """The one GridNetwork this operator serves; refuses none or more than one.
+
+    One operator serves one GridNetwork (seed 000): with more than one in the
+    store it refuses to start rather than pick a signal mode for the process.
+    ``wanted`` (``--network``) must then name that one network.
+    """
+    networks = [GridNetwork.model_validate(o) for o in await store.list("GridNetwork")]
+    if not networks:
+        raise StartupError("no GridNetwork in the store: apply one first (grid apply -f ...)")
+    if len(networks) > 1:
+        names = ", ".join(sorted(n.name for n in networks))
+        raise StartupError(
+            f"one operator serves one GridNetwork, found {len(networks)} ({names}); "
+            "remove the others or run one operator per network with its own store"
+        )
+    network = networks[0]
+    if wanted is not None and network.name != wanted:
+        raise StartupError(f"GridNetwork {wanted!r} is not in the store (found {network.name!r})")
+    _check_mode(network)
+    return network
+
+
+def _check_mode(network: GridNetwork) -> None:
+    """Refuse a signal transport this process does not serve."""
+    if network.spec.signal_mode != RUNNING_MODE:
+        raise StartupError(
+            f"GridNetwork {network.name!r} declares signalTransport.mode: "
+            f"{network.spec.signal_mode}, which needs the signals listener; this build serves "
+            f"{RUNNING_MODE} only"
+        )
+
+
+async def swim_key(store: ResourceStore, network: GridNetwork, key_file: Path | None) -> bytes:
+    """The 32-byte SWIM key: from the swimKeyRef Secret, else ``--swim-key-file``."""
+    ref = network.spec.tls.swim_key_ref if network.spec.tls else None
+    raw: bytes | None = None
+    if ref is not None:
+        try:
+            obj = await store.get("Secret", ref.name, namespace=ref.namespace)
+            encoded = obj.get("data", {}).get(ref.key or SWIM_KEY_DEFAULT_ITEM)
+            raw = base64.b64decode(encoded, validate=True) if encoded else None
+        except (NotFound, binascii.Error, ValueError):
+            raw = None
+    if raw is None and key_file is not None:
+        raw = key_file.read_bytes()
+    if raw is None:
+        raise StartupError("no SWIM key: create the swimKeyRef Secret or pass --swim-key-file")
+    if len(raw) != 32:
+        raise StartupError("the SWIM key must be exactly 32 bytes")
+    return raw
+
+
+class Operator:
+    """One site's operator; `run` until `stop` is called or a task fails."""
+
+    def __init__(self, settings: OperatorSettings, store: ResourceStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.registry = CollectorRegistry()
+        self.renders = ClosedCounter(
+            "grid_overlay_renders_total",
+            "Overlay renders by outcome.",
+            "result",
+            ("written", "unchanged", "failed"),
+            self.registry,
+        )
+        self.members_gauge = Gauge(
+            "grid_swim_members", "SWIM members by state.", ["state"], registry=self.registry
+        )
+        self.health = HealthServer(self.registry, ready=lambda: self.ready)
+        self.ready = False
+        self.network: GridNetwork | None = None
+        self.swim: SwimNode | None = None
+        self.replica = GridState(settings.site, base_revision=int(time.time() * 1000))
+        self.writer = OverlayWriter(store, settings.overlay_dir)
+        self._dirty = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._records: dict[str, ProviderRecord | None] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._egress: EgressListener | None = None
+        self._sequence = 0
+        self._epoch = int(time.time())
+        self._unreachable = 0
+        self.addresses: dict[str, str] = {}
+        self.providers = ProviderController(
+            store, settings.site, self._on_record, settings.record_refresh_s
+        )
+        tls = None
+        if settings.ca and settings.cert and settings.key:
+            tls = client_context(settings.ca, settings.cert, settings.key)
+        self.sites = SiteController(store, settings.site, tls)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def run(self) -> None:
+        """Start everything, serve until stopped, then shut down gracefully."""
+        network = await select_network(self.store, self.settings.network)
+        self.network = await self._initialize(network)
+        await self._start_endpoints()
+        await self._start_swim(self.network)
+        await self.providers.start()
+        self._tasks = [
+            asyncio.create_task(self._watch(kind), name=f"watch-{kind}")
+            for kind in ("GridNetwork", "GridSite", "InferenceProvider")
+        ]
+        self._tasks += [
+            asyncio.create_task(self._events(), name="swim-events"),
+            asyncio.create_task(self._site_loop(), name="sites"),
+            asyncio.create_task(self._render_loop(), name="render"),
+        ]
+        await self._sync_providers()
+        stop = asyncio.create_task(self._stop.wait())
+        done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        failed = [t for t in done if t is not stop and t.exception() is not None]
+        await self._shutdown()
+        if failed:
+            raise failed[0].exception()  # type: ignore[misc]
+
+    def stop(self) -> None:
+        """Ask `run` to shut down gracefully (leave the mesh first)."""
+        self._stop.set()
+
+    async def _shutdown(self) -> None:
+        self.ready = False
+        if self.swim is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self.settings.shutdown_timeout_s):
+                    await self.swim.leave()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.providers.stop()
+        if self._egress is not None:
+            await self._egress.stop()
+        await self.health.stop()
+        log.info("operator stopped", extra={"site": self.settings.site})
+
+    async def _initialize(self, network: GridNetwork) -> GridNetwork:
+        """Persist a gridId on first join and move Pending -> Initializing."""
+        status = network.status
+        patch: dict[str, Any] = {}
+        if status is None or not status.grid_id:
+            patch["gridId"] = network.spec.grid_id or str(uuid.uuid4())
+        phase = next_network_phase(network.phase, started=True, rendered=False, unreachable_sites=0)
+        if phase is not network.phase:
+            patch.update(phase=phase.value, reason="Starting")
+        if patch:
+            patch["observedGeneration"] = network.metadata.generation
+            obj = await self.store.patch_status("GridNetwork", network.name, patch)
+            network = GridNetwork.model_validate(obj)
+        log.info(
+            "serving network",
+            extra={"network": network.name, "grid_id": network.status and network.status.grid_id},
+        )
+        return network
+
+    async def _start_endpoints(self) -> None:
+        host, port = parse_address(self.settings.metrics_bind)
+        bound = await self.health.start(host, port)
+        self.addresses["metrics"] = f"{bound[0]}:{bound[1]}"
+        s = self.settings
+        if s.egress_bind and s.ca and s.cert and s.key:
+            self._egress = EgressListener(server_context(s.ca, s.cert, s.key))
+            host, port = parse_address(s.egress_bind)
+            e_host, e_port = await self._egress.start(host, port)
+            self.addresses["egress"] = f"{e_host}:{e_port}"
+
+    async def _start_swim(self, network: GridNetwork) -> None:
+        key = await swim_key(self.store, network, self.settings.swim_key_file)
+        swim = network.spec.swim
+        interval_s = parse_duration(swim.probe_interval)
+        # A probe must time out within its round, so short intervals shrink it.
+        config = SwimConfig(
+            gossip_nodes=swim.gossip_nodes,
+            probe_interval_s=interval_s,
+            suspicion_timeout_s=parse_duration(swim.suspicion_timeout),
+            probe_timeout_s=min(SwimConfig().probe_timeout_s, interval_s / 2),
+        )
+        self.swim = await SwimNode.start(
+            self.settings.site,
+            self.settings.swim_bind,
+            Keyring(key),
+            config=config,
+            seeds=list(network.spec.seeds),
+            advertise=self.settings.swim_advertise,
+            replica=self.replica,
+        )
+        self.addresses["swim"] = self.swim.address
+        log.info("joined mesh", extra={"site": self.settings.site, "swim": self.swim.address})
+        await self._publish_site_lanes()
+
+    # -- inputs ----------------------------------------------------------------
+
+    def _on_record(self, provider: str, record: ProviderRecord | None) -> None:
+        self._records[provider] = record
+        self._dirty.set()
+
+    async def _publish_site_lanes(self) -> None:
+        """Publish the metadata and gateway lanes from our GridSite, if any."""
+        assert self.swim is not None
+        try:
+            own = GridSite.model_validate(await self.store.get("GridSite", self.settings.site))
+        except NotFound:
+            return
+        snap = self.replica.local
+        snap = snap.set_lane(
+            Lane.METADATA,
+            MetadataLaneValue(
+                region=own.spec.region or "",
+                zone=own.spec.zone or "",
+                sovereignty_zone=own.spec.sovereignty_zone or "",
+                labels=sorted_pairs(own.metadata.labels),
+            ),
+        )
+        egress = own.spec.egress.address if own.spec.egress else ""
+        snap = snap.set_lane(Lane.GATEWAY, GatewayLaneValue(egress_address=egress))
+        await self.swim.publish_snapshot(snap)
+
+    async def _publish_records(self) -> None:
+        """Write changed own records into the local snapshot and disseminate them."""
+        assert self.swim is not None
+        snap = self.replica.local
+        held = snap.state.live_providers()
+        for name, record in self._records.items():
+            if record is None:
+                snap = snap.remove_provider(name)
+            elif held.get(name) != record:
+                snap = snap.put_provider(name, record)
+        self._records = {k: v for k, v in self._records.items() if v is not None}
+        if snap != self.replica.local:
+            await self.swim.publish_snapshot(snap)
+
+    async def _watch(self, kind: str) -> None:
+        """Follow one kind's changes; after `Expired`, start over from a fresh list."""
+        while True:
+            try:
+                async for event in self.store.watch(kind):
+                    if kind == "InferenceProvider":
+                        await self._sync_providers()
+                    elif kind == "GridNetwork" and event.type is not EventType.DELETED:
+                        await self._on_network(event.object)
+                    self._dirty.set()
+                return
+            except Expired:
+                log.info("watch expired; listing again", extra={"kind": kind})
+
+    async def _on_network(self, obj: dict[str, Any]) -> None:
+        """Track our network; exit (for a restart) when another appears or the mode changes.
+
+        The mode is read once at start, so a declared change is a restart, not a
+        live flip (seed 000); so is a second GridNetwork in the store.
+        """
+        if obj["metadata"]["name"] != self._net_name:
+            raise StartupError(
+                f"a second GridNetwork {obj['metadata']['name']!r} appeared; "
+                "one operator serves one GridNetwork"
+            )
+        network = GridNetwork.model_validate(obj)
+        _check_mode(network)
+        self.network = network
+
+    @property
+    def _net_name(self) -> str:
+        assert self.network is not None
+        return self.network.name
+
+    async def _own_providers(self) -> list[InferenceProvider]:
+        providers = [
+            InferenceProvider.model_validate(o) for o in await self.store.list("InferenceProvider")
+        ]
+        site = self.settings.site
+        return [
+            p
+            for p in providers
+            if p.spec.grid_network_ref == self._net_name and (p.site_label or site) == site
+        ]
+
+    async def _sync_providers(self) -> None:
+        self.providers.sync(await self._own_providers())
+
+    async def _events(self) -> None:
+        assert self.swim is not None
+        while True:
+            event = await self.swim.events.get()
+            if isinstance(event, Notify | Deliver):
+                self._dirty.set()
+
+    def member_states(self) -> dict[str, MemberState]:
+        """SWIM's view of every member, by site name."""
+        if self.swim is None:
+            return {}
+        return {m.id: m.state for m in self.swim.members()}
+
+    # -- loops -------------------------------------------------------------------
+
+    async def _site_loop(self) -> None:
+        while True:
+            sites = await self._sites()
+            members = self.member_states()
+            for state in MemberState:
+                self.members_gauge.labels(state.value).set(
+                    sum(1 for s in members.values() if s is state)
+                )
+            if await self.sites.reconcile(sites, members):
+                self._dirty.set()
+            self._unreachable = sum(
+                1 for p in self.sites.phases.values() if p is SitePhase.UNREACHABLE
+            )
+            await asyncio.sleep(self.settings.site_probe_interval_s)
+
+    async def _sites(self) -> list[GridSite]:
+        sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
+        return [s for s in sites if s.spec.grid_network_ref == self._net_name]
+
+    async def _render_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.render_interval_s):
+                    await self._dirty.wait()
+            self._dirty.clear()
+            await self._publish_records()
+            await self.reconcile_overlays()
+
+    async def reconcile_overlays(self) -> None:
+        """Render every gateway this site serves; write changed overlays and status."""
+        network = self.network
+        assert network is not None
+        now = dt.datetime.now(dt.UTC)
+        sites = await self._sites()
+        secrets = [Secret.model_validate(o) for o in await self.store.list("Secret")]
+        own = [p for p in await self._own_providers() if p.name in self.providers.names]
+        own = [self.providers.current(p.name) or p for p in own]
+        ttl = network.spec.stale_candidate_ttl_seconds
+        records = live_records(
+            (OriginRecord(o, pid, r) for o, pid, r in self.replica.providers()),
+            self.settings.site,
+            now.timestamp(),
+            float(ttl) if ttl is not None else None,
+        )
+        inputs = mesh_inputs(network, sites, own, secrets, records, self.settings.site)
+        self._sequence += 1
+        signals = signals_document(
+            network.name,
+            self.settings.site,
+            records,
+            now=now,
+            epoch=self._epoch,
+            sequence=self._sequence,
+        )
+        overlays = []
+        for ref in network.spec.gateway_refs:
+            if (ref.local_site_name or self.settings.site) != self.settings.site:
+                continue
+            try:
+                rendered = render(
+                    inputs,
+                    site=self.settings.site,
+                    gateway=ref.name,
+                    namespace=ref.namespace,
+                    signals=signals,
+                    now=now,
+                )
+            except GridError as exc:
+                self.renders.inc("failed")
+                log.warning("render failed", extra={"gateway": ref.name, "code": exc.code})
+                continue
+            written = await self.writer.write(rendered)
+            self.renders.inc("written" if written else "unchanged")
+            if written:
+                log.info(
+                    "overlay written",
+                    extra={
+                        "gateway": ref.name,
+                        "revision": rendered.envelope["revision"]["value"][:12],
+                        "candidates": len(rendered.overlay["candidates"]),
+                    },
+                )
+            overlays.append(
+                {
+                    "gateway": ref.name,
+                    "namespace": rendered.scope.namespace,
+                    "configMap": configmap_name(network.name, ref.name),
+                    "revision": rendered.envelope["revision"]["value"],
+                    "candidateCount": len(rendered.overlay["candidates"]),
+                    "phase": "Rendered",
+                }
+            )
+        self.ready = True
+        await self._write_network_status(network, overlays)
+
+    async def _write_network_status(
+        self, network: GridNetwork, overlays: list[dict[str, Any]]
+    ) -> None:
+        fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", network.name))
+        status = fresh.status
+        current = fresh.phase
+        phase = next_network_phase(
+            current, started=True, rendered=True, unreachable_sites=self._unreachable
+        )
+        connected = sum(1 for p in self.sites.phases.values() if p is SitePhase.ACTIVE)
+        patch: dict[str, Any] = {}
+        if phase is not current:
+            patch.update(
+                phase=phase.value,
+                reason="SitesUnreachable" if phase is NetworkPhase.DEGRADED else "Rendered",
+            )
+        if status is None or status.connected_sites != connected:
+            patch["connectedSites"] = connected
+        old = [
+            o.model_dump(by_alias=True, exclude_none=True)
+            for o in (status.overlays if status else [])
+        ]
+        if old != overlays:
+            patch["overlays"] = overlays
+        if patch:
+            patch["observedGeneration"] = fresh.metadata.generation
+            obj = await self.store.patch_status("GridNetwork", network.name, patch)
+            self.network = GridNetwork.model_validate(obj)
