@@ -41,7 +41,9 @@ def next_provider_phase(current: ProviderPhase, seen: ProviderObservation) -> Pr
             if seen.failures >= UNAVAILABLE_AFTER_FAILURES
             else ProviderPhase.DEGRADED
         )
-        if current is ProviderPhase.PENDING:
+        # A failed check never improves a phase: Pending waits for a first success,
+        # and Unavailable stays put even when a restarted loop counts from zero.
+        if current in (ProviderPhase.PENDING, ProviderPhase.UNAVAILABLE):
             return current
     elif seen.metrics_ok is False:
         wanted = ProviderPhase.DEGRADED
