@@ -13,7 +13,10 @@ rendering path:
   are evicted (the GridNetwork field; absent means keep them).
 
 Own providers keep their full resource (auth, access policy, cost), so only
-they can carry a credential reference: a peer's Secret lives in its cluster.
+they can carry a credential reference: a peer's Secret lives in its cluster. A
+remote provider keeps its ``providerKind`` and its access policy's
+``siteSelector.matchLabels`` (both carried in the record), so the consuming site
+enforces the policy exactly as for its own providers.
 """
 
 from __future__ import annotations
@@ -35,17 +38,9 @@ from grid.core.resources import (
 from grid.core.scoring import BackendKind, SignalValues
 from grid.core.secret import Secret
 from grid.core.signals import ProviderSignals, SignalsDocument
+from grid.errors import ValidationError
 
 SIGNALS_SCHEMA_VERSION = "1.0.0"
-
-_PROVIDER_KIND_FOR_BACKEND = {
-    "local": "self_hosted",
-    "remote": "self_hosted",
-    "cloud_managed": "bedrock",
-    "api_provider": "open_ai",
-}
-"""A peer's record carries no providerKind; rendering never reads it, so a
-remote provider gets a representative value for its backend kind."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +66,8 @@ def record_for(
     observed_at_s: float,
 ) -> ProviderRecord:
     """The record an operator publishes for one of its own providers."""
+    policy = provider.spec.access_policy
+    match_labels = policy.site_selector.match_labels if policy is not None else {}
     cost = provider.spec.cost.per_million_input_tokens if provider.spec.cost else None
     if signals.cost_per_million_input_tokens is None and cost is not None:
         signals = RecordSignals(
@@ -90,26 +87,44 @@ def record_for(
         observed_at=observed_at_s,
         signals=signals,
         phase=provider.phase.value,
+        provider_kind=provider.spec.provider_kind,
+        access_match_labels=tuple(sorted(match_labels.items())),
     )
 
 
 def remote_provider(record: ProviderRecord, network: str) -> InferenceProvider:
-    """An InferenceProvider standing for a peer's record, labelled with its site."""
+    """An InferenceProvider standing for a peer's record, labelled with its site.
+
+    It carries the record's access policy, so rendering refuses it to a consuming
+    site whose GridSite lacks the labels, as it would the origin's own resource.
+    """
+    spec: dict[str, object] = {
+        "gridNetworkRef": network,
+        "backendKind": record.backend_kind,
+        "providerKind": record.provider_kind,
+        "models": [{"name": m} for m in record.models],
+        "routingClusterRef": record.cluster,
+    }
+    if record.access_match_labels:
+        spec["accessPolicy"] = {"siteSelector": {"matchLabels": dict(record.access_match_labels)}}
     return InferenceProvider.model_validate(
         {
             "apiVersion": API_VERSION,
             "kind": "InferenceProvider",
             "metadata": {"name": record.name, "labels": {SITE_LABEL: record.site}},
-            "spec": {
-                "gridNetworkRef": network,
-                "backendKind": record.backend_kind,
-                "providerKind": _PROVIDER_KIND_FOR_BACKEND[record.backend_kind],
-                "models": [{"name": m} for m in record.models],
-                "routingClusterRef": record.cluster,
-            },
+            "spec": spec,
             "status": {"phase": record.phase},
         }
     )
+
+
+def _remote_or_none(record: ProviderRecord, network: str) -> InferenceProvider | None:
+    """`remote_provider`, or None when the record breaks a resource rule."""
+    try:
+        return remote_provider(record, network)
+    except (ValueError, ValidationError):
+        # pydantic's ValidationError is a ValueError; grid's is a GridError.
+        return None
 
 
 def live_records(
@@ -187,14 +202,31 @@ def mesh_inputs(
     """Render inputs from the store's resources and the replica's live records.
 
     Own providers come from the store; a remote record adds a provider only when
-    no own provider has the same name at the same site.
+    no own provider has the same name at the same site. A peer's record is
+    untrusted input, so one that would not form a valid InferenceProvider, or
+    that would collide with a provider already taken (the same name, or the same
+    model routed through the same cluster at the same site), is dropped rather
+    than allowed to fail the whole render.
     """
-    own_keys = {(provider_site(p, own_site), p.name) for p in own_providers}
-    remote = [
-        remote_provider(r.record, network.name)
-        for r in records
-        if r.origin != own_site and (r.record.site, r.record.name) not in own_keys
-    ]
+    taken = {(provider_site(p, own_site), p.name) for p in own_providers}
+    routes = {
+        (provider_site(p, own_site), p.cluster, m.name)
+        for p in own_providers
+        for m in p.spec.models
+    }
+    remote = []
+    for r in records:
+        if r.origin == own_site or (r.record.site, r.record.name) in taken:
+            continue
+        provider = _remote_or_none(r.record, network.name)
+        if provider is None:
+            continue
+        wanted = {(r.record.site, provider.cluster, m.name) for m in provider.spec.models}
+        if wanted & routes:
+            continue
+        taken.add((r.record.site, r.record.name))
+        routes |= wanted
+        remote.append(provider)
     return RenderInputs(
         networks=(network,),
         sites=tuple(sites),

@@ -23,7 +23,13 @@ from google.protobuf.message import DecodeError, Message
 from grid.core.crdt.gcounter import CounterRefusal, GCounter
 from grid.core.crdt.lww import LwwRegister
 from grid.core.crdt.orset import ORSet, Tag
-from grid.core.crdt.record import BACKEND_KINDS, PROVIDER_PHASES, ProviderRecord, ProviderSignals
+from grid.core.crdt.record import (
+    BACKEND_KINDS,
+    PROVIDER_KINDS,
+    PROVIDER_PHASES,
+    ProviderRecord,
+    ProviderSignals,
+)
 from grid.core.crdt.snapshot import (
     CertLaneValue,
     GatewayLaneValue,
@@ -87,6 +93,10 @@ class PayloadLimits:
     models_max: int = 256
     """Models per provider record."""
 
+    match_labels_max: int = 64
+    """Access-policy match labels per provider record. A selector is a handful of
+    labels; a bound keeps one record from costing a lane's worth of memory."""
+
 
 DEFAULT_LIMITS = PayloadLimits()
 
@@ -117,6 +127,8 @@ def _record_pb(record: ProviderRecord) -> pb.ProviderRecord:
         models=list(record.models),
         observed_at=record.observed_at,
         phase=PROVIDER_PHASES.index(record.phase) + 1,  # type: ignore[arg-type]
+        provider_kind=PROVIDER_KINDS.index(record.provider_kind) + 1,  # type: ignore[arg-type]
+        access_match_labels=_pairs_pb(record.access_match_labels),
     )
     if record.healthy is not None:
         msg.healthy = record.healthy
@@ -213,9 +225,14 @@ def parse_message(msg: Message, payload: bytes, limit: int) -> None:
 
 def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
     _check_count("models", len(msg.models), limits.models_max)
+    _check_count("match labels", len(msg.access_match_labels), limits.match_labels_max)
     kind, phase = int(msg.backend_kind), int(msg.phase)
     if not 1 <= kind <= len(BACKEND_KINDS) or not 1 <= phase <= len(PROVIDER_PHASES):
         raise _fail("payload_invalid", "provider record has an unknown backend kind or phase")
+    # Zero is a record from a peer that predates providerKind: the record default.
+    provider_kind = int(msg.provider_kind) or PROVIDER_KINDS.index("self_hosted") + 1
+    if not 1 <= provider_kind <= len(PROVIDER_KINDS):
+        raise _fail("payload_invalid", "provider record has an unknown provider kind")
     sig = msg.signals
     signals = ProviderSignals(
         **{name: getattr(sig, name) if sig.HasField(name) else None for name in SIGNAL_FIELDS}
@@ -230,6 +247,8 @@ def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
         observed_at=msg.observed_at,
         signals=signals,
         phase=PROVIDER_PHASES[phase - 1],
+        provider_kind=PROVIDER_KINDS[provider_kind - 1],
+        access_match_labels=tuple((kv.key, kv.value) for kv in msg.access_match_labels),
     )
 
 

@@ -1,10 +1,12 @@
 """The provider record: what one site tells the grid about one inference provider.
 
 A record is the value of a provider's LWW register in a `GridStateSnapshot`. It
-carries exactly what scoring needs: identity (name, cluster, site), the
-``backend_kind``, the served models, health, the InferenceProvider ``phase``,
-when the sample was observed, and the five scraped signals. A signal that is
-``None`` is *missing* (scoring treats it as neutral), never zero.
+carries exactly what a consuming site needs to render the provider: identity
+(name, cluster, site), the ``backend_kind`` and ``provider_kind``, the served
+models, health, the InferenceProvider ``phase``, when the sample was observed,
+the five scraped signals, and the access policy's ``siteSelector.matchLabels``
+(which the consuming site enforces). A signal that is ``None`` is *missing*
+(scoring treats it as neutral), never zero.
 
 Records are immutable, validated on construction, and have a deterministic
 ``repr`` (models are kept sorted) so LWW tie-breaks agree on every site.
@@ -20,6 +22,9 @@ from grid.errors import ValidationError
 
 BACKEND_KINDS = ("local", "remote", "cloud_managed", "api_provider")
 """The ``spec.backendKind`` values of an InferenceProvider (seed 003)."""
+
+PROVIDER_KINDS = ("open_ai", "anthropic", "bedrock", "vertex", "self_hosted")
+"""The ``spec.providerKind`` values of an InferenceProvider (seed 003)."""
 
 PROVIDER_PHASES = ("Pending", "Available", "Degraded", "Unavailable")
 """The InferenceProvider phases (seed 003)."""
@@ -42,6 +47,18 @@ def _check_signal(name: str, value: float | None) -> None:
         raise ValidationError(f"signal {name} is a ratio in [0, 1]", path=f"signals.{name}")
 
 
+def _match_labels(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """Sorted, validated selector pairs: each key non-empty and named once."""
+    keys = [key for key, _value in pairs]
+    if any(not isinstance(k, str) or not k for k in keys):
+        raise ValidationError("match label keys must be non-empty", path="access_match_labels")
+    if any(not isinstance(v, str) for _k, v in pairs):
+        raise ValidationError("match label values must be text", path="access_match_labels")
+    if len(set(keys)) != len(keys):
+        raise ValidationError("match label keys must be unique", path="access_match_labels")
+    return tuple(sorted((str(k), str(v)) for k, v in pairs))
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderSignals:
     """The scraped signals of one provider; ``None`` means missing, never zero."""
@@ -62,7 +79,9 @@ class ProviderRecord:
     """One provider as advertised by its origin site, with its latest signals.
 
     ``observed_at`` is the sample time in Unix seconds (UTC), supplied by the
-    caller because the core never reads a clock.
+    caller because the core never reads a clock. ``access_match_labels`` are the
+    provider's ``accessPolicy.siteSelector.matchLabels`` as sorted ``(key, value)``
+    pairs; empty admits every consuming site.
     """
 
     name: str
@@ -74,6 +93,8 @@ class ProviderRecord:
     observed_at: float = 0.0
     signals: ProviderSignals = field(default_factory=ProviderSignals)
     phase: str = "Available"
+    provider_kind: str = "self_hosted"
+    access_match_labels: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for attr in ("name", "cluster", "site"):
@@ -91,9 +112,14 @@ class ProviderRecord:
             raise ValidationError(
                 "observed_at must be Unix seconds between 1970 and 9999", path="observed_at"
             )
+        if self.provider_kind not in PROVIDER_KINDS:
+            raise ValidationError(
+                f"provider_kind must be one of {', '.join(PROVIDER_KINDS)}", path="provider_kind"
+            )
         if any(not model for model in self.models):
             raise ValidationError("model names must be non-empty", path="models")
         object.__setattr__(self, "models", tuple(sorted(set(self.models))))
+        object.__setattr__(self, "access_match_labels", _match_labels(self.access_match_labels))
 
     @property
     def observed_at_utc(self) -> datetime:

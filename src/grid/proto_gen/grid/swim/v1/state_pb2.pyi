@@ -69,6 +69,32 @@ PROVIDER_PHASE_DEGRADED: ProviderPhase.ValueType  # 3
 PROVIDER_PHASE_UNAVAILABLE: ProviderPhase.ValueType  # 4
 Global___ProviderPhase: _TypeAlias = ProviderPhase  # noqa: Y015
 
+class _ProviderKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ProviderKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProviderKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROVIDER_KIND_UNSPECIFIED: _ProviderKind.ValueType  # 0
+    PROVIDER_KIND_OPEN_AI: _ProviderKind.ValueType  # 1
+    PROVIDER_KIND_ANTHROPIC: _ProviderKind.ValueType  # 2
+    PROVIDER_KIND_BEDROCK: _ProviderKind.ValueType  # 3
+    PROVIDER_KIND_VERTEX: _ProviderKind.ValueType  # 4
+    PROVIDER_KIND_SELF_HOSTED: _ProviderKind.ValueType  # 5
+
+class ProviderKind(_ProviderKind, metaclass=_ProviderKindEnumTypeWrapper):
+    """InferenceProvider spec.providerKind. UNSPECIFIED (a record from a peer that
+    predates the field) reads as self_hosted.
+    """
+
+PROVIDER_KIND_UNSPECIFIED: ProviderKind.ValueType  # 0
+PROVIDER_KIND_OPEN_AI: ProviderKind.ValueType  # 1
+PROVIDER_KIND_ANTHROPIC: ProviderKind.ValueType  # 2
+PROVIDER_KIND_BEDROCK: ProviderKind.ValueType  # 3
+PROVIDER_KIND_VERTEX: ProviderKind.ValueType  # 4
+PROVIDER_KIND_SELF_HOSTED: ProviderKind.ValueType  # 5
+Global___ProviderKind: _TypeAlias = ProviderKind  # noqa: Y015
+
 @_typing.final
 class ProviderSignals(_message.Message):
     """Scraped signals; an absent field is a missing signal, never zero."""
@@ -134,6 +160,8 @@ class ProviderRecord(_message.Message):
     OBSERVED_AT_FIELD_NUMBER: _builtins.int
     SIGNALS_FIELD_NUMBER: _builtins.int
     PHASE_FIELD_NUMBER: _builtins.int
+    PROVIDER_KIND_FIELD_NUMBER: _builtins.int
+    ACCESS_MATCH_LABELS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     cluster: _builtins.str
     site: _builtins.str
@@ -142,10 +170,17 @@ class ProviderRecord(_message.Message):
     observed_at: _builtins.float
     """Sample time, Unix seconds (UTC)."""
     phase: Global___ProviderPhase.ValueType
+    provider_kind: Global___ProviderKind.ValueType
     @_builtins.property
     def models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def signals(self) -> Global___ProviderSignals: ...
+    @_builtins.property
+    def access_match_labels(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyValue]:
+        """accessPolicy.siteSelector.matchLabels, sorted by key; the consuming site
+        enforces them against its own GridSite labels. Empty admits every site.
+        """
+
     def __init__(
         self,
         *,
@@ -158,10 +193,12 @@ class ProviderRecord(_message.Message):
         observed_at: _builtins.float = ...,
         signals: Global___ProviderSignals | None = ...,
         phase: Global___ProviderPhase.ValueType = ...,
+        provider_kind: Global___ProviderKind.ValueType = ...,
+        access_match_labels: _abc.Iterable[Global___KeyValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_healthy", b"_healthy", "healthy", b"healthy", "signals", b"signals"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_healthy", b"_healthy", "backend_kind", b"backend_kind", "cluster", b"cluster", "healthy", b"healthy", "models", b"models", "name", b"name", "observed_at", b"observed_at", "phase", b"phase", "signals", b"signals", "site", b"site"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_healthy", b"_healthy", "access_match_labels", b"access_match_labels", "backend_kind", b"backend_kind", "cluster", b"cluster", "healthy", b"healthy", "models", b"models", "name", b"name", "observed_at", b"observed_at", "phase", b"phase", "provider_kind", b"provider_kind", "signals", b"signals", "site", b"site"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__healthy: _TypeAlias = _typing.Literal["healthy"]  # noqa: Y015
     _WhichOneofArgType__healthy: _TypeAlias = _typing.Literal["_healthy", b"_healthy"]  # noqa: Y015
