@@ -222,12 +222,6 @@ def select_network(
     return candidates[0]
 
 
-def _geography(site: GridSite | None) -> Geography | None:
-    if site is None:
-        return None
-    return Geography(region=site.spec.region, zone=site.spec.zone)
-
-
 def _access_problem(
     provider: InferenceProvider, gateway_site: GridSite | None, local_site: str
 ) -> str | None:
@@ -299,6 +293,8 @@ class _View:
     secrets: Sequence[Secret]
     signals: SignalsDocument | None
     signal_index: Mapping[tuple[str, str], ProviderSignals]
+    geographies: Mapping[str, Geography]
+    """One shared `Geography` per known site (scoring caches by identity)."""
 
 
 def _draft_for(provider: InferenceProvider, view: _View) -> _Draft:
@@ -319,7 +315,7 @@ def _draft_for(provider: InferenceProvider, view: _View) -> _Draft:
     if entry is None:
         notes.append("no signal entry: signals missing (neutral 0.5), sample counts as oldest")
     signals = _signal_values(provider, entry)
-    geography = _geography(view.sites.get(site))
+    geography = view.geographies.get(site)
     kind = BackendKind(provider.spec.backend_kind)
     healthy = not (entry is not None and entry.healthy is False)
     observed_at = entry.observed_at if entry else None
@@ -398,14 +394,17 @@ def evaluate_network(
         )
     sites = {s.name: s for s in inputs.sites if s.spec.grid_network_ref == network.name}
     index = signals.index() if signals else {}
-    view = _View(network, local_site, default_site, sites, inputs.secrets, signals, index)
+    geographies = {name: Geography(s.spec.region, s.spec.zone) for name, s in sites.items()}
+    view = _View(
+        network, local_site, default_site, sites, inputs.secrets, signals, index, geographies
+    )
     providers = sorted(
         (p for p in inputs.providers if p.spec.grid_network_ref == network.name),
         key=lambda p: p.name,
     )
     drafts = tuple(_draft_for(p, view) for p in providers)
     _check_duplicates(drafts)
-    context = ScoringContext(local_site, _geography(sites.get(local_site)), scoring_config(network))
+    context = ScoringContext(local_site, geographies.get(local_site), scoring_config(network))
     eligible = [c for d in drafts if d.exclusion is None for c in d.candidates]
     return Evaluated(drafts, score_candidates(eligible, context), context, candidates_max)
 
