@@ -19,9 +19,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from grid.adapters.manifests import load_manifests
+from grid.cli.resources_cmd import load_or_exit
 from grid.core.explain import ExplainRow, Explanation, explain
-from grid.core.manifest import ManifestError, Manifests
+from grid.core.manifest import Manifests
 from grid.core.overlay import verify
 from grid.core.render import RenderInputs, render
 from grid.core.signals import SignalsDocument, parse_signals
@@ -56,10 +56,7 @@ def read_json(path: str) -> Any:
 
 
 def _inputs(path: str) -> RenderInputs:
-    try:
-        manifests: Manifests = load_manifests(path)
-    except ManifestError as exc:
-        _fail([str(p) for p in exc.problems] or [exc.message])
+    manifests: Manifests = load_or_exit(path)  # exit 2, one line per problem
     return RenderInputs(
         networks=tuple(manifests.networks.values()),
         sites=tuple(manifests.sites.values()),
