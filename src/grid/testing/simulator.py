@@ -249,14 +249,21 @@ class Simulator:
         """Whether `observer` holds `member` alive."""
         return observer.state_of(member.id) is MemberState.ALIVE
 
-    def full_membership(self, nodes: Iterable[SimNode] | None = None) -> bool:
-        """Every node in `nodes` (default: running) holds all the others alive."""
+    def full_membership(
+        self, nodes: Iterable[SimNode] | None = None, *, suspect_ok: bool = False
+    ) -> bool:
+        """Every node in `nodes` (default: running) holds all the others alive.
+
+        With `suspect_ok`, a member held suspect also counts: under packet loss
+        some member is nearly always under (soon refuted) suspicion somewhere.
+        """
         group = list(self.running() if nodes is None else nodes)
         if any(observer.machine.live_count < len(group) - 1 for observer in group):
             return False
+        accepted = {MemberState.ALIVE, MemberState.SUSPECT} if suspect_ok else {MemberState.ALIVE}
         for observer in group:
             for member in group:
-                if member is not observer and not self.sees_alive(observer, member):
+                if member is not observer and observer.state_of(member.id) not in accepted:
                     return False
         return True
 

@@ -1,0 +1,77 @@
+"""Failure detection: real deaths within the suspicion bound, no false deaths under loss."""
+
+from __future__ import annotations
+
+import math
+
+from grid.core.swim.effects import EventKind
+from grid.core.swim.members import MemberState
+from grid.testing.network import NetworkConditions
+from grid.testing.simulator import Simulator
+
+
+def detection_bounds(sim: Simulator, n: int) -> tuple[float, float]:
+    """The two bounds asserted for a crashed member, computed from the config.
+
+    - First suspicion: each survivor walks a random permutation of its n-1
+      peers, one per probe interval I, so some survivor probes the victim
+      within 2(n-1) intervals of the crash; that probe fails one interval
+      later. Bound: (2(n-1) + 1)·I.
+    - From first suspicion to every survivor holding it dead: the first
+      accuser's timer runs at most the maximum suspicion timeout S_max
+      (Lifeguard's start value, shrinking with confirmations); its Dead then
+      spreads within the dissemination allowance 2·⌈log2 n⌉·I. Bound:
+      S_max + 2·⌈log2 n⌉·I.
+    """
+    cfg = sim.config
+    interval = cfg.probe_interval_s
+    first_suspicion = (2 * (n - 1) + 1) * interval
+    confirmation = cfg.suspicion_max_s + 2 * math.ceil(math.log2(n)) * interval
+    return first_suspicion, confirmation
+
+
+def test_killed_node_is_marked_dead_by_every_survivor_within_the_bound(sim_seed: int):
+    sim = Simulator(sim_seed)
+    nodes = [sim.add_node() for _ in range(32)]
+    sim.bootstrap(nodes)
+    sim.run_for(20.0)
+    victim, survivors = nodes[7], [n for n in nodes if n is not nodes[7]]
+    killed_at = sim.now
+    sim.kill(victim)
+    first_bound, confirm_bound = detection_bounds(sim, len(nodes))
+
+    def everyone_knows() -> bool:
+        return all(s.state_of(victim.id) is MemberState.DEAD for s in survivors)
+
+    done = sim.run_until(everyone_knows, timeout_s=first_bound + confirm_bound, check_every_s=0.5)
+    assert done is not None, f"survivors did not all mark {victim.id} dead: {sim!r}"
+    suspicions = [
+        o for o in sim.observations if o.member == victim.id and o.kind is EventKind.SUSPECT
+    ]
+    first_suspect = min(o.at for o in suspicions)
+    assert first_suspect - killed_at <= first_bound, sim
+    assert done - first_suspect <= confirm_bound, sim
+    deaths = {o.observer for o in sim.deaths(victim.id)}
+    assert deaths == {s.id for s in survivors}, sim
+    assert not [o for o in sim.deaths() if o.member != victim.id], sim
+    print(
+        f"crash detected: first suspicion {first_suspect - killed_at:.1f}s "
+        f"(bound {first_bound:.0f}s), all dead {done - first_suspect:.1f}s later "
+        f"(bound {confirm_bound:.0f}s)"
+    )
+
+
+def test_no_false_deaths_at_ten_percent_loss_over_ten_minutes(sim_seed: int):
+    lossy = NetworkConditions(
+        loss=0.10, delay_min_s=0.001, delay_max_s=0.030, duplicate=0.02, reorder=0.05
+    )
+    sim = Simulator(sim_seed, conditions=lossy)
+    nodes = [sim.add_node() for _ in range(32)]
+    sim.bootstrap(nodes)
+    sim.run_for(600.0)
+    assert sim.deaths() == [], f"false deaths under 10% loss: {sim.deaths()[:5]} {sim!r}"
+    assert sim.full_membership(suspect_ok=True), sim
+    suspected = [o for o in sim.observations if o.kind is EventKind.SUSPECT]
+    # The loss is real: probes did fail and members did refute suspicion.
+    assert sim.network.stats.lost > 0
+    print(f"10% loss, 32 nodes, 600s: {len(suspected)} suspicions, all refuted")
