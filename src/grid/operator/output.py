@@ -81,7 +81,12 @@ class OverlayWriter:
         revision = str(rendered.envelope["revision"]["value"])
         key = (scope.network, scope.gateway)
         if self._written.get(key) is None:
-            self._written[key] = await self._stored_revision(scope.network, scope.gateway, scope)
+            stored = await self._stored_revision(scope.network, scope.gateway, scope)
+            # The ConfigMap is written before the files, so a crash in between
+            # leaves the files behind; only a revision both agree on counts.
+            if self._dir is not None and self._file_revision() != stored:
+                stored = ""
+            self._written[key] = stored
         if self._written[key] == revision:
             return False
         config, envelope = dumps(rendered.overlay), dumps(rendered.envelope)
@@ -92,6 +97,15 @@ class OverlayWriter:
         self._written[key] = revision
         self.writes += 1
         return True
+
+    def _file_revision(self) -> str:
+        """The revision of the envelope file in the output directory, if readable."""
+        assert self._dir is not None
+        try:
+            envelope = json.loads((self._dir / ENVELOPE_KEY).read_text())
+            return str(envelope["revision"]["value"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
 
     async def _stored_revision(self, network: str, gateway: str, scope: Any) -> str:
         try:
