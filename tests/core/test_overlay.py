@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grid.core.ids import fnv1a_32, stable_id
 from grid.core.overlay import (
@@ -259,3 +261,41 @@ def test_fixture_verdict(name: str) -> None:
         assert verdict.revision is None
     else:
         assert verdict.revision == canonical_digest(document.get("overlay", document))
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(JSON_VALUES)
+def test_verify_never_raises_on_arbitrary_json(document: Any) -> None:
+    assert verify(document).verdict in {"accept", "accept_legacy", "reject"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_verify_never_raises_on_mutated_envelopes(data: st.DataObject) -> None:
+    envelope = json.loads(json.dumps(_envelope()))
+    paths: list[tuple[Any, Any]] = []
+
+    def collect(node: Any) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            paths.append((node, key))
+            if isinstance(value, dict | list):
+                collect(value)
+
+    collect(envelope)
+    for _ in range(data.draw(st.integers(1, 3))):
+        node, key = data.draw(st.sampled_from(paths))
+        node[key] = data.draw(JSON_VALUES)
+    verdict = verify(envelope)
+    assert verdict.verdict in {"accept", "reject"}
+    if verdict.verdict == "accept":
+        assert verdict.revision == canonical_digest(envelope["overlay"])

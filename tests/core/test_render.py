@@ -436,3 +436,14 @@ def test_render_does_not_mutate_inputs() -> None:
     before = copy.deepcopy(w)
     do_render(w)
     assert w == before
+
+
+def test_input_order_does_not_change_the_overlay() -> None:
+    w = world()
+    shuffled = copy.deepcopy(w)
+    shuffled["providers"].reverse()
+    shuffled["sites"].reverse()
+    shuffled["signals"]["providers"].reverse()
+    one, two = do_render(w), do_render(shuffled)
+    assert one.envelope["revision"] == two.envelope["revision"]
+    assert one.overlay == two.overlay

@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grid.core.scoring import BackendKind, SignalValues
 from grid.core.signals import is_fresh, merge_entries, parse_signals
@@ -122,3 +124,35 @@ def test_merge_keeps_the_newest_entry_per_site_and_name() -> None:
     assert [(e.site, e.name) for e in merged] == [("east", "vllm-east"), ("west", "vllm-west")]
     assert merged[0] is own[0]  # own entry is newer
     assert merged[1] is pulled[1]  # pulled entry is newer
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_parse_has_two_outcomes_on_mutated_documents(data: st.DataObject) -> None:
+    doc = document()
+    paths: list[tuple[Any, Any]] = []
+
+    def collect(node: Any) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            paths.append((node, key))
+            if isinstance(value, dict | list):
+                collect(value)
+
+    collect(doc)
+    for _ in range(data.draw(st.integers(1, 3))):
+        node, key = data.draw(st.sampled_from(paths))
+        node[key] = data.draw(JSON_VALUES)
+    try:
+        parse_signals(doc)
+    except ValidationError as exc:
+        assert exc.path

@@ -72,6 +72,11 @@ def is_text(value: object) -> bool:
     return True
 
 
+def is_one_of(value: object, allowed: frozenset[str]) -> bool:
+    """A string from ``allowed`` (safe for unhashable values such as lists)."""
+    return isinstance(value, str) and value in allowed
+
+
 def is_unit_number(value: object) -> bool:
     """A finite JSON number (not a boolean) in [0, 1]."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -105,7 +110,7 @@ def _credential_problem(credential: object, path: str) -> str | None:
     if problem is not None:
         return problem
     assert isinstance(credential, dict)
-    if credential["strategy"] not in CREDENTIAL_STRATEGIES:
+    if not is_one_of(credential["strategy"], CREDENTIAL_STRATEGIES):
         return f"{path}.strategy must be bearer_token or api_key"
     ref_path = f"{path}.secretRef"
     ref = credential["secretRef"]
@@ -154,9 +159,9 @@ def check_candidate(candidate: object, index: int) -> str | None:
     identity = (candidate["kind"], candidate["name"], candidate["site"], candidate["cluster"])
     if candidate["stable_id"] != stable_id(*identity):
         return f"{path}.stable_id does not match kind/name/site/cluster"
-    if candidate["admission_state"] not in ADMISSION_STATES:
+    if not is_one_of(candidate["admission_state"], ADMISSION_STATES):
         return f"{path}.admission_state must be new_and_existing or existing_only"
-    if candidate["selection_tier"] not in SELECTION_TIERS:
+    if not is_one_of(candidate["selection_tier"], SELECTION_TIERS):
         return f"{path}.selection_tier is not a known tier"
     rank = candidate["rank"]
     if isinstance(rank, bool) or not isinstance(rank, int) or rank != index:

@@ -146,7 +146,7 @@ def _provider(value: object, path: str) -> ProviderSignals:
         raise _fail(path, "must be an object")
     _require(value, ("name", "cluster", "site", "backend_kind", "observed_at", "signals"), path)
     kind = value["backend_kind"]
-    if kind not in {k.value for k in BackendKind}:
+    if not isinstance(kind, str) or kind not in {k.value for k in BackendKind}:
         raise _fail(f"{path}.backend_kind", "must be local, remote, cloud_managed or api_provider")
     models = value.get("models", [])
     if not isinstance(models, list):
