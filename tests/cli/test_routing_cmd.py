@@ -195,3 +195,27 @@ def test_unknown_gateway_exits_2() -> None:
     code, _, err = run("render", "-f", str(QUICKSTART), "--site", "east", "--gateway", "nope")
     assert code == 2
     assert "gateway 'nope'" in err
+
+
+def test_explain_table_shows_excluded_candidates_with_their_reason(tmp_path: Path) -> None:
+    document = json.loads(SIGNALS.read_text())
+    west = next(p for p in document["providers"] if p["name"] == "vllm-west")
+    west["healthy"] = False
+    path = tmp_path / "signals.json"
+    path.write_text(json.dumps(document))
+    code, out, err = run(
+        "explain",
+        "-f",
+        str(QUICKSTART),
+        "--site",
+        "east",
+        "--model",
+        "llama-3.1-8b-instruct",
+        "--signals",
+        str(path),
+    )
+    assert code == 0, err
+    assert "vllm-west@west (unhealthy): excluded (unhealthy)" in out
+    code, out, _ = run(*RENDER, "--signals", str(path))
+    assert code == 0
+    assert "vllm-west" not in {c["cluster"] for c in json.loads(out)["overlay"]["candidates"]}
