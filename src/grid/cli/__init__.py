@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "grid.cli.operator_cmd",
     "grid.cli.store_cmd",
     "grid.cli.demo_cmd",
+    "grid.cli.telemetry_send",
 )
 
 

@@ -1,0 +1,137 @@
+"""The client against the real gateway over mTLS on 127.0.0.1, in process and as `grid`."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+from grid.cli.telemetry_send import load_records, record_line
+from grid.proto_gen.grid.telemetry.v1 import telemetry_pb2 as pb
+from grid.telemetry.client import (
+    HttpsTransport,
+    OutboundRecord,
+    TelemetryClient,
+)
+
+from .conftest import AGENT_IDS, Pki, admit
+
+
+def _records(events: int, inventory: int) -> list[OutboundRecord]:
+    now = dt.datetime.now(dt.UTC)
+    out = [
+        OutboundRecord("events", f"e{i}", now, "cpu", {"n": str(i)}, b"p") for i in range(events)
+    ]
+    out += [OutboundRecord("inventory", f"i{i}", now, "host") for i in range(inventory)]
+    return out
+
+
+def _transport(pki: Pki, agent: str, address: str) -> HttpsTransport:
+    cert, key = pki.agents[agent]
+    return HttpsTransport(address, cert=cert, key=key, ca=pki.ca)
+
+
+async def _no_sleep(seconds: float) -> None:
+    del seconds
+
+
+async def test_every_record_is_acknowledged_and_stamped(pki: Pki, start_gateway: Any) -> None:
+    harness = await start_gateway()
+    await admit(harness.roster, AGENT_IDS["cn"])
+    transport = _transport(pki, "cn", harness.gateway.address)
+    try:
+        report = await TelemetryClient(transport).send(_records(2100, 70))
+    finally:
+        await transport.close()
+    assert report.acknowledged_records == 2170 and not report.retained
+    assert len(report.acknowledged) == 5  # 1000 + 1000 + 100 events, 64 + 6 inventory
+    stored = [item async for item in harness.backbone.records()]
+    assert sorted(r.record_id for _, _, r in stored) == sorted(
+        [f"e{i}" for i in range(2100)] + [f"i{i}" for i in range(70)]
+    )
+    first = pb.Event.FromString(stored[0][2].encoded)
+    assert first.origin.agent_id == AGENT_IDS["cn"] and first.origin.tenant_id == "tenant-1"
+    assert {batch_id for batch_id, _ in report.acknowledged} == {b for b, _, _ in stored}
+
+
+async def test_unregistered_agent_keeps_every_record(pki: Pki, start_gateway: Any) -> None:
+    harness = await start_gateway()
+    transport = _transport(pki, "other", harness.gateway.address)
+    records = _records(1500, 0)
+    try:
+        report = await TelemetryClient(transport).send(records)
+    finally:
+        await transport.close()
+    assert report.retained_records == records
+    assert report.retained[0].code == "agent_not_registered"
+
+
+async def test_backbone_outage_is_ridden_out_without_losing_records(
+    pki: Pki, start_gateway: Any
+) -> None:
+    harness = await start_gateway()
+    await admit(harness.roster, AGENT_IDS["cn"])
+    harness.backbone.fail = True
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            harness.backbone.fail = False
+
+    transport = _transport(pki, "cn", harness.gateway.address)
+    client = TelemetryClient(transport, rng=random.Random(3), sleep=sleep)
+    try:
+        report = await client.send(_records(10, 0))
+    finally:
+        await transport.close()
+    assert report.acknowledged_records == 10
+    assert report.refusals == {"backbone_unavailable": 3}
+    assert all(s >= 2.0 for s in sleeps)  # the gateway's Retry-After (backbone_retry_after_s)
+    assert len(harness.backbone.batches) == 1
+
+
+async def _grid(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "from grid.cli import main; main()",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_send_command_sends_files_and_writes_what_it_retains(
+    pki: Pki, start_gateway: Any, tmp_path: Path
+) -> None:
+    harness = await start_gateway()
+    await admit(harness.roster, AGENT_IDS["cn"])
+    source = tmp_path / "records.jsonl"
+    lines = [record_line(r) for r in _records(3, 2)]
+    lines.insert(1, "# a comment")
+    lines.append(json.dumps({"observed_at": dt.datetime.now(dt.UTC).isoformat(), "type": "t"}))
+    source.write_text("\n".join(lines) + "\n")
+    tls = ["--ca", str(pki.ca)]
+    for agent, expected in (("cn", 0), ("other", 1)):
+        cert, key = pki.agents[agent]
+        retained = tmp_path / f"{agent}.retained.jsonl"
+        code, out, err = await _grid(
+            "telemetry", "send", "--gateway", harness.gateway.address, "--cert", str(cert),
+            "--key", str(key), *tls, "--retain-to", str(retained), str(source),
+        )  # fmt: skip
+        assert code == expected, err
+        summary = json.loads(out.splitlines()[-1])
+        if expected == 0:
+            assert summary["acknowledged_records"] == 6 and summary["retained_records"] == 0
+            assert not retained.exists()
+        else:
+            assert summary["retained"][0]["code"] == "agent_not_registered"
+            assert load_records([retained]) == load_records([source])
+    assert sum(len(b.records) for b in harness.backbone.batches) == 6
