@@ -1,0 +1,149 @@
+"""``grid demo --duration N`` as a person runs it: exit 0, demo.json, no process left behind.
+
+The command runs as a real child process. While it runs, the test records every
+descendant process (pid and kernel start time, so a reused pid cannot pass for
+a survivor); after it exits, none of them may still exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grid.core.overlay import verify
+from grid.demo.plan import NAMESPACE, NETWORK
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
+
+DURATION_S = 3
+SITES = {"east", "west", "central"}
+SITE_KEYS = {"pid", "swim", "signals", "metrics", "store", "overlay_dir", "cert", "key"}
+ADDRESS = re.compile(r"^127\.0\.0\.1:\d{1,5}$")
+
+Proc = tuple[int, str]
+"""A process: pid and its start time in clock ticks since boot."""
+
+
+def _stat(pid: int) -> tuple[int, str, str] | None:
+    """(ppid, state, start time) of ``pid``, or None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[0], fields[19]
+
+
+def _descendants(root: int) -> set[Proc]:
+    """Every live descendant of ``root``."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            children.setdefault(stat[0], []).append((int(entry), stat[2]))
+    found: set[Proc] = set()
+    stack = [root]
+    while stack:
+        for pid, started in children.get(stack.pop(), []):
+            found.add((pid, started))
+            stack.append(pid)
+    return found
+
+
+def _alive(proc: Proc) -> bool:
+    stat = _stat(proc[0])
+    return stat is not None and stat[2] == proc[1] and stat[1] != "Z"
+
+
+def _check_description(doc: dict[str, Any], pids: set[int]) -> None:
+    assert set(doc) == {"sites", "ca", "gateway"}
+    assert set(doc["sites"]) == SITES
+    assert Path(doc["ca"]).read_text().startswith("-----BEGIN CERTIFICATE-----")
+    assert doc["gateway"] is None or ADDRESS.match(doc["gateway"])
+    for name, site in doc["sites"].items():
+        assert set(site) == SITE_KEYS, name
+        assert isinstance(site["pid"], int) and site["pid"] in pids, name
+        assert site["signals"] is None  # gossip: the signals listener is not bound
+        assert ADDRESS.match(site["swim"]) and ADDRESS.match(site["metrics"]), site
+        assert Path(site["store"]).is_file()
+        assert Path(site["overlay_dir"]).is_dir()
+        assert Path(site["cert"]).read_text().startswith("-----BEGIN CERTIFICATE-----")
+        assert "PRIVATE KEY" in Path(site["key"]).read_text()
+
+
+async def _wait_file(path: Path, proc: asyncio.subprocess.Process, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.returncode is None, f"grid demo exited early with {proc.returncode}"
+        assert time.monotonic() < deadline, f"{path.name} not written within {timeout_s} s"
+        await asyncio.sleep(0.1)
+
+
+async def test_demo_runs_and_leaves_nothing_behind(tmp_path: Path, tools: Any) -> None:
+    """Exit 0, the §9 demo.json, three verified overlays, no child left, no token leaked."""
+    root = tmp_path / "demo"
+    with open(tmp_path / "demo.out", "wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "grid",
+            "demo",
+            "--duration",
+            str(DURATION_S),
+            "--dir",
+            str(root),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+    seen: set[Proc] = set()
+    try:
+        await _wait_file(root / "demo.json", proc, 60.0)
+        seen = _descendants(proc.pid)
+        doc = json.loads((root / "demo.json").read_text())
+        _check_description(doc, {pid for pid, _ in seen})
+        assert len(seen) >= 3 + 4, "three operators and four mock providers"
+        async with asyncio.timeout(60):
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(20):
+                    await proc.wait()
+        for pid, _ in {p for p in seen if _alive(p)}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    output = (tmp_path / "demo.out").read_bytes()
+    assert code == 0, output.decode(errors="replace")[-2000:]
+    survivors = {p for p in seen if _alive(p)}
+    assert not survivors, f"processes left behind: {sorted(survivors)}"
+
+    for name in SITES:
+        overlay = tools.read_overlay(root / name)
+        assert overlay is not None, name
+        scope = {"network": NETWORK, "namespace": NAMESPACE, "local_site": name}
+        assert verify(overlay.envelope, scope).verdict == "accept"
+    secrets = await tools.store_list(root / "east" / "store.db", "Secret")
+    encoded = next(s for s in secrets if s["metadata"]["name"] == "openai-credentials")
+    token = base64.b64decode(encoded["data"]["token"])
+    needles = (token, base64.b64encode(token))
+    assert any(n in p.read_bytes() for p in root.glob("east/store.db*") for n in needles), (
+        "positive control: the scan finds the token where the store keeps it"
+    )
+    for path in [*root.rglob("*"), tmp_path / "demo.out"]:
+        if path.is_file() and not path.name.startswith("store.db"):
+            assert not any(n in path.read_bytes() for n in needles), path
