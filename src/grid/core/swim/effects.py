@@ -14,7 +14,7 @@ the adapter carries out in order:
   the owner merges its payload into the CRDT replica.
 - `PushPullRequest(address, message)`: open a TCP anti-entropy exchange with
   ``address``: send `message`, read the peer's `PushPull` reply and pass it to
-  `handle_push_pull`. A failed exchange needs no report.
+  `handle_push_pull_reply`. A failed exchange needs no report.
 """
 
 from __future__ import annotations
