@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from grid.core.crdt.record import ProviderRecord
-from grid.core.lifecycle import UNAVAILABLE_AFTER_FAILURES
+from grid.core.lifecycle import ProviderObservation
+from grid.core.phases import ProviderPhase
 from grid.core.resources import API_VERSION, SITE_LABEL, InferenceProvider
 from grid.demo.mock_provider import KV_BASELINE, MockProvider, MockSettings
-from grid.operator.providers import ProviderController, check_interval_s
+from grid.operator.providers import (
+    ProviderController,
+    check_interval_s,
+    phase_reason,
+    record_health,
+)
 
 MODEL = "llama"
 PACE = "250ms"
@@ -182,7 +189,9 @@ async def test_a_failing_health_check_degrades_then_makes_the_provider_unavailab
     await eventually(unhealthy_record, "an Unavailable record")
     record = records.last("vllm-east")
     assert record is not None and record.healthy is False
-    assert UNAVAILABLE_AFTER_FAILURES == 2  # the walk above took exactly two failures
+    # While only Degraded (one failure) the provider stays routable: not healthy False.
+    degraded = [r for r in records.seen["vllm-east"] if r is not None and r.phase == "Degraded"]
+    assert degraded and all(r.healthy is not False for r in degraded)
 
 
 async def test_a_provider_failing_from_the_start_stays_pending_and_unhealthy(
@@ -196,9 +205,69 @@ async def test_a_provider_failing_from_the_start_stays_pending_and_unhealthy(
         await eventually(lambda: len(records.seen.get("vllm-east", [])) >= 3, "three rounds")
     finally:
         await server.stop()
-    assert await phase(store, "vllm-east") is None  # never written: still Pending
+    obj = await store.get("InferenceProvider", "vllm-east")
+    assert (obj["status"]["phase"], obj["status"]["reason"]) == ("Pending", "HealthCheckFailing")
+    assert store.calls["patch_status", "InferenceProvider"] == 1
     record = records.last("vllm-east")
     assert record is not None and record.healthy is False and record.phase == "Pending"
+
+
+async def test_a_failing_scrape_without_a_health_check_degrades_for_metrics(
+    store: Any, controller: Any, eventually: Any
+) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: every scrape fails to connect
+    doc = provider_doc("vllm-east", f"http://127.0.0.1:{port}")
+    del doc["spec"]["healthCheck"]
+    ctl, records = controller
+    ctl.sync([await declare(store, doc)])
+
+    async def degraded() -> bool:
+        return await phase(store, "vllm-east") == "Degraded"
+
+    await eventually(degraded, "Degraded")
+    obj = await store.get("InferenceProvider", "vllm-east")
+    assert obj["status"]["reason"] == "MetricsFailing"
+    record = records.last("vllm-east")
+    assert record is not None and record.healthy is None
+
+
+@pytest.mark.parametrize(
+    ("phase_", "health_ok", "metric_healthy", "healthy"),
+    [
+        (ProviderPhase.AVAILABLE, True, None, True),
+        (ProviderPhase.AVAILABLE, None, None, None),
+        (ProviderPhase.AVAILABLE, True, False, False),
+        (ProviderPhase.DEGRADED, False, None, None),
+        (ProviderPhase.DEGRADED, False, True, True),
+        (ProviderPhase.PENDING, False, True, False),
+        (ProviderPhase.UNAVAILABLE, True, True, False),
+    ],
+)
+def test_the_record_health_follows_the_phase(
+    phase_: ProviderPhase, health_ok: bool | None, metric_healthy: bool | None, healthy: bool | None
+) -> None:
+    assert record_health(phase_, health_ok, metric_healthy) is healthy
+
+
+@pytest.mark.parametrize(
+    ("phase_", "health_ok", "reason"),
+    [
+        (ProviderPhase.PENDING, None, "Pending"),
+        (ProviderPhase.PENDING, False, "HealthCheckFailing"),
+        (ProviderPhase.AVAILABLE, True, "Healthy"),
+        (ProviderPhase.DEGRADED, True, "MetricsFailing"),
+        (ProviderPhase.DEGRADED, None, "MetricsFailing"),
+        (ProviderPhase.DEGRADED, False, "HealthCheckFailing"),
+        (ProviderPhase.UNAVAILABLE, False, "HealthCheckFailing"),
+    ],
+)
+def test_the_status_reason_names_what_failed(
+    phase_: ProviderPhase, health_ok: bool | None, reason: str
+) -> None:
+    assert phase_reason(phase_, ProviderObservation(health_ok, None)) == reason
 
 
 async def test_recovery_after_failures_returns_the_provider_to_available(

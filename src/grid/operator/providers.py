@@ -8,7 +8,9 @@ the loop), then:
   and writes status only when the phase or reason changed;
 * turns what it saw into a `ProviderRecord` for the CRDT replica. A signal the
   scrape did not find stays missing; credentials are checked by reference
-  elsewhere and never read here.
+  elsewhere and never read here. The record's ``healthy`` follows the phase
+  (`record_health`): one failed check degrades a provider without dropping it
+  from routing; Unavailable, or failing before ever passing, drops it.
 
 The provider's endpoint is only contacted when it declares a health check or a
 metrics config, so third-party APIs without them are never probed.
@@ -164,16 +166,13 @@ class ProviderController:
                 metrics_ok = False
                 log.info("scrape failed", extra={"provider": provider.name, "reason": exc.reason})
         state.failures = state.failures + 1 if health_ok is False else 0
-        phase = await self._update_phase(
-            state, ProviderObservation(health_ok, metrics_ok, state.failures)
-        )
-        healthy = metric_healthy if metric_healthy is not None else health_ok
-        if phase is ProviderPhase.UNAVAILABLE:
-            healthy = False
+        seen = ProviderObservation(health_ok, metrics_ok, state.failures)
+        phase = await self._update_phase(state, seen)
+        healthy = record_health(phase, health_ok, metric_healthy)
         state.provider = provider.model_copy(
             update={
                 "status": (provider.status or InferenceProviderStatus()).model_copy(
-                    update={"phase": phase}
+                    update={"phase": phase, "reason": phase_reason(phase, seen)}
                 )
             }
         )
@@ -185,14 +184,9 @@ class ProviderController:
     async def _update_phase(self, state: ProviderState, seen: ProviderObservation) -> ProviderPhase:
         current = state.provider.phase
         phase = next_provider_phase(current, seen)
-        if phase is not current:
-            reason = {
-                ProviderPhase.AVAILABLE: "Healthy",
-                ProviderPhase.DEGRADED: "MetricsFailing"
-                if seen.health_ok
-                else "HealthCheckFailing",
-                ProviderPhase.UNAVAILABLE: "HealthCheckFailing",
-            }.get(phase, "Pending")
+        reason = phase_reason(phase, seen)
+        status = state.provider.status
+        if phase is not current or status is None or status.reason != reason:
             await self._store.patch_status(
                 "InferenceProvider",
                 state.provider.name,
@@ -207,3 +201,36 @@ class ProviderController:
                 extra={"provider": state.provider.name, "from": current.value, "to": phase.value},
             )
         return phase
+
+
+def record_health(
+    phase: ProviderPhase, health_ok: bool | None, metric_healthy: bool | None
+) -> bool | None:
+    """The ``healthy`` a record carries; ``False`` removes the provider from routing.
+
+    One failed health check only degrades a provider (it stays routed, marked
+    ``fresh: false``), so it carries the metrics' health gauge, if any; it
+    leaves routing once Unavailable. A provider that never passed a check is
+    not routed while its checks fail.
+    """
+    if phase is ProviderPhase.UNAVAILABLE:
+        return False
+    if health_ok is False:
+        return metric_healthy if phase is ProviderPhase.DEGRADED else False
+    return metric_healthy if metric_healthy is not None else health_ok
+
+
+def phase_reason(phase: ProviderPhase, seen: ProviderObservation) -> str:
+    """The status reason written with a provider phase.
+
+    A failed health check is named whatever the phase (a Pending provider whose
+    first checks fail says so); otherwise a Degraded provider's scrape failed.
+    """
+    if seen.health_ok is False:
+        return "HealthCheckFailing"
+    return {
+        ProviderPhase.PENDING: "Pending",
+        ProviderPhase.AVAILABLE: "Healthy",
+        ProviderPhase.DEGRADED: "MetricsFailing",
+        ProviderPhase.UNAVAILABLE: "HealthCheckFailing",
+    }[phase]
