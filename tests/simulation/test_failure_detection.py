@@ -75,3 +75,20 @@ def test_no_false_deaths_at_ten_percent_loss_over_ten_minutes(sim_seed: int):
     # The loss is real: probes did fail and members did refute suspicion.
     assert sim.network.stats.lost > 0
     print(f"10% loss, 32 nodes, 600s: {len(suspected)} suspicions, all refuted")
+
+
+def test_members_falsely_buried_in_a_loss_storm_come_back(sim_seed: int):
+    storm = NetworkConditions(loss=0.30, delay_max_s=0.030, duplicate=0.02, reorder=0.05)
+    sim = Simulator(sim_seed, conditions=storm)
+    nodes = [sim.add_node() for _ in range(32)]
+    sim.bootstrap(nodes)
+    sim.run_for(600.0)
+    assert sim.deaths(), "30% loss should cause some false deaths"
+    sim.network.conditions = NetworkConditions()
+    calm_at = sim.now
+    # A buried member hears its own Dead (gossip or push-pull) and refutes with a
+    # higher incarnation, which overrides the tombstone everywhere.
+    bound_s = 3 * sim.config.push_pull_interval_s + sim.config.suspicion_max_s
+    healed = sim.run_until(sim.full_membership, timeout_s=bound_s)
+    assert healed is not None, f"no full membership {bound_s}s after the storm: {sim!r}"
+    print(f"after a 30% loss storm: full membership {healed - calm_at:.0f}s after calm")

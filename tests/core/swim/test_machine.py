@@ -264,3 +264,13 @@ def test_remote_dead_in_push_pull_only_suspects(make_machine: MachineFactory):
     )
     _, out = machine.handle_push_pull(type(remote)("far", buried, remote.items, False), 3.0)
     assert [(n.kind, n.member) for n in notices(out)] == [(EventKind.SUSPECT, "p2")]
+
+
+def test_ack_tells_a_suspected_pinger_what_we_hold_against_it(make_machine: MachineFactory):
+    machine, _ = make_machine()
+    accusation = Suspect("p1", peer_address(1), 0, "p2")
+    machine.handle_packet(peer_address(2), Ping(1, "p2", "me", updates=(accusation,)), 1.0)
+    ack = sends(machine.handle_packet(peer_address(1), Ping(2, "p1", "me"), 2.0))[0].message
+    assert isinstance(ack, Ack) and ack.updates[0] == accusation
+    clean = sends(machine.handle_packet(peer_address(3), Ping(3, "p3", "me"), 2.5))[0].message
+    assert all(u.member != "p3" for u in clean.updates)

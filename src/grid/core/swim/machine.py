@@ -251,7 +251,9 @@ class SwimMachine:
         out: list[Effect] = []
         self._view.absorb(message.updates, message.items, now, out, gossip=True)
         if isinstance(message, Ping):
-            out.append(self._send(src_address, Ack(message.seq, self.node_id)))
+            out.append(
+                self._send(src_address, Ack(message.seq, self.node_id), self._accusal(message))
+            )
         elif isinstance(message, PingReq):
             self._relay(src_address, message, now, out)
         elif isinstance(message, Ack):
@@ -259,6 +261,18 @@ class SwimMachine:
         elif self._probe is not None and self._probe.seq == message.seq:
             self._probe.nacks += 1
         return out
+
+    def _accusal(self, ping: Ping) -> tuple[MemberUpdate, ...]:
+        """What we hold against the pinging member, to lead our ack with.
+
+        The buddy system, applied to both directions: a member we hold suspect
+        or dead learns it at once from our ack and can refute, instead of
+        waiting for gossip or the next push-pull to bring the news.
+        """
+        sender = self._members.get(ping.source)
+        if sender is None or sender.state is MemberState.ALIVE or sender.state is MemberState.LEFT:
+            return ()
+        return (sender.update,)
 
     def _on_ack(self, ack: Ack, out: list[Effect]) -> None:
         probe = self._probe
