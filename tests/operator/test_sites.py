@@ -8,6 +8,8 @@ as the operator does, so phases come back through the status written.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -218,3 +220,42 @@ async def test_a_different_certificate_at_an_active_sites_egress_makes_it_unreac
         await impostor.stop()
     assert site.phase is SitePhase.UNREACHABLE
     assert site.status is not None and site.status.reason == "FingerprintMismatch"
+
+
+async def test_black_holed_peers_are_probed_concurrently_within_one_timeout(
+    store: Any, pki: Any
+) -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accept, never answer the TLS handshake, wait for the close
+        writer.close()
+
+    hole = await asyncio.start_server(silent, "127.0.0.1", 0)
+    address = f"127.0.0.1:{hole.sockets[0].getsockname()[1]}"
+    names = [f"peer-{i}" for i in range(4)]
+    for name in names:
+        await store.create(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "GridSite",
+                "metadata": {"name": name},
+                "spec": {
+                    "gridNetworkRef": "prod",
+                    "egress": {"address": address},
+                    "trust": {"certFingerprint": pki.sites["west"].fingerprint},
+                },
+            }
+        )
+        await store.patch_status("GridSite", name, {"phase": "Connecting"})
+    east = pki.sites["east"]
+    tls = client_context(pki.ca, east.cert, east.key)
+    controller = SiteController(store, "east", tls, probe_timeout_s=0.4)
+    sites = [GridSite.model_validate(o) for o in await store.list("GridSite")]
+    started = time.monotonic()
+    try:
+        await controller.reconcile(sites, {n: MemberState.ALIVE for n in names})
+    finally:
+        hole.close()
+        await hole.wait_closed()
+    elapsed = time.monotonic() - started
+    assert controller.phases == {n: SitePhase.CONNECTING for n in names}
+    assert elapsed < 1.2, f"four 0.4 s probes took {elapsed:.2f} s: not concurrent"

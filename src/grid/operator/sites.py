@@ -10,11 +10,12 @@ phase, and writes status only when the phase or reason changed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 
 from grid.adapters.store.port import ResourceStore
-from grid.adapters.tls_probe import probe
+from grid.adapters.tls_probe import PROBE_TIMEOUT_S, probe
 from grid.core.lifecycle import Probe, SiteObservation, next_site_phase
 from grid.core.phases import SitePhase
 from grid.core.resources import GridSite
@@ -36,17 +37,28 @@ _REASONS = {
 class SiteController:
     """Moves GridSites through their phases from SWIM events and egress probes."""
 
-    def __init__(self, store: ResourceStore, own_site: str, tls: ssl.SSLContext | None) -> None:
+    def __init__(
+        self,
+        store: ResourceStore,
+        own_site: str,
+        tls: ssl.SSLContext | None,
+        probe_timeout_s: float = PROBE_TIMEOUT_S,
+    ) -> None:
         self._store = store
         self._own_site = own_site
         self._tls = tls
+        self._probe_timeout_s = probe_timeout_s
         self.phases: dict[str, SitePhase] = {}
 
     async def reconcile(self, sites: list[GridSite], members: dict[str, MemberState]) -> bool:
-        """One round over every site; True when any phase changed."""
+        """One round over every site; True when any phase changed.
+
+        Sites are reconciled concurrently, so a round takes one probe timeout at
+        most however many peers are black-holed.
+        """
         changed = False
-        for site in sites:
-            phase = await self._reconcile_one(site, members)
+        phases = await asyncio.gather(*(self._reconcile_one(site, members) for site in sites))
+        for site, phase in zip(sites, phases, strict=True):
             changed |= self.phases.get(site.name) is not phase
             self.phases[site.name] = phase
         for gone in set(self.phases) - {s.name for s in sites}:
@@ -59,7 +71,7 @@ class SiteController:
             return Probe.NOT_RUN
         pinned = site.spec.trust.cert_fingerprint if site.spec.trust else None
         server_name = egress.tls.server_name if egress.tls else None
-        result = await probe(egress.address, self._tls, server_name)
+        result = await probe(egress.address, self._tls, server_name, self._probe_timeout_s)
         if not result.reachable:
             return Probe.UNREACHABLE
         try:
