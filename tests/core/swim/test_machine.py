@@ -274,3 +274,12 @@ def test_ack_tells_a_suspected_pinger_what_we_hold_against_it(make_machine: Mach
     assert isinstance(ack, Ack) and ack.updates[0] == accusation
     clean = sends(machine.handle_packet(peer_address(3), Ping(3, "p3", "me"), 2.5))[0].message
     assert all(u.member != "p3" for u in clean.updates)
+
+
+def test_ping_req_about_ourselves_is_answered_directly(make_machine: MachineFactory):
+    machine, _ = make_machine()
+    out = machine.handle_packet(peer_address(1), PingReq(5, "p1", "me", machine.address), 1.0)
+    assert [(s.address, type(s.message), s.message.seq) for s in sends(out)] == [
+        (peer_address(1), Ack, 5)
+    ]
+    assert schedules(out, RelayTimeout) == []

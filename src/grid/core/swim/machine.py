@@ -287,6 +287,11 @@ class SwimMachine:
             out.append(self._send(relay.requester, Ack(relay.origin_seq, relay.target)))
 
     def _relay(self, src_address: str, req: PingReq, now: float, out: list[Effect]) -> None:
+        if req.target == self.node_id:
+            # Asked to probe ourselves (the requester's view of our address is
+            # stale or shared): we are the answer.
+            out.append(self._send(src_address, Ack(req.seq, self.node_id)))
+            return
         seq = self._next_seq()
         self._relays[seq] = _Relay(req.seq, src_address, req.target)
         out.append(self._send(req.target_address, Ping(seq, self.node_id, req.target)))
