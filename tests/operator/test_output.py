@@ -229,3 +229,14 @@ async def test_the_configmap_lives_in_the_gateways_namespace(store: Any, tmp_pat
     listed = await store.list("ConfigMap", namespace="gw")
     assert [c["metadata"]["name"] for c in listed] == [configmap_name("prod", "edge")]
     assert await store.list("ConfigMap", namespace="default") == []
+
+
+async def test_several_gateways_at_one_site_each_get_their_own_directory(
+    store: Any, tmp_path: Path
+) -> None:
+    writer = OverlayWriter(store, tmp_path)
+    writer.per_gateway = True
+    rendered = _render(["a"])
+    assert await writer.write(rendered) is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edge"]
+    assert (tmp_path / "edge" / CONFIG_KEY).read_text() == dumps(rendered.overlay)

@@ -110,6 +110,24 @@ async def _serve(settings: OperatorSettings) -> None:
     help="Seconds between GridSite reconciles and egress probes.",
 )
 @click.option(
+    "--render-interval",
+    "render_interval_s",
+    envvar="GRID_RENDER_INTERVAL",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Most seconds between renders (changes render sooner).",
+)
+@click.option(
+    "--shutdown-timeout",
+    "shutdown_timeout_s",
+    envvar="GRID_SHUTDOWN_TIMEOUT",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds a graceful stop may take (leaving the mesh first).",
+)
+@click.option(
     "--log-level",
     envvar="GRID_LOG_LEVEL",
     default="info",

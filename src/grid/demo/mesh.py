@@ -68,6 +68,7 @@ class DemoMesh:
         self.children: dict[str, Child] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
+        self._described = False
 
     # -- preparation -----------------------------------------------------------
 
@@ -203,6 +204,8 @@ class DemoMesh:
                 await asyncio.sleep(RESTART_BACKOFF_S)
                 if not self._stopping and child.supervised:
                     await self._spawn(child)
+                    if self._described:
+                        self.write_description()
             await asyncio.sleep(0.2)
 
     def kill_operator(self, site: str, sig: int = signal.SIGKILL) -> None:
@@ -260,6 +263,7 @@ class DemoMesh:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.describe(), indent=2) + "\n")
         tmp.replace(path)
+        self._described = True
         return path
 
     async def stop(self) -> None:

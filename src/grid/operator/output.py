@@ -62,14 +62,31 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
+def _file_revision(directory: Path) -> str:
+    """The revision of the envelope file in a directory, if readable."""
+    try:
+        envelope = json.loads((directory / ENVELOPE_KEY).read_text())
+        return str(envelope["revision"]["value"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
 class OverlayWriter:
     """Writes each gateway's overlay when, and only when, its revision changes."""
 
     def __init__(self, store: ResourceStore, overlay_dir: Path | None) -> None:
         self._store = store
-        self._dir = overlay_dir
+        self._root = overlay_dir
         self._written: dict[tuple[str, str], str] = {}
+        self.per_gateway = False
+        """With more than one gateway at the site, each gets ``{overlay_dir}/{gateway}/``."""
         self.writes = 0
+
+    def directory(self, gateway: str) -> Path | None:
+        """Where a gateway's files go: the overlay directory, or its gateway subdirectory."""
+        if self._root is None:
+            return None
+        return self._root / gateway if self.per_gateway else self._root
 
     def revision_of(self, network: str, gateway: str) -> str | None:
         """The revision last written for a gateway, if any."""
@@ -80,32 +97,24 @@ class OverlayWriter:
         scope = rendered.scope
         revision = str(rendered.envelope["revision"]["value"])
         key = (scope.network, scope.gateway)
+        directory = self.directory(scope.gateway)
         if self._written.get(key) is None:
             stored = await self._stored_revision(scope.network, scope.gateway, scope)
             # The ConfigMap is written before the files, so a crash in between
             # leaves the files behind; only a revision both agree on counts.
-            if self._dir is not None and self._file_revision() != stored:
+            if directory is not None and _file_revision(directory) != stored:
                 stored = ""
             self._written[key] = stored
         if self._written[key] == revision:
             return False
         config, envelope = dumps(rendered.overlay), dumps(rendered.envelope)
         await self._write_configmap(scope.network, scope.gateway, scope.namespace, config, envelope)
-        if self._dir is not None:
-            atomic_write(self._dir / CONFIG_KEY, config.encode())
-            atomic_write(self._dir / ENVELOPE_KEY, envelope.encode())
+        if directory is not None:
+            atomic_write(directory / CONFIG_KEY, config.encode())
+            atomic_write(directory / ENVELOPE_KEY, envelope.encode())
         self._written[key] = revision
         self.writes += 1
         return True
-
-    def _file_revision(self) -> str:
-        """The revision of the envelope file in the output directory, if readable."""
-        assert self._dir is not None
-        try:
-            envelope = json.loads((self._dir / ENVELOPE_KEY).read_text())
-            return str(envelope["revision"]["value"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return ""
 
     async def _stored_revision(self, network: str, gateway: str, scope: Any) -> str:
         try:

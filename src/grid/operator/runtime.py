@@ -186,7 +186,9 @@ class Operator:
         await self._sync_providers()
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
-        failed = [t for t in done if t is not stop and t.exception() is not None]
+        failed = [
+            t for t in done if t is not stop and not t.cancelled() and t.exception() is not None
+        ]
         await self._shutdown()
         if failed:
             raise failed[0].exception()  # type: ignore[misc]
@@ -198,9 +200,12 @@ class Operator:
     async def _shutdown(self) -> None:
         self.ready = False
         if self.swim is not None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(self.settings.shutdown_timeout_s):
-                    await self.swim.leave()
+            try:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(self.settings.shutdown_timeout_s):
+                        await self.swim.leave()
+            finally:
+                await self.swim.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -312,19 +317,29 @@ class Operator:
                 async for event in self.store.watch(kind):
                     if kind == "InferenceProvider":
                         await self._sync_providers()
-                    elif kind == "GridNetwork" and event.type is not EventType.DELETED:
-                        await self._on_network(event.object)
+                    elif kind == "GridNetwork":
+                        await self._on_network(event.type, event.object)
+                    elif (
+                        kind == "GridSite"
+                        and event.object["metadata"]["name"] == self.settings.site
+                    ):
+                        await self._publish_site_lanes()
                     self._dirty.set()
                 return
             except Expired:
                 log.info("watch expired; listing again", extra={"kind": kind})
 
-    async def _on_network(self, obj: dict[str, Any]) -> None:
+    async def _on_network(self, kind: EventType, obj: dict[str, Any]) -> None:
         """Track our network; exit (for a restart) when another appears or the mode changes.
 
         The mode is read once at start, so a declared change is a restart, not a
-        live flip (seed 000); so is a second GridNetwork in the store.
+        live flip (seed 000); so is a second GridNetwork in the store, or the
+        deletion of ours.
         """
+        if kind is EventType.DELETED and obj["metadata"]["name"] == self._net_name:
+            raise StartupError(f"GridNetwork {self._net_name!r} was deleted; stopping")
+        if kind is EventType.DELETED:
+            return
         if obj["metadata"]["name"] != self._net_name:
             raise StartupError(
                 f"a second GridNetwork {obj['metadata']['name']!r} appeared; "
@@ -423,9 +438,13 @@ class Operator:
             sequence=self._sequence,
         )
         overlays = []
-        for ref in network.spec.gateway_refs:
-            if (ref.local_site_name or self.settings.site) != self.settings.site:
-                continue
+        served = [
+            ref
+            for ref in network.spec.gateway_refs
+            if (ref.local_site_name or self.settings.site) == self.settings.site
+        ]
+        self.writer.per_gateway = len(served) > 1
+        for ref in served:
             try:
                 rendered = render(
                     inputs,
