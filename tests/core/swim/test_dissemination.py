@@ -135,3 +135,14 @@ def test_machine_sends_each_update_retransmit_limit_times(make_machine: MachineF
     assert limit == 4 * 2  # λ = 4, ⌈log10(22)⌉ = 2
     assert len(carrying) == limit
     assert machine.transmits_of("newcomer") is None
+
+
+def test_sustained_churn_does_not_grow_the_queue_without_bound():
+    queue = DisseminationQueue(1200)
+    for round_ in range(2000):
+        for member in ("flappy", "jumpy"):
+            update = Alive(member, "x:1", round_)
+            queue.enqueue_update(update, estimate_size(update))
+        queue.select(60, 8)  # room for one part only: fresher news always wins
+    assert len(queue) == 2
+    assert queue.stacked <= 2 * len(queue) + 64 + 1

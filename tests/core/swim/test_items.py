@@ -48,3 +48,14 @@ def test_push_pull_carries_items_that_gossip_missed(make_machine: MachineFactory
     ]
     assert sink.member("me") is not None and sink.live_count == 5
     assert reply.source == "sink"
+
+
+def test_forgotten_origin_leaves_push_pull_and_is_delivered_anew(make_machine: MachineFactory):
+    machine, _ = make_machine()
+    gone = BroadcastItem(Lane.STATE, "p1", 4, b"old site")
+    kept = BroadcastItem(Lane.STATE, "p2", 1, b"live site")
+    machine.handle_packet(peer_address(1), Ping(1, "p1", "me", items=(gone, kept)), 1.0)
+    machine.forget_origin("p1")
+    assert machine.push_pull_message(join=False).items == (kept,)
+    out = machine.handle_packet(peer_address(3), Ping(2, "p3", "me", items=(gone,)), 2.0)
+    assert [e.item for e in out if isinstance(e, Deliver)] == [gone]

@@ -115,16 +115,19 @@ class DisseminationQueue:
 
     Each bucket is a stack (newest on top). A replaced entry is only marked
     dead and discarded when a selection reaches it, so every operation costs
-    O(1) per entry touched.
+    O(1) per entry touched. When dead entries outnumber live ones (sustained
+    churn can bury them under fresher news), the stacks are compacted, which is
+    O(1) amortized per replacement.
     """
 
-    __slots__ = ("_buckets", "_entries", "_max_part_bytes", "_min_size")
+    __slots__ = ("_buckets", "_entries", "_max_part_bytes", "_min_size", "_stacked")
 
     def __init__(self, max_part_bytes: int) -> None:
         self._entries: dict[QueueKey, _Entry] = {}
         self._buckets: list[list[_Entry]] = [[]]
         self._max_part_bytes = max_part_bytes
         self._min_size = max_part_bytes
+        self._stacked = 0  # entries in the stacks, live or dead
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -152,12 +155,15 @@ class DisseminationQueue:
         old = self._entries.pop(key, None)
         if old is not None:
             old.live = False
+            if self._stacked > 2 * len(self._entries) + 64:
+                self._compact()
         part = size + PART_OVERHEAD_BYTES
         if part > self._max_part_bytes:
             return False  # never fits a datagram; push-pull carries it instead
         entry = _Entry(key, value, part)
         self._entries[key] = entry
         self._buckets[0].append(entry)
+        self._stacked += 1
         if part < self._min_size:
             self._min_size = part
         return True
@@ -180,11 +186,13 @@ class DisseminationQueue:
                     if entry.live:
                         entry.live = False
                         del self._entries[entry.key]
+                self._stacked -= len(bucket)
                 bucket.clear()
                 continue
             skipped: list[_Entry] = []
             while bucket and remaining >= min_size:
                 entry = bucket.pop()
+                self._stacked -= 1
                 if not entry.live:
                     continue
                 if entry.size <= remaining:
@@ -194,7 +202,18 @@ class DisseminationQueue:
                     skipped.append(entry)
             skipped.reverse()
             bucket.extend(skipped)
+            self._stacked += len(skipped)
         return self._commit(chosen, limit, budget_bytes - remaining)
+
+    def _compact(self) -> None:
+        for bucket in self._buckets:
+            bucket[:] = [entry for entry in bucket if entry.live]
+        self._stacked = sum(len(bucket) for bucket in self._buckets)
+
+    @property
+    def stacked(self) -> int:
+        """Entries held in the stacks, including replaced ones not yet discarded."""
+        return self._stacked
 
     def _commit(self, chosen: list[_Entry], limit: int, used: int) -> Piggyback:
         updates: list[MemberUpdate] = []
@@ -215,4 +234,5 @@ class DisseminationQueue:
             if entry.transmits == len(buckets):
                 buckets.append([])
             buckets[entry.transmits].append(entry)
+            self._stacked += 1
         return Piggyback(updates, items, used)

@@ -240,6 +240,18 @@ class SwimMachine:
         items[(item.origin, item.lane)] = item
         self._view.queue.enqueue_item(item, self._view.size_of(item))
 
+    def forget_origin(self, origin: str) -> None:
+        """Drop the items held for `origin` (the owner evicted that site).
+
+        They leave push-pull replies at once; should the same items arrive
+        again, they are delivered again, and the owner decides anew.
+        """
+        if origin == self.node_id:
+            return
+        items = self._view.items
+        for key in [key for key in items if key[0] == origin]:
+            del items[key]
+
     # -- datagrams ---------------------------------------------------------
 
     def handle_packet(self, src_address: str, message: Datagram, now: float) -> list[Effect]:
