@@ -1,0 +1,336 @@
+"""Telemetry gateway throughput and ACK latency per backbone, against raw writes of the same bytes.
+
+For each backbone (embedded SQLite, NATS JetStream) it starts ``grid
+telemetry-gateway`` as a process on 127.0.0.1 and drives it over real mTLS with
+a few agents, each posting distinct 1,000-event batches back to back. It reports
+acknowledged events/s, p50/p99 ACK latency, and the gateway process's CPU time
+(events per CPU-second is the "per core" figure). It then reads back the exact
+stamped records the gateway stored and writes the same bytes straight to the
+same kind of backbone, in the same run:
+
+- SQLite: WAL, ``synchronous=FULL``, one transaction per batch (as the gateway does);
+- JetStream: one message per batch, PubAck awaited, as many publishers as agents.
+
+The raw write runs three times and its median counts, because fsync latency on
+a shared disk varies from run to run.
+
+The ratio gateway/raw says how much of the backbone's own rate the admission
+pipeline keeps. Targets: >= 50% of raw SQLite, >= 100k events/s per core with
+SQLite. The machine's load average is printed too: on a shared machine the
+gateway gets only part of a core, so wall-clock rates understate it and events
+per gateway CPU-second is the steadier figure. ``--profile`` runs the SQLite
+gateway under cProfile and prints where its time goes. The last line of output
+is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import pstats
+import signal
+import sqlite3
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from grid.adapters.backbone import StoredRecord
+from grid.adapters.backbone.jetstream import JetStreamBackbone, encode_batch
+from grid.demo.pki import DevCA
+from grid.proto_gen.grid.telemetry.v1 import telemetry_pb2 as pb
+from grid.telemetry.backbones import open_backbone, open_roster
+from grid.testing.nats_server import NatsServer
+
+BATCH_EVENTS = 1000
+SQLITE_RATIO_TARGET = 0.5
+SQLITE_PER_CORE_TARGET = 100_000
+RAW_REPEATS = 3
+"""Raw baseline runs per backbone; the median is used (fsync latency is noisy)."""
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PROTOBUF = "application/x-protobuf"
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Files of the bench's dev PKI."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    agents: list[tuple[str, Path, Path]]
+
+
+def make_pki(directory: Path, agents: int) -> Pki:
+    """A CA, a gateway certificate and ``agents`` agent certificates."""
+    ca = DevCA()
+    (directory / "ca.pem").write_bytes(ca.cert_pem)
+    issued = {"gateway": ca.issue("gateway")} | {
+        f"agent-{i}": ca.issue(f"agent-{i}") for i in range(agents)
+    }
+    for name, item in issued.items():
+        (directory / f"{name}.pem").write_bytes(item.cert_pem)
+        (directory / f"{name}-key.pem").write_bytes(item.key_pem)
+    rows = [
+        (f"agent-{i}", directory / f"agent-{i}.pem", directory / f"agent-{i}-key.pem")
+        for i in range(agents)
+    ]
+    return Pki(directory / "ca.pem", directory / "gateway.pem", directory / "gateway-key.pem", rows)
+
+
+class Bodies:
+    """Distinct 1,000-event batch bodies, cheaply: one unique event plus 999 fixed ones.
+
+    Protobuf concatenation merges repeated fields, so the body is the framed unique
+    event followed by the pre-serialized rest; each body differs, so each gets its
+    own content-derived batch ID and nothing is de-duplicated away.
+    """
+
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        self.count = 0
+        self.observed = dt.datetime.now(dt.UTC)
+        rest = pb.EventBatch()
+        for i in range(1, BATCH_EVENTS):
+            rest.events.append(self._event(f"{agent}-fixed-{i}"))
+        self.fixed = rest.SerializeToString()
+
+    def _event(self, record_id: str) -> pb.Event:
+        event = pb.Event(record_id=record_id, type="gpu.utilization", payload=b"u" * 48)
+        event.observed_at.FromDatetime(self.observed)
+        event.attributes.update({"gpu": "0", "host": "node-17"})
+        return event
+
+    def next(self) -> bytes:
+        """The next distinct body."""
+        self.count += 1
+        head = pb.EventBatch(protocol_version=1, schema_version=1)
+        head.events.append(self._event(f"{self.agent}-{self.count}"))
+        return head.SerializeToString() + self.fixed
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+async def start_gateway(
+    pki: Pki, data_dir: Path, backbone: str, profile_to: Path | None
+) -> tuple[asyncio.subprocess.Process, str]:
+    """Start the gateway process; return it and its HOST:PORT once it is ready."""
+    prefix = [sys.executable]
+    if profile_to is not None:
+        prefix += ["-m", "cProfile", "-o", str(profile_to)]
+    args = [*prefix, "-m", "grid", "telemetry-gateway", "--listen", "127.0.0.1:0"]
+    args += ["--cert", str(pki.cert), "--key", str(pki.key), "--client-ca", str(pki.ca)]
+    args += ["--data-dir", str(data_dir), "--backbone", backbone, "--gateway-id", "bench"]
+    args += ["--rate-per-agent-rps", "1000000", "--burst-per-agent", "1000000"]
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    return proc, json.loads(line)["listening"]
+
+
+async def stop_gateway(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM and wait (the gateway, and cProfile, exit cleanly on it)."""
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.wait(), 30)
+
+
+async def agent_load(
+    pki: Pki, index: int, address: str, until: float, latencies: list[float]
+) -> int:
+    """Post batches back to back until ``until``; the number of acknowledged events."""
+    _, cert, key = pki.agents[index]
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    context.load_cert_chain(str(cert), str(key))
+    bodies = Bodies(pki.agents[index][0])
+    acked = 0
+    connector = aiohttp.TCPConnector(ssl=context, limit=1)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        while time.monotonic() < until:
+            body = bodies.next()
+            started = time.perf_counter()
+            async with session.post(
+                f"https://{address}/v1/events", data=body, headers={"Content-Type": PROTOBUF}
+            ) as response:
+                raw = await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"gateway refused: {pb.Refusal.FromString(raw).code}")
+            latencies.append(time.perf_counter() - started)
+            acked += pb.Ack.FromString(raw).accepted
+    return acked
+
+
+async def read_batches(backbone: str, data_dir: Path) -> list[list[StoredRecord]]:
+    """The stamped records the gateway stored, grouped by batch in order."""
+    store = await open_backbone(backbone, data_dir)
+    batches: dict[str, list[StoredRecord]] = {}
+    try:
+        async for batch_id, _, record in store.records():
+            batches.setdefault(batch_id, []).append(record)
+    finally:
+        await store.close()
+    return list(batches.values())
+
+
+def raw_sqlite_rate(batches: list[list[StoredRecord]], path: Path) -> float:
+    """Events/s of plain WAL + synchronous=FULL inserts, one transaction per batch."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE raw (seq INTEGER PRIMARY KEY, record_id TEXT, encoded BLOB)")
+    started = time.perf_counter()
+    for batch in batches:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO raw (record_id, encoded) VALUES (?, ?)",
+            [(r.record_id, r.encoded) for r in batch],
+        )
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return sum(len(b) for b in batches) / elapsed
+
+
+async def raw_jetstream_rate(
+    batches: list[list[StoredRecord]], url: str, agents: int, stream: str
+) -> float:
+    """Events/s of one-message-per-batch JetStream publishes with the PubAck awaited."""
+    prefix = stream.lower().replace("_", "")
+    backbone = await JetStreamBackbone.connect(url, stream=stream, subject_prefix=prefix)
+    js = backbone._nc.jetstream()
+    frames = [encode_batch(b) for b in batches]
+    queue = list(enumerate(frames))
+
+    async def publisher() -> None:
+        while queue:
+            n, frame = queue.pop()
+            await js.publish(f"{prefix}.events", frame, headers={"Nats-Msg-Id": f"raw-{n}"})
+
+    started = time.perf_counter()
+    await asyncio.gather(*(publisher() for _ in range(agents)))
+    elapsed = time.perf_counter() - started
+    await backbone.close()
+    return sum(len(b) for b in batches) / elapsed
+
+
+async def run_backbone(
+    kind: str, pki: Pki, work: Path, seconds: float, profile_to: Path | None
+) -> dict[str, Any]:
+    """Gateway figures and the raw baseline for one backbone."""
+    data_dir = work / f"data-{kind}"
+    nats = NatsServer(work / f"nats-{kind}") if kind == "nats" else None
+    if nats is not None:
+        nats.start()
+    spec = nats.url if nats is not None else "sqlite"
+    try:
+        roster = await open_roster(spec, data_dir)
+        for agent, _, _ in pki.agents:
+            await roster.append(agent, "registered", "bench")
+            await roster.append(agent, "admitted", "bench")
+        await roster.close()
+        proc, address = await start_gateway(pki, data_dir, spec, profile_to)
+        latencies: list[float] = []
+        cpu_before, started = cpu_seconds(proc.pid), time.perf_counter()
+        until = time.monotonic() + seconds
+        counts = await asyncio.gather(
+            *(agent_load(pki, i, address, until, latencies) for i in range(len(pki.agents)))
+        )
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds(proc.pid) - cpu_before
+        await stop_gateway(proc)
+        events = sum(counts)
+        batches = await read_batches(spec, data_dir)
+        raws = []
+        for attempt in range(RAW_REPEATS):
+            if kind == "sqlite":
+                raws.append(raw_sqlite_rate(batches, work / f"raw-{attempt}.sqlite3"))
+            else:
+                assert nats is not None
+                stream = f"RAW_BENCH_{attempt}"
+                raws.append(await raw_jetstream_rate(batches, nats.url, len(pki.agents), stream))
+        raw = statistics.median(raws)
+    finally:
+        if nats is not None:
+            nats.stop()
+    quantiles = statistics.quantiles(latencies, n=100)
+    rate = events / elapsed
+    return {
+        "events_per_s": round(rate),
+        "ack_p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "ack_p99_ms": round(quantiles[98] * 1000, 2),
+        "batches": len(latencies),
+        "gateway_cpu_s": round(cpu, 2),
+        "events_per_cpu_s": round(events / cpu) if cpu else None,
+        "raw_events_per_s": round(raw),
+        "raw_runs_events_per_s": [round(r) for r in raws],
+        "ratio_to_raw": round(rate / raw, 3),
+    }
+
+
+def print_profile(path: Path, top: int = 18) -> None:
+    """Where the gateway's time went, by own time."""
+    stats = pstats.Stats(str(path))
+    stats.sort_stats("tottime").print_stats(top)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="grid-bench-") as tmp:
+        work = Path(tmp)
+        pki = make_pki(work, args.agents)
+        results: dict[str, Any] = {}
+        for kind in args.backbones:
+            profile_to = work / "gateway.prof" if args.profile and kind == "sqlite" else None
+            results[kind] = await run_backbone(kind, pki, work, args.seconds, profile_to)
+            print(f"{kind}: {json.dumps(results[kind])}", flush=True)
+            if profile_to is not None:
+                print_profile(profile_to)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (under 60 s in all)")
+    parser.add_argument("--seconds", type=float, help="load duration per backbone")
+    parser.add_argument("--agents", type=int, default=4, help="concurrent agents (connections)")
+    parser.add_argument("--backbones", default="sqlite,nats", help="comma-separated")
+    parser.add_argument("--profile", action="store_true", help="cProfile the SQLite gateway")
+    args = parser.parse_args()
+    args.seconds = args.seconds or (4.0 if args.quick else 15.0)
+    args.backbones = [b for b in args.backbones.split(",") if b]
+    results = asyncio.run(main_async(args))
+    sqlite = results.get("sqlite")
+    summary: dict[str, Any] = {
+        "bench": "telemetry",
+        "quick": args.quick,
+        "batch_events": BATCH_EVENTS,
+        "agents": args.agents,
+        "seconds": args.seconds,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "cpu_count": os.cpu_count(),
+        **results,
+    }
+    if sqlite is not None:
+        summary["targets"] = {
+            "sqlite_ratio_to_raw_min": SQLITE_RATIO_TARGET,
+            "sqlite_ratio_met": sqlite["ratio_to_raw"] >= SQLITE_RATIO_TARGET,
+            "sqlite_events_per_cpu_s_min": SQLITE_PER_CORE_TARGET,
+            "sqlite_per_core_met": (sqlite["events_per_cpu_s"] or 0) >= SQLITE_PER_CORE_TARGET,
+        }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
