@@ -228,6 +228,10 @@ async def _store_snapshot(look: Any, site: str) -> dict[str, Any]:
     return {kind: _durable(await look.objects(site, kind)) for kind in kinds}
 
 
+async def _phase_is(look: Any, phase: str) -> bool:
+    return (await _site_phases(look, "east"))["central"][0] == phase
+
+
 async def test_restart_keeps_grid_id_and_store(mesh: DemoMesh, look: Any) -> None:
     """A gracefully stopped and restarted operator keeps its gridId and its store."""
     grid_id = await look.grid_id("central")
@@ -237,11 +241,14 @@ async def test_restart_keeps_grid_id_and_store(mesh: DemoMesh, look: Any) -> Non
     assert configmaps == {f"grid-overlay-{NETWORK}-edge-central"}
     mesh.kill_operator("central", signal.SIGTERM)
     assert await mesh.wait_exit("operator-central", 15.0) == 0
+    # A graceful stop leaves the SWIM mesh, so the peers record that it left.
+    await look.wait_for("east records central Left", lambda: _phase_is(look, "Left"), 10.0, 0.2)
     await mesh.start_operator("central")
     await look.wait_for("central ready again", lambda: look.ready("central"), 30.0, 0.2)
     await look.wait_for(
         "central renders its peers again", lambda: _overlay_ok(look, "central"), 20.0
     )
+    await look.wait_for("central Active at east again", lambda: _phase_is(look, "Active"), 15.0)
     assert await look.grid_id("central") == grid_id
     assert await _store_snapshot(look, "central") == before
     assert set(await look.objects("central", "ConfigMap")) == configmaps
