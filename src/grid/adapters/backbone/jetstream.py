@@ -126,6 +126,11 @@ async def _connect(url: str, connect_timeout_s: float, name: str) -> Client:
 
 
 def _varint(value: int) -> bytes:
+    # Record IDs and most stamped records are under 16 KiB: one or two bytes, no loop.
+    if value < 0x80:
+        return bytes((value,))
+    if value < 0x4000:
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while True:
         byte = value & 0x7F
@@ -152,11 +157,15 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 def encode_batch(records: Sequence[StoredRecord]) -> bytes:
     """Frame a batch's records: magic, count, then (record_id, encoded) pairs, length-prefixed."""
-    out = [_MAGIC, _varint(len(records))]
+    out = bytearray(_MAGIC)
+    out += _varint(len(records))
     for record in records:
         rid = record.record_id.encode()
-        out += [_varint(len(rid)), rid, _varint(len(record.encoded)), record.encoded]
-    return b"".join(out)
+        out += _varint(len(rid))
+        out += rid
+        out += _varint(len(record.encoded))
+        out += record.encoded
+    return bytes(out)
 
 
 def decode_batch(data: bytes) -> list[StoredRecord]:
