@@ -245,3 +245,29 @@ async def test_graceful_leave_is_seen_as_left_not_failed(start_node: StartNode) 
     crashed = stay[2]
     await crashed.stop()
     await wait_for(lambda: all("site-2" in n.members_in(MemberState.DEAD) for n in stay[:2]))
+
+
+async def test_keys_rotate_without_a_flag_day(start_node: StartNode) -> None:
+    nodes = await start_mesh(start_node, 3)
+    new_key = os.urandom(32)
+
+    async def traffic_flows() -> None:
+        marks = [n.counters.datagrams_received for n in nodes]
+        await wait_for(
+            lambda: all(
+                n.counters.datagrams_received > m + 2 for n, m in zip(nodes, marks, strict=True)
+            )
+        )
+
+    for keyring in (Keyring(KEY, [new_key]), Keyring(new_key, [KEY]), Keyring(new_key)):
+        for node in nodes:  # one member at a time, the mesh stays whole
+            node.set_keyring(keyring)
+            await traffic_flows()
+            assert full_membership(nodes)
+    assert all(n.counters.datagrams_dropped["auth_failed"] == 0 for n in nodes)
+    assert all(n.counters.streams_dropped["auth_failed"] == 0 for n in nodes)
+    # A member still on the retired key alone is now refused.
+    stale = await start_node("stale", seeds=nodes[:1], key=KEY)
+    await wait_for(lambda: stale.counters.push_pulls_failed >= 1)
+    assert stale.members() == []
+    assert nodes[0].counters.streams_dropped["auth_failed"] >= 1

@@ -183,6 +183,8 @@ class PushPullServer:
             counters.streams_dropped[exc.reason] += 1
         except TimeoutError:
             counters.streams_dropped["timeout"] += 1
+        except ConnectionAbortedError:
+            pass  # our node is stopping; the peer retries elsewhere
         except (OSError, asyncio.IncompleteReadError):
             counters.streams_dropped["truncated"] += 1
         finally:

@@ -190,25 +190,41 @@ class SwimNode:
             node._server,
         )
         node._endpoint = endpoint
-        bound_host, bound_port = endpoint.local_address
+        try:
+            await node._launch(node_id, advertise, seeds, config, rng)
+        except BaseException:
+            await node.stop()
+            raise
+        return node
+
+    async def _launch(
+        self,
+        node_id: str,
+        advertise: str | None,
+        seeds: Iterable[str],
+        config: SwimConfig | None,
+        rng: random.Random | None,
+    ) -> None:
+        """Create the machine at the advertised address, start its task and join."""
+        assert self._endpoint is not None
+        bound_host, bound_port = self._endpoint.local_address
         if advertise is None:
             if not is_ip_literal(bound_host) or bound_host in ("0.0.0.0", "::"):
-                await node.stop()
                 raise ValidationError("binding a wildcard address needs advertise", path="bind")
             advertise = format_address(bound_host, bound_port)
         else:
             advertise = await resolve_address(advertise)
-        node._machine = SwimMachine(
+        resolved = [await resolve_address(seed) for seed in seeds]
+        machine = SwimMachine(
             node_id,
             advertise,
             rng=rng or random.Random(),
             config=config,
             size_of=encoded_size,
         )
-        resolved = [await resolve_address(seed) for seed in seeds]
-        node._task = asyncio.create_task(node._run(), name=f"swim:{node_id}")
-        await node._submit(lambda now: (None, node.machine.join(resolved, now)))
-        return node
+        self._machine = machine
+        self._task = asyncio.create_task(self._run(), name=f"swim:{node_id}")
+        await self._submit(lambda now: (None, machine.join(resolved, now)))
 
     @property
     def machine(self) -> SwimMachine:
@@ -243,6 +259,10 @@ class SwimNode:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._timers.close()
+        while self._commands:
+            _, future = self._commands.popleft()
+            if future is not None and not future.done():
+                future.set_exception(ConnectionAbortedError("the SWIM node stopped"))
         for task in list(self._exchanges):
             task.cancel()
         if self._exchanges:
@@ -285,6 +305,17 @@ class SwimNode:
         count: int = await self._submit(command)
         return count
 
+    def set_keyring(self, keyring: Keyring) -> None:
+        """Switch keys (rotation): later datagrams and exchanges use the new keyring.
+
+        Rotate without a flag day by installing the new key as accepted
+        everywhere first, then as primary everywhere (SPEC-DECISIONS §3).
+        """
+        self.keyring = keyring
+        self._server.keyring = keyring
+        if self._endpoint is not None:
+            self._endpoint.keyring = keyring
+
     def members(self) -> list[Member]:
         """The current member table (tombstones included, ourselves excluded)."""
         return self.machine.members()
@@ -301,8 +332,8 @@ class SwimNode:
     # -- the machine task ----------------------------------------------------
 
     def _submit(self, command: Command) -> asyncio.Future[Any]:
-        if self._task is None or self._task.done():
-            raise RuntimeError("the SWIM node is not running")
+        if self._task is None or self._task.done() or self._stopped:
+            raise ConnectionAbortedError("the SWIM node is not running")
         future: asyncio.Future[Any] = self._loop.create_future()
         self._commands.append((command, future))
         self._wakeup.set()
