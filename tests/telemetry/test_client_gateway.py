@@ -13,6 +13,7 @@ from typing import Any
 from grid.cli.telemetry_send import load_records, record_line
 from grid.proto_gen.grid.telemetry.v1 import telemetry_pb2 as pb
 from grid.telemetry.client import (
+    ClientSettings,
     HttpsTransport,
     OutboundRecord,
     TelemetryClient,
@@ -135,3 +136,28 @@ async def test_send_command_sends_files_and_writes_what_it_retains(
             assert summary["retained"][0]["code"] == "agent_not_registered"
             assert load_records([retained]) == load_records([source])
     assert sum(len(b.records) for b in harness.backbone.batches) == 6
+
+
+async def test_large_refused_batch_reads_the_refusal_not_a_reset(
+    pki: Pki, start_gateway: Any
+) -> None:
+    harness = await start_gateway(rate_per_agent_rps=0.01, burst_per_agent=1)
+    await admit(harness.roster, AGENT_IDS["cn"])
+    now = dt.datetime.now(dt.UTC)
+    big = [OutboundRecord("events", f"b{i}", now, "blob", {}, b"z" * 2000) for i in range(400)]
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    transport = _transport(pki, "cn", harness.gateway.address)
+    client = TelemetryClient(transport, ClientSettings(attempts_max=2), sleep=sleep)
+    try:
+        first = await client.send(big)
+        second = await client.send(big)
+    finally:
+        await transport.close()
+    assert first.acknowledged_records == 400
+    assert second.refusals == {"rate_limited": 2}
+    assert second.retained_records == big
+    assert sleeps and sleeps[0] >= 99  # Retry-After of an agent refilling at 0.01 requests/s

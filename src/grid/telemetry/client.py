@@ -329,11 +329,24 @@ class TelemetryClient:
         return last
 
 
+EXPECT_CONTINUE_BYTES_MIN = 64 * 1024
+"""Bodies at least this large ask for ``100 Continue`` first: the gateway refuses before
+the upload (rate, capacity, roster), so a refused large batch costs no bandwidth and the
+client reads the refusal instead of a reset connection."""
+
+
 class HttpsTransport:
     """POSTs over mTLS to ``https://HOST:PORT`` with aiohttp, one connection reused."""
 
     def __init__(
-        self, gateway: str, *, cert: Path, key: Path, ca: Path, timeout_s: float = 30.0
+        self,
+        gateway: str,
+        *,
+        cert: Path,
+        key: Path,
+        ca: Path,
+        timeout_s: float = 30.0,
+        expect_continue_bytes_min: int = EXPECT_CONTINUE_BYTES_MIN,
     ) -> None:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
         context.load_cert_chain(str(cert), str(key))
@@ -341,6 +354,7 @@ class HttpsTransport:
         self._context = context
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self._expect_min = expect_continue_bytes_min
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> Response:
         """POST over mTLS; every failure without an HTTP answer is a `TransportError`."""
@@ -348,7 +362,12 @@ class HttpsTransport:
             connector = aiohttp.TCPConnector(ssl=self._context, limit=1)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         try:
-            async with self._session.post(self._base + path, data=body, headers=headers) as resp:
+            async with self._session.post(
+                self._base + path,
+                data=body,
+                headers=headers,
+                expect100=len(body) >= self._expect_min,
+            ) as resp:
                 return Response(resp.status, dict(resp.headers), await resp.read())
         except aiohttp.ClientConnectorCertificateError as exc:
             raise TransportError(
