@@ -260,11 +260,17 @@ class Simulator:
         group = list(self.running() if nodes is None else nodes)
         if any(observer.machine.live_count < len(group) - 1 for observer in group):
             return False
-        accepted = {MemberState.ALIVE, MemberState.SUSPECT} if suspect_ok else {MemberState.ALIVE}
+        if not suspect_ok and any(observer.machine.suspect_count for observer in group):
+            return False
+        ids = {node.id for node in group}
         for observer in group:
-            for member in group:
-                if member is not observer and observer.state_of(member.id) not in accepted:
-                    return False
+            if suspect_ok:
+                held = {m.id for m in observer.machine.members() if m.live}
+            else:
+                held = {m.id for m in observer.machine.members() if m.state is MemberState.ALIVE}
+            held.add(observer.id)
+            if not ids <= held:
+                return False
         return True
 
     def deaths(self, member: str | None = None) -> list[Observation]:

@@ -155,6 +155,11 @@ class SwimMachine:
         """Alive and suspect members known, the local member excluded."""
         return self._members.live_count
 
+    @property
+    def suspect_count(self) -> int:
+        """Members currently held suspect."""
+        return self._members.suspect_count
+
     def known_items(self) -> list[BroadcastItem]:
         """The newest item held per (origin, lane)."""
         return list(self._view.items.values())
@@ -171,7 +176,8 @@ class SwimMachine:
         """Load a known member table before joining (persisted state, simulations)."""
         if self.status is not NodeStatus.IDLE:
             raise TransitionError("restore() is only allowed before join()")
-        table = {mid: m for mid, m in members.items() if mid != self.node_id}
+        table = dict(members)
+        table.pop(self.node_id, None)
         self._members.load(table, self._rng)
 
     # -- lifecycle ---------------------------------------------------------
@@ -198,7 +204,8 @@ class SwimMachine:
         first_probe = now + self._rng.uniform(0.0, cfg.probe_interval_s)
         out.append(Schedule(ProbeTick(self._epoch), first_probe))
         if cfg.push_pull_interval_s > 0:
-            first_sync = now + cfg.push_pull_interval_s * self._rng.uniform(0.5, 1.5)
+            interval = cfg.push_pull_interval(self._members.live_count + 1)
+            first_sync = now + interval * self._rng.uniform(0.5, 1.5)
             out.append(Schedule(PushPullTick(self._epoch), first_sync))
         return out
 
@@ -367,7 +374,7 @@ class SwimMachine:
             return []
         probe.indirect = True
         target = self._members.get(probe.target)
-        if target is None or not target.state.live:
+        if target is None or not target.live:
             return []
         helpers = self._members.random_live(self._rng, self.config.gossip_nodes, target.id)
         probe.expected_nacks = len(helpers)
@@ -385,7 +392,7 @@ class SwimMachine:
         else:
             health.apply(1)
         target = self._members.get(probe.target)
-        if target is None or not target.state.live:
+        if target is None or not target.live:
             return
         accusation = Suspect(target.id, target.address, probe.incarnation, self.node_id)
         self._view.apply(accusation, now, out, gossip=True)
@@ -413,8 +420,10 @@ class SwimMachine:
             out.append(PushPullRequest(partners[0].address, self.push_pull_message(join=False)))
         # Seeds we do not hold live are retried too: that reconnects a member
         # left alone, and halves of a partition that outlasted the tombstones.
-        live = {m.address for m in self._members if m.state.live}
-        lost = [seed for seed in self._seeds if seed not in live]
+        lost: list[str] = []
+        if self._seeds:
+            live = {m.address for m in self._members if m.live}
+            lost = [seed for seed in self._seeds if seed not in live]
         if lost:
             seed = self._rng.choice(lost)
             out.append(PushPullRequest(seed, self.push_pull_message(join=not partners)))
@@ -467,7 +476,7 @@ class SwimMachine:
         for update in remote.members:
             if type(update) is Dead and not update.left:
                 local = records.get(update.member)
-                if local is not None and local.state.live:
+                if local is not None and local.live:
                     update = Suspect(
                         update.member, update.address, update.incarnation, remote.source
                     )

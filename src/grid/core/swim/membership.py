@@ -144,7 +144,7 @@ class Membership:
                 self.refute(suspect.incarnation, penalize=True)
             return
         local = self.table.get(suspect.member)
-        if local is None or suspect.incarnation < local.incarnation or not local.state.live:
+        if local is None or suspect.incarnation < local.incarnation or not local.live:
             return
         current = self.suspicions.get(suspect.member)
         if current is not None and current.incarnation == suspect.incarnation:
@@ -197,7 +197,7 @@ class Membership:
         local = self.table.get(dead.member)
         if local is None or dead.incarnation < local.incarnation:
             return
-        if not local.state.live and dead.incarnation == local.incarnation:
+        if not local.live and dead.incarnation == local.incarnation:
             return
         state = MemberState.LEFT if dead.left else MemberState.DEAD
         self.suspicions.pop(dead.member, None)
