@@ -253,6 +253,9 @@ async def run_backbone(
         await stop_gateway(proc)
         events = sum(counts)
         batches = await read_batches(spec, data_dir)
+        stored_events = sum(len(b) for b in batches)
+        if stored_events < events:
+            raise RuntimeError(f"{kind}: {events} events acknowledged, {stored_events} stored")
         raws = []
         for attempt in range(RAW_REPEATS):
             if kind == "sqlite":
