@@ -33,15 +33,9 @@ from grid.demo.mesh import DemoMesh
 from grid.demo.plan import NAMESPACE, NETWORK
 
 SITES = ["east", "west", "central"]
-SCRAPE_INTERVAL_S = 1.0
-"""The demo mesh scrapes every provider every second (plan: ``interval: 1s``)."""
-SUSPICION_TIMEOUT_S = 2.0
-STALE_TTL_S = 10.0
-"""The demo GridNetwork's ``staleCandidateTtlSeconds``."""
 MISPINNED = ("central", "west")
 """(store, GridSite): central's copy of west's GridSite pins a wrong fingerprint."""
 WRONG_FINGERPRINT = hashlib.sha256(b"not the certificate west presents").hexdigest()
-POLL_S = 0.05
 
 
 async def wait_for(

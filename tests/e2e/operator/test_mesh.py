@@ -124,6 +124,16 @@ async def test_wrong_fingerprint_never_active(mesh: DemoMesh, look: Any) -> None
     while time.monotonic() < deadline:
         assert (await _site_phases(look, "central"))["west"][0] == "Connecting"
         await asyncio.sleep(0.25)
+    # Central's operator log holds every phase change it made: west never went Active there,
+    # while east did.
+    changes = [
+        json.loads(line)
+        for line in (mesh.root / "logs" / "operator-central.log").read_text().splitlines()
+        if '"site phase"' in line
+    ]
+    assert {c["to"] for c in changes if c.get("site") == "east"} >= {"Connecting", "Active"}
+    assert "Connecting" in {c["to"] for c in changes if c.get("site") == "west"}
+    assert "Active" not in {c["to"] for c in changes if c.get("site") == "west"}
     # The public surface says the same.
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
