@@ -271,3 +271,19 @@ async def test_keys_rotate_without_a_flag_day(start_node: StartNode) -> None:
     await wait_for(lambda: stale.counters.push_pulls_failed >= 1)
     assert stale.members() == []
     assert nodes[0].counters.streams_dropped["auth_failed"] >= 1
+
+
+async def test_timers_and_tasks_stay_bounded_and_stop_leaves_nothing(
+    start_node: StartNode,
+) -> None:
+    nodes = await start_mesh(start_node, 3)
+    await wait_for(lambda: all(n.counters.datagrams_received >= 30 for n in nodes))
+    for node in nodes:
+        # Probe tick, probe timeout, push-pull tick, a relay or suspicion or two.
+        assert len(node._timers) <= 8
+    swim_tasks = [t for t in asyncio.all_tasks() if t.get_name().startswith("swim:")]
+    assert len(swim_tasks) == len(nodes)
+    for node in nodes:
+        await node.stop()
+        assert len(node._timers) == 0
+    await wait_for(lambda: not [t for t in asyncio.all_tasks() if t.get_name().startswith("swim:")])

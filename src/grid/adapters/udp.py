@@ -33,7 +33,7 @@ import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from grid.core.swim.messages import (
     Ack,
@@ -219,7 +219,7 @@ class DatagramEndpoint(asyncio.DatagramProtocol):
         # DatagramTransport, although it implements it.
         self._transport = cast(asyncio.DatagramTransport, transport)
 
-    def datagram_received(self, data: bytes, addr: tuple[str | object, ...]) -> None:
+    def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
         """Unseal, decode and hand over one datagram, or drop and count it."""
         counters = self.counters
         counters.datagrams_received += 1
@@ -237,7 +237,7 @@ class DatagramEndpoint(asyncio.DatagramProtocol):
         except ProtocolError:
             counters.datagrams_dropped["malformed"] += 1
             return
-        self._on_receive(format_address(str(addr[0]), int(str(addr[1]))), message)
+        self._on_receive(format_address(str(addr[0]), int(addr[1])), message)
 
     def error_received(self, exc: Exception) -> None:
         """An ICMP error (a peer's port is closed): count it, SWIM handles the loss."""
