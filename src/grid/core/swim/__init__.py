@@ -1,1 +1,13 @@
-"""A sans-IO SWIM membership machine with the Lifeguard refinements."""
+"""A sans-IO SWIM membership machine with the Lifeguard refinements.
+
+The public surface: `SwimMachine` (inputs in, effects out), its `SwimConfig`,
+the wire vocabulary in `messages`, and the effects and timers in `effects`.
+One module per concept: `members` (the table and probe order), `membership`
+(precedence rules), `suspicion` (dynamic timeout), `health` (LHM),
+`dissemination` (the piggyback queue and its lanes). See docs/swim.md.
+"""
+
+from grid.core.swim.config import SwimConfig
+from grid.core.swim.machine import NodeStatus, SwimMachine
+
+__all__ = ["NodeStatus", "SwimConfig", "SwimMachine"]

@@ -16,6 +16,7 @@ Inputs (each takes `now`, seconds on the adapter's monotonic clock):
   reply (to send back on the same connection) and effects.
 - `handle_push_pull_reply(reply, now)`: the reply to a `PushPullRequest` of ours.
 - `publish(item)`: an item of ours to disseminate (its revision must grow).
+- `forget_origin(origin)`, `restore(members)`: owner housekeeping.
 
 Each input returns effects (see `grid.core.swim.effects`): `Send`, `Schedule`,
 `Notify`, `Deliver` and `PushPullRequest`. An adapter is thus a loop: decode,
