@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from grid.testing.clock import FakeClock
@@ -49,7 +49,6 @@ class NetworkStats:
     duplicated: int = 0
     streams: int = 0
     streams_refused: int = 0
-    by_kind: dict[str, int] = field(default_factory=dict)
 
 
 class FakeNetwork:
