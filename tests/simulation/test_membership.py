@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import math
 
-from grid.core.swim.messages import BroadcastItem, Lane
+from grid.core.swim.dissemination import (
+    DATAGRAM_HEADROOM_BYTES,
+    PART_OVERHEAD_BYTES,
+    estimate_size,
+)
+from grid.core.swim.messages import Alive, BroadcastItem, Lane
 from grid.testing.simulator import Simulator
 
 JOIN_SPACING_S = 0.1
@@ -70,3 +75,28 @@ def test_1024_nodes_reach_full_membership_after_joins(sim_seed: int):
     rounds = (reached - last_join) / interval
     print(f"1024 nodes: 8 joins known to all in {rounds:.1f} rounds (bound {bound})")
     assert sim.deaths() == [], sim
+
+
+def test_256_simultaneous_joins_reach_full_membership_within_the_bandwidth_bound(sim_seed: int):
+    sim = Simulator(sim_seed)
+    nodes = [sim.add_node() for _ in range(256)]
+    sim.join(nodes[0], ())
+    for node in nodes[1:]:
+        sim.run_for(0.02)
+        sim.join(node, [nodes[0]])
+    last_join = sim.now
+    # Mass joins are limited by piggyback bandwidth, not by rounds: every one
+    # of the n-1 joins is sent L = λ·⌈log10(n+1)⌉ times by each of n members,
+    # and a member sends about two datagrams per round holding `slots` parts.
+    # Draining every queue once bounds the time to full membership.
+    n = len(nodes)
+    alive = Alive(nodes[-1].id, nodes[-1].address, 0)
+    slots = (sim.config.datagram_budget_bytes - DATAGRAM_HEADROOM_BYTES) // (
+        estimate_size(alive) + PART_OVERHEAD_BYTES
+    )
+    bound = math.ceil((n - 1) * sim.config.retransmit_limit(n) / (2 * slots))
+    interval = sim.config.probe_interval_s
+    reached = sim.run_until(sim.full_membership, timeout_s=bound * interval, check_every_s=1.0)
+    assert reached is not None, f"256 joins not known everywhere in {bound} rounds: {sim!r}"
+    rounds = (reached - last_join) / interval
+    print(f"256 simultaneous joins: full membership in {rounds:.1f} rounds (bound {bound})")
