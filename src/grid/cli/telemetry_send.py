@@ -122,7 +122,13 @@ def summary(report: SendReport) -> dict[str, Any]:
 async def _send(
     records: list[OutboundRecord], gateway: str, tls: dict[str, Path], settings: ClientSettings
 ) -> SendReport:
-    transport = HttpsTransport(gateway, timeout_s=settings.request_timeout_s, **tls)
+    transport = HttpsTransport(
+        gateway,
+        cert=tls["cert"],
+        key=tls["key"],
+        ca=tls["ca"],
+        timeout_s=settings.request_timeout_s,
+    )
     try:
         return await TelemetryClient(transport, settings).send(records)
     finally:
