@@ -8,6 +8,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nats.js import api
 
 from grid.adapters.backbone import BackboneUnavailable, PublishBatch, StoredRecord
 from grid.adapters.backbone.jetstream import JetStreamBackbone, decode_batch, encode_batch
@@ -155,3 +156,32 @@ def test_frame_decoder_returns_records_or_protocol_error(data: bytes) -> None:
             decode_batch(candidate)
         except ProtocolError as exc:
             assert exc.code == "bad_frame"
+
+
+async def test_existing_stream_keeps_operator_limits_and_memory_storage_is_refused(
+    nats_url: str, isolation: str
+) -> None:
+    first = await _backbone(nats_url, isolation)
+    try:
+        js = first._nc.jetstream()
+        info = await js.stream_info(f"T_{isolation}")
+        await js.update_stream(info.config.evolve(max_age=3600.0))
+        memory = api.StreamConfig(
+            name=f"M_{isolation}",
+            subjects=[f"m{isolation.lower()}.x"],
+            storage=api.StorageType.MEMORY,
+        )
+        await js.add_stream(memory)
+    finally:
+        await first.close()
+    again = await _backbone(nats_url, isolation)
+    try:
+        info = await again._nc.jetstream().stream_info(f"T_{isolation}")
+        assert info.config.max_age == 3600.0
+        assert info.config.storage == api.StorageType.FILE
+    finally:
+        await again.close()
+    with pytest.raises(BackboneUnavailable, match="file storage is required"):
+        await JetStreamBackbone.connect(
+            nats_url, stream=f"M_{isolation}", subject_prefix=f"m{isolation.lower()}"
+        )

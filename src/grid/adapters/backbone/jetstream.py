@@ -235,12 +235,10 @@ class JetStreamBackbone:
             duplicate_window=DUPLICATE_WINDOW_S,
         )
         try:
-            try:
-                await js.stream_info(stream)
-            except nats.js.errors.NotFoundError:
-                await js.add_stream(config)
-            else:
-                await js.update_stream(config)
+            await _ensure_stream(js, config)
+        except BackboneUnavailable:
+            await nc.close()
+            raise
         except _NATS_ERRORS as exc:
             await nc.close()
             raise BackboneUnavailable(f"cannot set up stream {stream}") from exc
@@ -298,6 +296,30 @@ class JetStreamBackbone:
     async def close(self) -> None:
         """Close the NATS connection."""
         await self._nc.close()
+
+
+async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
+    """Create the stream, or add our subjects to an existing one.
+
+    An existing stream keeps the rest of its configuration, so limits an operator set
+    (``max_age``, ``max_bytes``, replicas) survive gateway restarts. Storage cannot be
+    changed later, and only file storage keeps the ACK promise, so anything else is refused.
+    """
+    assert config.name is not None
+    try:
+        info = await js.stream_info(config.name)
+    except nats.js.errors.NotFoundError:
+        await js.add_stream(config)
+        return
+    current = info.config
+    if current.storage != api.StorageType.FILE:
+        raise BackboneUnavailable(
+            f"stream {config.name} uses {current.storage} storage; file storage is required"
+        )
+    subjects = list(current.subjects or [])
+    missing = [s for s in config.subjects or [] if s not in subjects]
+    if missing:
+        await js.update_stream(current.evolve(subjects=subjects + missing))
 
 
 def _assemble(
