@@ -36,6 +36,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
+from nats.js.kv import KeyValue
 
 from grid.adapters.backbone import (
     BackboneUnavailable,
@@ -397,9 +398,10 @@ def _entry(msg: Msg) -> RosterEntry | None:
 class JetStreamRoster:
     """A `RosterLog` in a JetStream KV bucket; revision = the KV stream sequence."""
 
-    def __init__(self, nc: Client, js: JetStreamContext, *, bucket: str) -> None:
+    def __init__(self, nc: Client, js: JetStreamContext, kv: KeyValue, *, bucket: str) -> None:
         self._nc = nc
         self._js = js
+        self._kv = kv
         self._bucket = bucket
         self._stream = f"KV_{bucket}"
         self._subject = f"$KV.{bucket}.log.>"
@@ -417,13 +419,15 @@ class JetStreamRoster:
         js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
         try:
             try:
-                await js.key_value(bucket)
+                kv = await js.key_value(bucket)
             except nats.js.errors.BucketNotFoundError:
-                await js.create_key_value(bucket=bucket, history=1, storage=api.StorageType.FILE)
+                kv = await js.create_key_value(
+                    bucket=bucket, history=1, storage=api.StorageType.FILE
+                )
         except _NATS_ERRORS as exc:
             await nc.close()
             raise BackboneUnavailable(f"cannot set up roster bucket {bucket}") from exc
-        return cls(nc, js, bucket=bucket)
+        return cls(nc, js, kv, bucket=bucket)
 
     async def append(self, agent_id: str, state: RosterState, tenant_id: str | None) -> RosterEntry:
         """Put a new ``log.{uuid}`` key; its KV revision is the entry's revision."""
@@ -431,8 +435,7 @@ class JetStreamRoster:
             raise ValueError(f"unknown roster state {state!r}")
         value = json.dumps({"agent_id": agent_id, "tenant_id": tenant_id, "state": state})
         try:
-            kv = await self._js.key_value(self._bucket)
-            revision = await kv.put(f"log.{uuid.uuid4().hex}", value.encode())
+            revision = await self._kv.put(f"log.{uuid.uuid4().hex}", value.encode())
         except _NATS_ERRORS as exc:
             raise BackboneUnavailable("roster append was not acknowledged") from exc
         return RosterEntry(agent_id, tenant_id, state, revision)
