@@ -200,6 +200,9 @@ def test_retry_after_header_wins_over_body_and_http_dates_parse() -> None:
         "%a, %d %b %Y %H:%M:%S GMT"
     )
     assert 25 <= retry_after_s(Response(503, {"Retry-After": later}, b""), None) <= 31
+    for garbage in ("soon", "1.5", "Mon, 99 Foo", "-3", ","):
+        headers = {"Retry-After": garbage}
+        assert retry_after_s(Response(503, headers, b""), pb.Refusal(retry_after_seconds=4)) == 4
 
 
 @pytest.mark.parametrize("status", [500, 502])

@@ -209,8 +209,11 @@ def retry_after_s(response: Response, refusal: pb.Refusal | None) -> float:
     if value.isdigit():
         return float(value)
     if value:
-        when = email.utils.parsedate_to_datetime(value) if "," in value else None
-        if when is not None:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            when = None  # Unparseable: fall back to the body's field.
+        if when is not None and when.tzinfo is not None:
             return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
     return float(refusal.retry_after_seconds) if refusal is not None else 0.0
 
