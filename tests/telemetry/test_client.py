@@ -7,6 +7,8 @@ import random
 from collections.abc import Mapping
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grid.proto_gen.grid.telemetry.v1 import telemetry_pb2 as pb
 from grid.telemetry.client import (
@@ -16,6 +18,7 @@ from grid.telemetry.client import (
     TelemetryClient,
     TransportError,
     encode_batch,
+    parse_refusal,
     retry_after_s,
     split_batches,
 )
@@ -211,3 +214,20 @@ async def test_bare_server_errors_are_retried_like_capacity(status: int) -> None
     report = await _client(transport, VirtualSleep()).send(_events(2))
     assert report.acknowledged_records == 2
     assert report.refusals == {f"http_{status}": 1}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    status=st.integers(100, 599),
+    content_type=st.sampled_from(["application/json", "application/x-protobuf", "text/html", ""]),
+    body=st.binary(max_size=200),
+    retry_after=st.text(max_size=40),
+)
+def test_any_answer_parses_to_a_refusal_code_and_a_finite_pause(
+    status: int, content_type: str, body: bytes, retry_after: str
+) -> None:
+    response = Response(status, {"Content-Type": content_type, "Retry-After": retry_after}, body)
+    refusal = parse_refusal(response)
+    assert refusal.code
+    pause = retry_after_s(response, refusal)
+    assert 0.0 <= pause < float("inf")
