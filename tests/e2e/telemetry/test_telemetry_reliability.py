@@ -141,8 +141,9 @@ async def _post(transport: HttpsTransport, records: list[OutboundRecord]) -> tup
     return response.status, code, response.headers.get("Retry-After", "")
 
 
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 async def test_backbone_down_means_only_503_and_no_ack_then_recovery(
-    pki: Pki, gateways: Gateways, nats: NatsServer, tmp_path: Path
+    how: str, pki: Pki, gateways: Gateways, nats: NatsServer, tmp_path: Path
 ) -> None:
     data_dir = tmp_path / "data"
     agent = pki.agents[0][0]
@@ -157,7 +158,10 @@ async def test_backbone_down_means_only_503_and_no_ack_then_recovery(
             assert status == 200
             acked.append(batch_id)
 
-        nats.stop()
+        if how == "sigkill":
+            nats.kill()
+        else:
+            nats.stop()
         for _ in range(5):
             status, code, retry_after = await _post(transport, _batch(agent, n := n + 1))
             assert (status, code) == (503, "backbone_unavailable")
