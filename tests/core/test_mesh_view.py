@@ -19,6 +19,7 @@ from grid.core.crdt.record import ProviderSignals as RecordSignals
 from grid.core.mesh_view import (
     SIGNALS_SCHEMA_VERSION,
     OriginRecord,
+    converged_grid_id,
     live_records,
     mesh_inputs,
     record_for,
@@ -191,6 +192,24 @@ def test_stale_remote_records_are_evicted_when_the_ttl_is_set() -> None:
 def test_without_a_ttl_stale_remote_records_are_kept() -> None:
     stale = raw("west", "stale", age_s=86_400)
     assert live_records([stale], "east", NOW_S, None) == [stale]
+
+
+def test_remote_origins_outside_the_trusted_sites_are_dropped() -> None:
+    verified, unverified, own = (
+        raw("west", "vllm-west"),
+        raw("north", "vllm-north"),
+        raw("east", "vllm-east"),
+    )
+    kept = live_records([verified, unverified, own], "east", NOW_S, None, trusted={"west"})
+    assert kept == [own, verified]
+
+
+def test_the_grid_settles_on_the_oldest_grid_id() -> None:
+    older = "0190a1b2-0000-7000-8000-000000000000"
+    newer = "0190a1b3-0000-7000-8000-000000000000"
+    assert converged_grid_id(newer, [older, ""]) == older
+    assert converged_grid_id(older, [newer]) == older
+    assert converged_grid_id(newer, []) == newer
 
 
 def test_own_records_are_never_evicted_for_age() -> None:

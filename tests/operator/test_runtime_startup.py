@@ -113,3 +113,18 @@ def test_operator_process_refuses_two_networks_with_a_clear_message(tmp_path: Pa
     assert result.returncode == 1
     assert "one operator serves one GridNetwork" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_new_grid_ids_are_uuid7_and_sort_by_creation_time() -> None:
+    import time
+    import uuid
+
+    from grid.operator.runtime import new_grid_id
+
+    first = new_grid_id()
+    deadline = time.monotonic() + 1
+    second = new_grid_id()
+    while second[:13] == first[:13] and time.monotonic() < deadline:
+        second = new_grid_id()
+    assert uuid.UUID(first).version == 7
+    assert first < second

@@ -21,7 +21,8 @@ enforces the policy exactly as for its own providers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -92,6 +93,10 @@ def record_for(
     )
 
 
+REMOTE_PROVIDER_CACHE_MAX = 8192
+"""Validated remote providers kept between renders; a few times the grid's providers."""
+
+
 def remote_provider(record: ProviderRecord, network: str) -> InferenceProvider:
     """An InferenceProvider standing for a peer's record, labelled with its site.
 
@@ -118,8 +123,14 @@ def remote_provider(record: ProviderRecord, network: str) -> InferenceProvider:
     )
 
 
+@functools.lru_cache(maxsize=REMOTE_PROVIDER_CACHE_MAX)
 def _remote_or_none(record: ProviderRecord, network: str) -> InferenceProvider | None:
-    """`remote_provider`, or None when the record breaks a resource rule."""
+    """`remote_provider`, or None when the record breaks a resource rule.
+
+    Records are immutable, so the validated resource is cached per record: a
+    render re-uses it until the peer publishes a new sample. Callers must not
+    mutate the returned model.
+    """
     try:
         return remote_provider(record, network)
     except (ValueError, ValidationError):
@@ -128,25 +139,45 @@ def _remote_or_none(record: ProviderRecord, network: str) -> InferenceProvider |
 
 
 def live_records(
-    records: Iterable[OriginRecord], own_site: str, now_s: float, stale_ttl_s: float | None
+    records: Iterable[OriginRecord],
+    own_site: str,
+    now_s: float,
+    stale_ttl_s: float | None,
+    trusted: Container[str] | None = None,
 ) -> list[OriginRecord]:
     """Records still worth routing to: own ones always, remote ones within the TTL.
 
     A record is attributed to its origin, never to the site it names, so a peer
-    cannot publish a record for another site. Output is sorted for determinism.
+    cannot publish a record for another site. With ``trusted``, a remote origin
+    must also be in it: a site whose certificate was never verified (its
+    GridSite not yet Active) gets no traffic however it gossips. Output is
+    sorted for determinism.
     """
     kept = []
     for item in records:
         if item.record.site != item.origin:
             continue
-        if (
-            item.origin != own_site
-            and stale_ttl_s is not None
-            and now_s - item.record.observed_at > stale_ttl_s
-        ):
+        remote = item.origin != own_site
+        if remote and trusted is not None and item.origin not in trusted:
+            continue
+        if remote and stale_ttl_s is not None and now_s - item.record.observed_at > stale_ttl_s:
             continue
         kept.append(item)
     return sorted(kept, key=lambda r: (r.origin, r.record.name, r.provider_id))
+
+
+GRID_ID_LABEL = "grid.praxis-proxy.io/grid-id"
+"""Metadata-lane label carrying the gridId a site holds, so the grid agrees on one."""
+
+
+def converged_grid_id(own: str, gossiped: Iterable[str]) -> str:
+    """The gridId every site settles on: the smallest of all ids seen.
+
+    Ids are time-ordered (UUIDv7), so the smallest is the oldest: a site joining
+    an existing grid adopts its id, and sites that started together agree on
+    the earliest. Empty values are ignored.
+    """
+    return min((i for i in (own, *gossiped) if i), default=own)
 
 
 def _entry(record: ProviderRecord) -> ProviderSignals:

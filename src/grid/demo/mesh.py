@@ -174,8 +174,10 @@ class DemoMesh:
         if child is None:
             argv = self.operator_argv(self.plan.sites[site])
             child = Child(f"operator-{site}", argv, self._log(f"operator-{site}"), {})
-        child.supervised = True
         await self._spawn(child)
+        child.supervised = True
+        if self._described:
+            self.write_description()
 
     async def _spawn(self, child: Child) -> None:
         child.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,7 +204,9 @@ class DemoMesh:
                 child.restarts += 1
                 log.warning("restarting %s (exit %s)", child.name, proc.returncode)
                 await asyncio.sleep(RESTART_BACKOFF_S)
-                if not self._stopping and child.supervised:
+                # A test may have restarted it meanwhile (start_operator): respawn
+                # only the very process that exited.
+                if not self._stopping and child.supervised and child.process is proc:
                     await self._spawn(child)
                     if self._described:
                         self.write_description()

@@ -42,8 +42,12 @@ def configmap_name(network: str, gateway: str) -> str:
 
 
 def dumps(document: dict[str, Any]) -> str:
-    """The stable text form of an overlay document (sorted keys, two-space indent)."""
-    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    """The stable text form of an overlay document: sorted keys, compact separators.
+
+    Compact output keeps the C encoder in play (``indent`` forces the pure-Python
+    one), which matters when a 1,024-candidate overlay is rewritten every scrape.
+    """
+    return json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -25,6 +25,7 @@ import binascii
 import contextlib
 import datetime as dt
 import logging
+import os
 import time
 import uuid
 from pathlib import Path
@@ -42,7 +43,14 @@ from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GatewayLaneValue, Lane, MetadataLaneValue, sorted_pairs
 from grid.core.duration import parse_duration
 from grid.core.lifecycle import next_network_phase
-from grid.core.mesh_view import OriginRecord, live_records, mesh_inputs, signals_document
+from grid.core.mesh_view import (
+    GRID_ID_LABEL,
+    OriginRecord,
+    converged_grid_id,
+    live_records,
+    mesh_inputs,
+    signals_document,
+)
 from grid.core.phases import NetworkPhase, SitePhase
 from grid.core.render import render
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
@@ -64,6 +72,14 @@ RUNNING_MODE = "gossip"
 
 SWIM_KEY_DEFAULT_ITEM = "swim.key"
 """Key read from the swimKeyRef Secret when the reference names none."""
+
+
+def new_grid_id() -> str:
+    """A fresh gridId: a UUIDv7, time-ordered so the oldest id sorts first."""
+    ms = int(time.time() * 1000) & ((1 << 48) - 1)
+    rand = int.from_bytes(os.urandom(10), "big")
+    rand_a, rand_b = (rand >> 62) & 0xFFF, rand & ((1 << 62) - 1)
+    return str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b))
 
 
 class StartupError(GridError):
@@ -157,6 +173,7 @@ class Operator:
         self._epoch = int(time.time())
         self._unreachable = 0
         self.addresses: dict[str, str] = {}
+        self.grid_id = ""
         self.providers = ProviderController(
             store, settings.site, self._on_record, settings.record_refresh_s
         )
@@ -219,8 +236,10 @@ class Operator:
         """Persist a gridId on first join and move Pending -> Initializing."""
         status = network.status
         patch: dict[str, Any] = {}
-        if status is None or not status.grid_id:
-            patch["gridId"] = network.spec.grid_id or str(uuid.uuid4())
+        if network.spec.grid_id and (status is None or status.grid_id != network.spec.grid_id):
+            patch["gridId"] = network.spec.grid_id
+        elif status is None or not status.grid_id:
+            patch["gridId"] = new_grid_id()
         phase = next_network_phase(network.phase, started=True, rendered=False, unreachable_sites=0)
         if phase is not network.phase:
             patch.update(phase=phase.value, reason="Starting")
@@ -228,6 +247,8 @@ class Operator:
             patch["observedGeneration"] = network.metadata.generation
             obj = await self.store.patch_status("GridNetwork", network.name, patch)
             network = GridNetwork.model_validate(obj)
+        assert network.status is not None and network.status.grid_id
+        self.grid_id = network.status.grid_id
         log.info(
             "serving network",
             extra={"network": network.name, "grid_id": network.status and network.status.grid_id},
@@ -289,7 +310,7 @@ class Operator:
                 region=own.spec.region or "",
                 zone=own.spec.zone or "",
                 sovereignty_zone=own.spec.sovereignty_zone or "",
-                labels=sorted_pairs(own.metadata.labels),
+                labels=sorted_pairs({**own.metadata.labels, GRID_ID_LABEL: self.grid_id}),
             ),
         )
         egress = own.spec.egress.address if own.spec.egress else ""
@@ -421,11 +442,18 @@ class Operator:
         own = [p for p in await self._own_providers() if p.name in self.providers.names]
         own = [self.providers.current(p.name) or p for p in own]
         ttl = network.spec.stale_candidate_ttl_seconds
+        await self._converge_grid_id(network)
+        trusted = {
+            name
+            for name, phase in self.sites.phases.items()
+            if phase in (SitePhase.ACTIVE, SitePhase.UNREACHABLE)
+        }
         records = live_records(
             (OriginRecord(o, pid, r) for o, pid, r in self.replica.providers()),
             self.settings.site,
             now.timestamp(),
             float(ttl) if ttl is not None else None,
+            trusted,
         )
         inputs = mesh_inputs(network, sites, own, secrets, records, self.settings.site)
         self._sequence += 1
@@ -481,6 +509,23 @@ class Operator:
             )
         self.ready = True
         await self._write_network_status(network, overlays)
+
+    async def _converge_grid_id(self, network: GridNetwork) -> None:
+        """Adopt the grid's oldest gridId as peers gossip theirs (unless spec pins one)."""
+        if network.spec.grid_id:
+            return
+        gossiped = []
+        for origin in self.replica.origins():
+            snapshot = self.replica.snapshot(origin)
+            if snapshot is not None and origin != self.settings.site:
+                gossiped.append(dict(snapshot.metadata.labels).get(GRID_ID_LABEL, ""))
+        agreed = converged_grid_id(self.grid_id, gossiped)
+        if agreed == self.grid_id:
+            return
+        log.info("adopting the grid's gridId", extra={"grid_id": agreed, "was": self.grid_id})
+        self.grid_id = agreed
+        await self.store.patch_status("GridNetwork", network.name, {"gridId": agreed})
+        await self._publish_site_lanes()
 
     async def _write_network_status(
         self, network: GridNetwork, overlays: list[dict[str, Any]]

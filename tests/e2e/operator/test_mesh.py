@@ -119,6 +119,9 @@ async def test_wrong_fingerprint_never_active(mesh: DemoMesh, look: Any) -> None
         return central if ok and central["west"] == ("Connecting", "FingerprintMismatch") else None
 
     await look.wait_for("phases settle", settled, CONVERGE_TIMEOUT_S, 0.25)
+    # A site whose certificate was never verified gets no traffic from central.
+    central_overlay = look.overlay("central")
+    assert central_overlay is not None and central_overlay.find("vllm-west") is None
     # Several probe rounds (0.5 s each) later it has still never been Active.
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
@@ -262,8 +265,12 @@ async def test_restart_keeps_grid_id_and_store(mesh: DemoMesh, look: Any) -> Non
     assert await look.grid_id("central") == grid_id
     assert await _store_snapshot(look, "central") == before
     assert set(await look.objects("central", "ConfigMap")) == configmaps
-    # The other sites still hold their own gridIds, each generated at its own first join.
-    assert all([await look.grid_id(s) for s in ("east", "west")])
+
+    # The sites agree on one gridId: each adopts the oldest one gossiped.
+    async def one_grid_id() -> bool:
+        return {await look.grid_id(s) for s in ("east", "west", "central")} == {grid_id}
+
+    await look.wait_for("every site holds the same gridId", one_grid_id, 10.0, 0.25)
 
 
 async def test_killed_site_evicted_after_ttl_then_back(mesh: DemoMesh, look: Any) -> None:
@@ -302,7 +309,7 @@ async def test_killed_site_evicted_after_ttl_then_back(mesh: DemoMesh, look: Any
     assert dead is not None and float(dead.group(1)) >= 1.0
 
     await mesh.start_operator("west")
-    for site in ("east", "central", "west"):
+    for site in ("east", "west"):
         await look.wait_for(
             f"{site} lists west's and east's providers again",
             lambda s=site: (
@@ -312,6 +319,9 @@ async def test_killed_site_evicted_after_ttl_then_back(mesh: DemoMesh, look: Any
             ),
             30.0,
         )
+    # Central's copy of west is mispinned: it never routes to the unverified site.
+    central = look.overlay("central")
+    assert central is not None and central.find("vllm-west") is None
     assert await look.grid_id("west") == grid_id
     await look.wait_for("west is Active at east again", lambda: _west_active(look), 10.0, 0.25)
 
