@@ -53,7 +53,7 @@ proto: $(STAMP)
 	  --mypy_out=src/grid/proto_gen $$(find proto -name '*.proto')
 
 bench: $(STAMP)
-	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python -P $$b --quick || exit 1; done
 
 clean:
 	rm -rf $(VENV) .grid .mypy_cache .pytest_cache .ruff_cache
