@@ -29,10 +29,11 @@ push-pull every 30 s. Measured for each:
   dead (Grid: the survivors' "dead" events; memberlist: ``serf.member.failed``).
 
 Without ``--quick`` the meshes run one after the other, with a 10 s settle
-after joining and a 10 s window. With ``--quick`` the Grid and memberlist
+after joining and a 10 s window, three trials each (figures are medians, the
+trials are listed too). With ``--quick`` the Grid and memberlist
 meshes of one size are joined one after the other, then measured side by side
 (2 s settle, 3 s window, both victims killed together), and a join that is not
-complete within 10 s is reported as ``null`` rather than waited for.
+complete within 10 s is reported as ``null`` rather than waited for; one trial.
 
 Both meshes encrypt (Grid: AES-256-GCM GRID frames; serf: ``encrypt_key``,
 memberlist's AES-GCM). The memberlist part needs ``serf``; run as root, the
@@ -142,16 +143,19 @@ def cpu_seconds(pid: int) -> float:
 
 
 def free_port() -> int:
-    """A port free for both TCP and UDP on 127.0.0.1 (checked, then released)."""
-    for _ in range(100):
-        with socket.socket() as tcp:
-            tcp.bind(("127.0.0.1", 0))
-            port = int(tcp.getsockname()[1])
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                try:
-                    udp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
+    """A port free for both TCP and UDP on 127.0.0.1 (checked, then released).
+
+    Drawn below the kernel's ephemeral range (32768 and up on Linux), so that
+    sockets other members bind to port 0 meanwhile cannot take it.
+    """
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        try:
+            with socket.socket() as tcp, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                tcp.bind(("127.0.0.1", port))
+                udp.bind(("127.0.0.1", port))
+        except OSError:
+            continue
         return port
     raise OSError("no free port")
 
@@ -373,43 +377,55 @@ class SerfCluster:
         self.key = base64.b64encode(os.urandom(32)).decode()
 
     async def _spawn(self, index: int, join: str | None) -> tuple[Member, str]:
+        """Start one agent and wait until it reports itself; retry on a lost port race."""
         loop = asyncio.get_running_loop()
-        port, rpc = free_port(), free_port()
         name = f"site-{index:02d}"
-        placeholder = Member(name, proc=None)  # type: ignore[arg-type]
-        listener = StatsdListener(placeholder)
+        member = Member(name, proc=None)  # type: ignore[arg-type]
+        listener = StatsdListener(member)
         transport, _ = await loop.create_datagram_endpoint(
             lambda: listener, local_addr=("127.0.0.1", 0)
         )
-        statsd_port = transport.get_extra_info("sockname")[1]
-        config = {
-            "node_name": name,
-            "bind": f"127.0.0.1:{port}",
-            "rpc_addr": f"127.0.0.1:{rpc}",
-            "encrypt_key": self.key,
-            "profile": "lan",
-            "log_level": "err",
-            "statsd_addr": f"127.0.0.1:{statsd_port}",
-            "start_join": [join] if join else [],
-        }
-        path = self.workdir / f"{name}.json"
-        path.write_text(json.dumps(config))
-        path.chmod(0o600)
-        proc = await asyncio.create_subprocess_exec(
-            self.binary,
-            "agent",
-            f"-config-file={path}",
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        placeholder.proc = proc
         self.listeners.append(listener)
         self._transports.append(transport)
-        return placeholder, f"127.0.0.1:{port}"
+        statsd_port = transport.get_extra_info("sockname")[1]
+        for _attempt in range(3):
+            port = free_port()
+            config = {
+                "node_name": name,
+                "bind": f"127.0.0.1:{port}",
+                "rpc_addr": f"127.0.0.1:{free_port()}",
+                "encrypt_key": self.key,
+                "profile": "lan",
+                "log_level": "err",
+                "statsd_addr": f"127.0.0.1:{statsd_port}",
+                "start_join": [join] if join else [],
+            }
+            path = self.workdir / f"{name}.json"
+            path.write_text(json.dumps(config))
+            path.chmod(0o600)
+            with (self.workdir / f"{name}.log").open("ab") as errors:
+                proc = await asyncio.create_subprocess_exec(
+                    self.binary,
+                    "agent",
+                    f"-config-file={path}",
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                )
+            member.proc = proc
+            await wait_until(
+                lambda p=proc: (
+                    time.monotonic() if member.joins or p.returncode is not None else None
+                ),
+                30,
+                "serf agent start",
+            )
+            if member.joins:
+                return member, f"127.0.0.1:{port}"
+            await proc.wait()
+        raise RuntimeError(f"serf agent {name} did not start; see its log")
 
     async def start(self) -> float:
         first, seed = await self._spawn(0, None)
-        await wait_until(lambda: first.joins[0] if first.joins else None, 30, "serf start")
         self.members = [first]
         for i in range(1, self.n):
             member, _ = await self._spawn(i, seed)
@@ -540,44 +556,55 @@ def ratios(grid: dict[str, Any], anchor: dict[str, Any]) -> dict[str, float | No
     }
 
 
-async def loopback(
-    sizes: list[int],
-    binary: str | None,
-    *,
-    settle_s: float,
-    window_s: float,
-    join_deadline_s: float,
-    side_by_side: bool,
-) -> dict[str, Any]:
-    """Grid and (when available) memberlist meshes of each size.
+@dataclass(frozen=True)
+class Plan:
+    """How the loopback part runs (``--quick`` or full)."""
 
-    With `side_by_side` (``--quick``) the two meshes of one size run at the same
-    time (joined one after the other, then measured together); otherwise one
-    after the other.
-    """
+    settle_s: float
+    window_s: float
+    join_deadline_s: float
+    side_by_side: bool
+    trials: int
+
+
+def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median of each figure over trials (None when no trial produced it)."""
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="grid-bench-serf-") as tmp:
-        for n in sizes:
-            grid = GridCluster(n)
-            if binary is None:
-                out[str(n)] = {
-                    "grid": (await measure([grid], settle_s, window_s, join_deadline_s))[0]
-                }
-                continue
-            serf = SerfCluster(n, binary, Path(tmp))
-            if side_by_side:
-                grid_row, serf_row = await measure(
-                    [grid, serf], settle_s, window_s, join_deadline_s
-                )
-            else:
-                grid_row = (await measure([grid], settle_s, window_s, join_deadline_s))[0]
-                serf_row = (await measure([serf], settle_s, window_s, join_deadline_s))[0]
-            out[str(n)] = {
-                "grid": grid_row,
-                "memberlist": serf_row,
-                "ratios": ratios(grid_row, serf_row),
-            }
+    for key in rows[0]:
+        values = [row[key] for row in rows if row[key] is not None]
+        out[key] = round(statistics.median(values), 3) if values else None
+    if len(rows) > 1:
+        out["trials"] = rows
     return out
+
+
+async def one_size(n: int, binary: str | None, tmp: Path, plan: Plan) -> dict[str, Any]:
+    """Grid and (when available) memberlist at one size, `plan.trials` times."""
+    args = (plan.settle_s, plan.window_s, plan.join_deadline_s)
+    grid_rows: list[dict[str, Any]] = []
+    serf_rows: list[dict[str, Any]] = []
+    for _ in range(plan.trials):
+        if binary is None:
+            grid_rows += await measure([GridCluster(n)], *args)
+        elif plan.side_by_side:
+            grid_row, serf_row = await measure([GridCluster(n), SerfCluster(n, binary, tmp)], *args)
+            grid_rows.append(grid_row)
+            serf_rows.append(serf_row)
+        else:
+            grid_rows += await measure([GridCluster(n)], *args)
+            serf_rows += await measure([SerfCluster(n, binary, tmp)], *args)
+    row: dict[str, Any] = {"grid": combine(grid_rows)}
+    if serf_rows:
+        row["memberlist"] = combine(serf_rows)
+        row["ratios"] = ratios(row["grid"], row["memberlist"])
+    return row
+
+
+async def loopback(sizes: list[int], binary: str | None, plan: Plan) -> dict[str, Any]:
+    """Every size in turn; with `plan.side_by_side` (``--quick``) the two meshes of
+    one size are joined one after the other and then measured together."""
+    with tempfile.TemporaryDirectory(prefix="grid-bench-serf-") as tmp:
+        return {str(n): await one_size(n, binary, Path(tmp), plan) for n in sizes}
 
 
 def _within(ratio: float | None, target: float) -> bool | None:
@@ -606,17 +633,13 @@ def main() -> None:
     binary = serf_binary()
     if binary is None:
         log("serf is not installed and could not be installed: skipping the memberlist anchor")
-    settle_s, window_s, join_deadline_s = (2.0, 3.0, 10.0) if args.quick else (10.0, 10.0, 120.0)
-    loop_rows = asyncio.run(
-        loopback(
-            [8, 32],
-            binary,
-            settle_s=settle_s,
-            window_s=window_s,
-            join_deadline_s=join_deadline_s,
-            side_by_side=args.quick,
+    if args.quick:
+        plan = Plan(settle_s=2.0, window_s=3.0, join_deadline_s=10.0, side_by_side=True, trials=1)
+    else:
+        plan = Plan(
+            settle_s=10.0, window_s=10.0, join_deadline_s=120.0, side_by_side=False, trials=3
         )
-    )
+    loop_rows = asyncio.run(loopback([8, 32], binary, plan))
     summary: dict[str, Any] = {
         "bench": "swim",
         "quick": args.quick,
@@ -628,10 +651,8 @@ def main() -> None:
             "bytes": "sealed UDP+TCP payload bytes sent; Grid transport counters, "
             "memberlist udp.sent/tcp.sent statsd counters",
             "cpu": "/proc/PID/stat utime+stime over the quiet window",
-            "settle_s": settle_s,
-            "join_deadline_s": join_deadline_s,
-            "window_s": window_s,
-            "side_by_side": args.quick,
+            **dataclasses.asdict(plan),
+            "figures": "median over trials",
         },
         "targets": {"detection_ratio_max": DETECTION_TARGET, "bytes_ratio_max": BYTES_TARGET},
         "elapsed_s": round(time.monotonic() - began, 1),
