@@ -61,6 +61,9 @@ class PushPullSettings:
     """Concurrent outbound exchanges; further requests are skipped (the next
     periodic exchange retries). Joins through many seeds start one each."""
 
+    codec_limits: codec.CodecLimits = codec.DEFAULT_LIMITS
+    """Bounds on a decoded `PushPull` (members, items, names, payload sizes)."""
+
 
 class StreamDrop(ProtocolError):
     """A stream frame was dropped; ``reason`` is one of `udp.DROP_REASONS`."""
@@ -105,10 +108,12 @@ async def read_frame(
     return plaintext, LENGTH_PREFIX.size + length
 
 
-def decode_push_pull(plaintext: bytes) -> PushPull:
+def decode_push_pull(
+    plaintext: bytes, limits: codec.CodecLimits = codec.DEFAULT_LIMITS
+) -> PushPull:
     """Decode a stream message; raises `StreamDrop("malformed")`."""
     try:
-        return codec.decode_stream(plaintext)
+        return codec.decode_stream(plaintext, limits)
     except ProtocolError as exc:
         raise StreamDrop("malformed") from exc
 
@@ -172,7 +177,7 @@ class PushPullServer:
                     reader, self.keyring, self.settings.frame_bytes_max
                 )
                 counters.stream_bytes_received += size
-                remote = decode_push_pull(plaintext)
+                remote = decode_push_pull(plaintext, self.settings.codec_limits)
                 reply = await self._respond(remote)
                 frame = _encode(reply, self.settings, self.keyring)
                 writer.write(frame)
@@ -226,7 +231,7 @@ async def exchange(
             counters.stream_bytes_sent += len(frame)
             plaintext, size = await read_frame(reader, keyring, settings.frame_bytes_max)
             counters.stream_bytes_received += size
-            reply = decode_push_pull(plaintext)
+            reply = decode_push_pull(plaintext, settings.codec_limits)
     except StreamDrop as exc:
         counters.streams_dropped[exc.reason] += 1
         counters.push_pulls_failed += 1

@@ -36,7 +36,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from grid.adapters import nonce
 from grid.adapters.pushpull import PushPullServer, PushPullSettings, exchange
@@ -73,7 +73,6 @@ from grid.errors import ProtocolError, ValidationError
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 SwimEvent = Notify | Deliver
 """What the owner reads from `SwimNode.events`."""
 Command = Callable[[float], tuple[Any, list[Effect]]]
@@ -100,7 +99,8 @@ class SwimNodeSettings:
     """Tries to find a port free for both UDP and TCP when binding port 0."""
 
     codec_limits: codec.CodecLimits = codec.DEFAULT_LIMITS
-    """Bounds on decoded messages (and the 1,400-byte datagram budget)."""
+    """Bounds on decoded datagrams, and the 1,400-byte plaintext budget
+    (push-pull messages have their own in `PushPullSettings.codec_limits`)."""
 
     push_pull: PushPullSettings = field(default_factory=PushPullSettings)
     """Limits of the TCP anti-entropy exchange."""
