@@ -185,3 +185,19 @@ async def test_existing_stream_keeps_operator_limits_and_memory_storage_is_refus
         await JetStreamBackbone.connect(
             nats_url, stream=f"M_{isolation}", subject_prefix=f"m{isolation.lower()}"
         )
+
+
+@pytest.mark.parametrize("part", ["x/2", "2/2", "0/0", "0/100000"])
+async def test_a_forged_part_header_is_a_protocol_error_for_readers(
+    nats_url: str, isolation: str, part: str
+) -> None:
+    backbone = await _backbone(nats_url, isolation)
+    try:
+        js = backbone._nc.jetstream()
+        headers = {"Nats-Msg-Id": "forged/0", "Grid-Batch-Part": part}
+        await js.publish(f"t{isolation.lower()}.events", b"GRB1\x00", headers=headers)
+        with pytest.raises(ProtocolError) as info:
+            await _all(backbone)
+    finally:
+        await backbone.close()
+    assert info.value.code == "bad_frame"

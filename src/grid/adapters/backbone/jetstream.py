@@ -76,6 +76,10 @@ DUPLICATE_WINDOW_S = 120.0
 PART_HEADROOM_BYTES = 4096
 """Bytes of ``max_payload`` kept free for headers when a batch is split into parts."""
 
+PARTS_MAX = 1024
+"""Most parts one batch may be split into; readers refuse more. At NATS's default 1 MiB
+``max_payload`` an 8 MiB request needs 9."""
+
 READ_IDLE_TIMEOUT_S = 5.0
 """How long a reader waits for the next stored message before calling the server unavailable."""
 
@@ -259,6 +263,8 @@ class JetStreamBackbone:
         frame = encode_batch(batch.records)
         part_bytes = max(1, self._nc.max_payload - PART_HEADROOM_BYTES)
         chunks = [frame[i : i + part_bytes] for i in range(0, len(frame), part_bytes)]
+        if len(chunks) > PARTS_MAX:
+            raise BackboneUnavailable(f"batch needs more than {PARTS_MAX} messages")
         duplicate = True
         try:
             for index, chunk in enumerate(chunks):
@@ -326,17 +332,26 @@ async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None
 def _assemble(
     partial: dict[str, dict[int, bytes]], msg_id: str, part: str | None, data: bytes
 ) -> bytes | None:
-    """The whole frame once every part of a batch has been seen, else None."""
+    """The whole frame once every part of a batch has been seen, else None.
+
+    A part header that is not ``i/n`` with ``0 <= i < n <= PARTS_MAX`` is a `ProtocolError`.
+    """
     if part is None:
         return data
     index_s, _, total_s = part.partition("/")
+    try:
+        index, total = int(index_s), int(total_s)
+    except ValueError as exc:
+        raise ProtocolError(f"bad {_PART_HEADER} header", code="bad_frame") from exc
+    if not 0 <= index < total <= PARTS_MAX:
+        raise ProtocolError(f"bad {_PART_HEADER} header", code="bad_frame")
     batch_id = msg_id.rsplit("/", 1)[0]
     parts = partial.setdefault(batch_id, {})
-    parts[int(index_s)] = data
-    if len(parts) < int(total_s):
+    parts[index] = data
+    if len(parts) < total:
         return None
     del partial[batch_id]
-    return b"".join(parts[i] for i in range(int(total_s)))
+    return b"".join(parts[i] for i in range(total))
 
 
 async def _read_stream(
