@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -73,8 +74,16 @@ class DemoMesh:
     # -- preparation -----------------------------------------------------------
 
     async def prepare(self) -> None:
-        """Write the PKI and fill each site's store with its resources."""
+        """Write the PKI and fill each site's store with its resources.
+
+        A demo is ephemeral: what an earlier run left under the demo directory
+        (PKI, stores, overlays, logs) is removed first, since its certificates,
+        fingerprints and ports no longer match this run.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
+        for stale in (self.plan.pki_dir, self.root / "logs", *self._site_dirs()):
+            shutil.rmtree(stale, ignore_errors=True)
+        (self.root / "demo.json").unlink(missing_ok=True)
         self.pki = write_dev_pki(self.plan.pki_dir, list(self.plan.sites))
         network = p.network_doc(
             self.plan,
@@ -96,6 +105,9 @@ class DemoMesh:
             if site.name == first:
                 providers += p.third_party_docs(site.name)
             await self._fill_store(site.store, [network, *sites, *providers, *secrets])
+
+    def _site_dirs(self) -> list[Path]:
+        return [site.root for site in self.plan.sites.values()]
 
     async def _fill_store(self, path: Path, docs: list[dict[str, Any]]) -> None:
         store = await SqliteStore.open(path)
