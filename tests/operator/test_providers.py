@@ -344,3 +344,56 @@ def test_the_loop_paces_at_the_shortest_interval_capped_by_the_refresh() -> None
     assert check_interval_s(with_checks, 5.0) == pytest.approx(0.25)
     assert check_interval_s(without, 5.0) == 5.0
     assert check_interval_s(without, 0.0) == 0.05
+
+
+def _with_secret_ref(doc: dict[str, Any]) -> dict[str, Any]:
+    ref = {"name": "openai-credentials", "namespace": "grid-system", "key": "token"}
+    doc["spec"]["auth"] = {"strategy": "BearerToken", "secretRef": ref}
+    return doc
+
+
+async def _credential_condition(store: Any, name: str) -> tuple[str, str] | None:
+    obj = await store.get("InferenceProvider", name)
+    for c in obj.get("status", {}).get("conditions", []):
+        if c["type"] == "CredentialsResolved":
+            return c["status"], c["reason"]
+    return None
+
+
+async def test_a_missing_credential_secret_keeps_the_provider_out_of_routing(
+    store: Any, controller: Any, eventually: Any
+) -> None:
+    ctl, records = controller
+    doc = _with_secret_ref(provider_doc("openai", None, checks=False))
+    ctl.sync([await declare(store, doc)])
+    await eventually(lambda: records.last("openai") is not None, "a record")
+    assert await _credential_condition(store, "openai") == ("False", "SecretNotFound")
+    assert not ctl.credentials_ok("openai")
+    record = records.last("openai")
+    assert record is not None and record.healthy is False
+
+    await store.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "openai-credentials", "namespace": "grid-system"},
+            "data": {"other": "eA=="},
+        }
+    )
+
+    async def key_missing() -> bool:
+        return await _credential_condition(store, "openai") == ("False", "SecretKeyMissing")
+
+    await eventually(key_missing, "the key is reported missing")
+    secret = await store.get("Secret", "openai-credentials", namespace="grid-system")
+    secret["data"] = {"token": "dG9rZW4="}
+    await store.replace(secret)
+
+    async def resolved() -> bool:
+        return await _credential_condition(store, "openai") == ("True", "SecretFound")
+
+    await eventually(resolved, "the credential resolves")
+    await eventually(lambda: ctl.credentials_ok("openai"), "the provider is routable")
+    await eventually(
+        lambda: (r := records.last("openai")) is not None and r.healthy is None, "healthy again"
+    )

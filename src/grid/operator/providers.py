@@ -19,6 +19,7 @@ metrics config, so third-party APIs without them are never probed.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -36,9 +37,12 @@ from grid.core.mesh_view import record_for
 from grid.core.phases import ProviderPhase
 from grid.core.resource_status import InferenceProviderStatus
 from grid.core.resources import InferenceProvider
-from grid.errors import GridError
+from grid.errors import GridError, NotFound
 
 log = logging.getLogger(__name__)
+
+CREDENTIAL_CONDITION = "CredentialsResolved"
+"""Condition type reporting whether the provider's auth Secret and key exist."""
 
 DEFAULT_CHECK_INTERVAL_S = 15.0
 """Pace of a provider without a health check or metrics (re-publishing only)."""
@@ -52,6 +56,8 @@ class ProviderState:
     failures: int = 0
     record: ProviderRecord | None = None
     scraper: ProviderScraper | None = None
+    credentials: tuple[bool, str] | None = None
+    """Whether the referenced Secret and key exist, and the condition reason."""
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -165,10 +171,13 @@ class ProviderController:
             except ScrapeError as exc:
                 metrics_ok = False
                 log.info("scrape failed", extra={"provider": provider.name, "reason": exc.reason})
+        await self._check_credentials(state)
         state.failures = state.failures + 1 if health_ok is False else 0
         seen = ProviderObservation(health_ok, metrics_ok, state.failures)
         phase = await self._update_phase(state, seen)
         healthy = record_health(phase, health_ok, metric_healthy)
+        if not self.credentials_ok(provider.name):
+            healthy = False  # no site may route to it until its Secret resolves
         state.provider = provider.model_copy(
             update={
                 "status": (provider.status or InferenceProviderStatus()).model_copy(
@@ -180,6 +189,58 @@ class ProviderController:
             state.provider, self._site, signals=signals, healthy=healthy, observed_at_s=time.time()
         )
         self._on_record(provider.name, state.record)
+
+    def credentials_ok(self, name: str) -> bool:
+        """False when the provider's auth Secret or key is missing: it is not routed."""
+        state = self._states.get(name)
+        return state is None or state.credentials is None or state.credentials[0]
+
+    async def _check_credentials(self, state: ProviderState) -> None:
+        """Check that the referenced Secret and key exist; never read the value.
+
+        The outcome is the ``CredentialsResolved`` condition, written only when
+        it changes. A provider whose credential cannot resolve is left out of the
+        overlay rather than routed to with a reference the gateway cannot inject.
+        """
+        auth = state.provider.spec.auth
+        ref = auth.secret_ref if auth is not None else None
+        if ref is None:
+            state.credentials = (True, "NoSecretReferenced")
+            return
+        ok, reason, message = True, "SecretFound", f"Secret {ref.namespace}/{ref.name} found"
+        try:
+            obj = await self._store.get("Secret", ref.name, namespace=ref.namespace)
+        except NotFound:
+            ok, reason = False, "SecretNotFound"
+            message = f"Secret {ref.namespace}/{ref.name} not found"
+        else:
+            keys = set(obj.get("data") or {}) | set(obj.get("stringData") or {})
+            if ref.key is not None and ref.key not in keys:
+                ok, reason = False, "SecretKeyMissing"
+                message = f"Secret {ref.namespace}/{ref.name} has no key {ref.key!r}"
+        if state.credentials == (ok, reason):
+            return
+        state.credentials = (ok, reason)
+        status = (state.provider.status or InferenceProviderStatus()).model_copy(deep=True)
+        now = dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
+        if status.set_condition(
+            CREDENTIAL_CONDITION,
+            "True" if ok else "False",
+            reason=reason,
+            message=message,
+            now=now,
+            observed_generation=state.provider.metadata.generation,
+        ):
+            conditions = [c.model_dump(by_alias=True, exclude_none=True) for c in status.conditions]
+            await self._store.patch_status(
+                "InferenceProvider", state.provider.name, {"conditions": conditions}
+            )
+            state.provider = state.provider.model_copy(update={"status": status})
+            if not ok:
+                log.warning(
+                    "provider credential unresolved",
+                    extra={"provider": state.provider.name, "reason": reason},
+                )
 
     async def _update_phase(self, state: ProviderState, seen: ProviderObservation) -> ProviderPhase:
         current = state.provider.phase

@@ -440,7 +440,11 @@ class Operator:
         sites = await self._sites()
         secrets = [Secret.model_validate(o) for o in await self.store.list("Secret")]
         own = [p for p in await self._own_providers() if p.name in self.providers.names]
-        own = [self.providers.current(p.name) or p for p in own]
+        own = [
+            self.providers.current(p.name) or p
+            for p in own
+            if self.providers.credentials_ok(p.name)
+        ]
         ttl = network.spec.stale_candidate_ttl_seconds
         await self._converge_grid_id(network)
         trusted = {
