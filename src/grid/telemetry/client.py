@@ -206,7 +206,8 @@ def split_batches(
 def retry_after_s(response: Response, refusal: pb.Refusal | None) -> float:
     """Seconds the gateway asked the client to wait (header first, then the body field)."""
     value = {k.lower(): v for k, v in response.headers.items()}.get("retry-after", "").strip()
-    if value.isdigit():
+    # RFC 9110 delay-seconds is ASCII digits only; str.isdigit() also accepts "²".
+    if value.isascii() and value.isdigit():
         return float(value)
     if value:
         try:
