@@ -43,31 +43,38 @@ anchor is skipped. The last line of output is one JSON object.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import base64
-import contextlib
-import dataclasses
-import json
-import math
 import os
-import random
-import shutil
-import signal
-import socket
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from grid.adapters.udp import encoded_size
-from grid.core.swim.config import SwimConfig
-from grid.core.swim.messages import BroadcastItem, Lane
-from grid.testing.simulator import SimNode, Simulator
+# Run as a script, this file's directory comes first on sys.path, where
+# bench/operator.py would shadow the standard library's `operator` module.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import base64  # noqa: E402
+import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import random  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from grid.adapters.udp import encoded_size  # noqa: E402
+from grid.core.swim.config import SwimConfig  # noqa: E402
+from grid.core.swim.messages import BroadcastItem, Lane  # noqa: E402
+from grid.testing.simulator import SimNode, Simulator  # noqa: E402
 
 DETECTION_TARGET = 1.0
 BYTES_TARGET = 1.5
