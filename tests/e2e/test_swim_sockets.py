@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from grid.adapters.swim_node import SwimNode
+from grid.adapters.swim_node import SwimNode, SwimNodeSettings
 from grid.adapters.udp import parse_address
 from grid.core.crdt.payload import PayloadLimits
 from grid.core.crdt.record import ProviderRecord, ProviderSignals
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
+from grid.core.crdt.snapshot import Lane as CrdtLane
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, EventKind, Notify
 from grid.core.swim.members import MemberState
@@ -287,3 +288,41 @@ async def test_timers_and_tasks_stay_bounded_and_stop_leaves_nothing(
         await node.stop()
         assert len(node._timers) == 0
     await wait_for(lambda: not [t for t in asyncio.all_tasks() if t.get_name().startswith("swim:")])
+
+
+async def test_a_restarted_site_reasserts_its_own_lane_above_what_peers_hold(
+    start_node: StartNode,
+) -> None:
+    replicas = [GridState(f"site-{i}") for i in range(3)]
+    first = await start_node("site-0", replica=replicas[0])
+    nodes = [first] + [
+        await start_node(f"site-{i}", seeds=[first], replica=replicas[i]) for i in (1, 2)
+    ]
+    await wait_for(lambda: full_membership(nodes))
+    await first.publish_snapshot(big_snapshot("site-0", 3))
+    published = replicas[0].local.revision(CrdtLane.STATE)
+
+    def peers_hold(revision: int) -> bool:
+        for replica in replicas[1:]:
+            snapshot = replica.snapshot("site-0")
+            if snapshot is None or snapshot.revision(CrdtLane.STATE) != revision:
+                return False
+        return True
+
+    await wait_for(lambda: peers_hold(published))
+    await first.stop()
+    # The site restarts with an empty replica whose revisions start over at 0.
+    reborn = GridState("site-0")
+    await start_node("site-0", seeds=nodes[1:2], replica=reborn)
+    await wait_for(lambda: reborn.local.revision(CrdtLane.STATE) == published + 1)
+    assert len(reborn.local.state.live_providers()) == 3  # our old state, joined
+    await wait_for(lambda: peers_hold(published + 1))
+
+
+async def test_an_owner_that_stops_reading_loses_events_not_memory(
+    start_node: StartNode,
+) -> None:
+    nodes = await start_mesh(start_node, 4, settings=SwimNodeSettings(events_max=2))
+    for node in nodes:
+        assert node.events.qsize() == 2
+        assert node.counters.events_dropped >= 1
