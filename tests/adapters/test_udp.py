@@ -174,6 +174,15 @@ def test_encoded_size_is_exact_for_messages_and_parts() -> None:
         assert predicted == len(codec.encode_datagram(full))
 
 
+def test_encoded_size_of_an_item_too_big_for_any_datagram_is_exact() -> None:
+    item = BroadcastItem(Lane.STATE, "site-a", 2**33, os.urandom(200_000))
+    carrier = Ack(1, "site-a", items=(item,))
+    unbounded = codec.CodecLimits(datagram_bytes_max=10**7)
+    assert encoded_size(Ack(1, "site-a")) + encoded_size(item) == len(
+        codec.encode_datagram(carrier, unbounded)
+    )
+
+
 def test_addresses_format_and_parse() -> None:
     assert format_address("127.0.0.1", 7946) == "127.0.0.1:7946"
     assert format_address("::1", 7946) == "[::1]:7946"

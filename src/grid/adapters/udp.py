@@ -87,7 +87,11 @@ _BARE_ACK = Ack(0, "")
 _BARE_ACK_BYTES = len(codec.encode_datagram(_BARE_ACK, _SIZING_LIMITS))
 
 
-@functools.lru_cache(maxsize=8192)
+_CACHED_PAYLOAD_BYTES_MAX = 2048
+"""Items with larger payloads are measured uncached: they never fit a datagram
+anyway, and the cache must not keep big payloads alive."""
+
+
 def encoded_size(value: WireValue) -> int:
     """The exact encoded size of a bare datagram or of one piggybacked part.
 
@@ -95,6 +99,12 @@ def encoded_size(value: WireValue) -> int:
     the 1,400-byte budget without overflowing it. A part's size includes its
     repeated-field tag and length, measured as the growth of a bare message.
     """
+    if isinstance(value, BroadcastItem) and len(value.payload) > _CACHED_PAYLOAD_BYTES_MAX:
+        return _measure(value)
+    return _measure_cached(value)
+
+
+def _measure(value: WireValue) -> int:
     if isinstance(value, BroadcastItem):
         carrier = Ack(0, "", items=(value,))
     elif isinstance(value, Ping | PingReq | Ack | Nack):
@@ -102,6 +112,9 @@ def encoded_size(value: WireValue) -> int:
     else:
         carrier = Ack(0, "", updates=(value,))
     return len(codec.encode_datagram(carrier, _SIZING_LIMITS)) - _BARE_ACK_BYTES
+
+
+_measure_cached = functools.lru_cache(maxsize=4096)(_measure)
 
 
 def _reasons() -> dict[str, int]:
