@@ -14,6 +14,11 @@ A client that sends ``Expect: 100-continue`` is invited to send its body
 only after steps 1 to 4 passed, so a refused body never leaves the client.
 A refusal before the body is read closes the connection afterwards unless the
 declared body is small, so a large unread body is never drained by the gateway.
+
+Slow or idle clients hold little: the TLS handshake and every request head must
+complete within ``header_read_timeout_s`` (counted from the handshake's end or
+the previous answer), and at most ``connections_max`` connections are open at
+once (`ConnectionGate`); a connection beyond the cap is closed at once.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ import ssl
 import time
 import uuid
 from collections.abc import Callable
+from typing import cast
 
 from aiohttp import HttpVersion11, web
 from cryptography import x509
 
-from grid.adapters.backbone import Backbone, PublishBatch, RosterLog, StoredRecord
+from grid.adapters.backbone import Backbone, PublishBatch, RosterLog
 from grid.core.telemetry.admission import Admission, StampedBatch, Ticket
 from grid.core.telemetry.refusals import BackboneUnavailable as BackboneRefusal
 from grid.core.telemetry.refusals import InvalidBatch, TelemetryRefusal
@@ -103,6 +109,76 @@ async def _send_continue(request: web.Request) -> None:
         request.writer.output_size = 0
 
 
+class ConnectionGate:
+    """Counts open client connections against ``connections_max``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+        self.refused = 0
+
+    def enter(self) -> bool:
+        """Take a slot for a new connection; False when the gateway is full."""
+        if self.open >= self.limit:
+            self.refused += 1
+            return False
+        self.open += 1
+        return True
+
+    def leave(self) -> None:
+        """Give a connection's slot back."""
+        self.open -= 1
+
+
+class GatedProtocol(asyncio.Protocol):
+    """aiohttp's request handler behind the connection cap.
+
+    asyncio calls ``connection_made`` once the TLS handshake is done. Past the cap
+    the connection is aborted there, and aiohttp never sees it; otherwise every
+    event is forwarded unchanged and the slot is returned when the connection is
+    lost.
+    """
+
+    def __init__(self, inner: asyncio.Protocol, gate: ConnectionGate) -> None:
+        self._inner = inner
+        self._gate = gate
+        self._admitted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Admit the connection under the cap, or abort it."""
+        if not self._gate.enter():
+            cast(asyncio.Transport, transport).abort()
+            return
+        self._admitted = True
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        """Forward request bytes."""
+        if self._admitted:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        """Forward the peer's end of stream."""
+        return self._inner.eof_received() if self._admitted else None
+
+    def pause_writing(self) -> None:
+        """Forward flow control."""
+        if self._admitted:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        """Forward flow control."""
+        if self._admitted:
+            self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Return the slot and tell aiohttp."""
+        if self._admitted:
+            self._admitted = False
+            self._gate.leave()
+            self._inner.connection_lost(exc)
+
+
 def split_listen(listen: str) -> tuple[str, int]:
     """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6) into host and port."""
     host, sep, port = listen.rpartition(":")
@@ -133,6 +209,8 @@ class TelemetryGateway:
         self._monotonic = monotonic
         self._wall_ns = wall_ns
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self.connections = ConnectionGate(settings.connections_max)
         self._tail_task: asyncio.Task[None] | None = None
         self._requests = 0
         self.address: str | None = None
@@ -156,13 +234,24 @@ class TelemetryGateway:
             access_log=None,
             auto_decompress=False,
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            # aiohttp closes a connection whose next request head is not complete
+            # this long after it opened or after the previous answer.
+            keepalive_timeout=self.settings.header_read_timeout_s,
         )
         await runner.setup()
-        host, port = split_listen(self.settings.listen)
-        site = web.TCPSite(runner, host, port, ssl_context=self.ssl_context)
-        await site.start()
         self._runner = runner
-        bound = runner.addresses[0]
+        host, port = split_listen(self.settings.listen)
+        server = runner.server
+        assert server is not None
+        self._listener = await asyncio.get_running_loop().create_server(
+            lambda: GatedProtocol(server(), self.connections),
+            host,
+            port,
+            ssl=self.ssl_context,
+            ssl_handshake_timeout=self.settings.header_read_timeout_s,
+            reuse_address=True,
+        )
+        bound = self._listener.sockets[0].getsockname()
         self.address = (
             f"{bound[0]}:{bound[1]}" if ":" not in bound[0] else f"[{bound[0]}]:{bound[1]}"
         )
@@ -189,9 +278,14 @@ class TelemetryGateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._tail_task
             self._tail_task = None
+        if self._listener is not None:
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None
 
     async def handle(self, request: web.Request, *, route: Route) -> web.StreamResponse:
         """One admission request through the six steps."""
@@ -251,11 +345,7 @@ class TelemetryGateway:
 
     async def _publish(self, stamped: StampedBatch) -> int:
         """Publish durably within the budget; anything short of a receipt is a 503."""
-        batch = PublishBatch(
-            stamped.batch_id,
-            stamped.route,
-            [StoredRecord(record_id, encoded) for record_id, encoded in stamped.records],
-        )
+        batch = PublishBatch(stamped.batch_id, stamped.route, stamped.stamped, stamped.accepted)
         try:
             receipt = await asyncio.wait_for(
                 self.backbone.publish(batch), self.settings.publish_budget_s
@@ -271,4 +361,4 @@ class TelemetryGateway:
                 "backbone receipt names another batch",
                 retry_after_s=self.settings.backbone_retry_after_s,
             )
-        return len(stamped.records)
+        return stamped.accepted

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from grid.adapters.backbone import PublishBatch
+from grid.proto_gen.grid.telemetry.v1 import telemetry_pb2 as pb
 from grid.testing.nats_server import NatsServer
 
 
@@ -41,3 +43,20 @@ def nats_url(nats_server: NatsServer) -> Iterator[str]:
 def isolation() -> str:
     """A token unique to the test, for stream, subject and bucket names."""
     return uuid.uuid4().hex[:12].upper()
+
+
+def make_batch(batch_id: str, n: int, route: str = "events", size: int = 16) -> PublishBatch:
+    """A stamped batch of ``n`` records ``{batch_id}-{i}``, as the gateway publishes it.
+
+    Event ``i`` carries a payload of ``size`` bytes of value ``i % 251``.
+    """
+    batch: pb.EventBatch | pb.InventoryBatch
+    if route == "events":
+        batch = pb.EventBatch(protocol_version=1, schema_version=1)
+        for i in range(n):
+            batch.events.add(record_id=f"{batch_id}-{i}", type="t", payload=bytes([i % 251]) * size)
+    else:
+        batch = pb.InventoryBatch(protocol_version=1, schema_version=1)
+        for i in range(n):
+            batch.records.add(record_id=f"{batch_id}-{i}", type="t")
+    return PublishBatch(batch_id, route, batch.SerializeToString(), n)  # type: ignore[arg-type]

@@ -10,10 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nats.js import api
 
-from grid.adapters.backbone import BackboneUnavailable, PublishBatch, StoredRecord
-from grid.adapters.backbone.jetstream import JetStreamBackbone, decode_batch, encode_batch
+from grid.adapters.backbone import BackboneUnavailable, PublishBatch, StoredRecord, stored_records
+from grid.adapters.backbone.jetstream import JetStreamBackbone
 from grid.errors import ProtocolError
+from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import Event
 from grid.testing.nats_server import NatsServer
+
+from .conftest import make_batch
 
 pytestmark = pytest.mark.nats
 
@@ -25,8 +28,7 @@ async def _backbone(url: str, isolation: str, **kwargs: float) -> JetStreamBackb
 
 
 def _batch(batch_id: str, n: int, route: str = "events", size: int = 16) -> PublishBatch:
-    records = [StoredRecord(f"{batch_id}-{i}", bytes([i % 251]) * size) for i in range(n)]
-    return PublishBatch(batch_id, route, records)  # type: ignore[arg-type]
+    return make_batch(batch_id, n, route, size)
 
 
 async def _all(backbone: JetStreamBackbone) -> list[tuple[str, str, StoredRecord]]:
@@ -53,7 +55,7 @@ async def test_published_batches_read_back_whole_and_in_order(
         ("b2", "inventory", "b2-0"),
         ("b2", "inventory", "b2-1"),
     ]
-    assert got[1][2].encoded == bytes([1]) * 16
+    assert Event.FromString(got[1][2].encoded).payload == bytes([1]) * 16
 
 
 async def test_republished_batch_id_is_a_duplicate_stored_once(
@@ -94,7 +96,7 @@ async def test_incomplete_multi_part_batch_is_never_read(nats_url: str, isolatio
     try:
         # What a gateway killed between two parts leaves behind: part 0 of 2 only.
         js = backbone._nc.jetstream()
-        frame = encode_batch(_batch("torn", 2).records)
+        frame = _batch("torn", 2).stamped
         headers = {"Nats-Msg-Id": "torn/0", "Grid-Batch-Part": "0/2"}
         await js.publish(f"t{isolation.lower()}.events", frame[:10], headers=headers)
         await backbone.publish(_batch("whole", 1))
@@ -142,20 +144,19 @@ async def test_server_down_gives_fast_unavailable_then_recovers_with_data_kept(
     assert batches.count("after") == 1
 
 
-def test_frame_round_trips() -> None:
-    records = [StoredRecord("é-1", b""), StoredRecord("", b"\x00" * 300)]
-    assert decode_batch(encode_batch(records)) == records
-    assert decode_batch(encode_batch([])) == []
+def test_stored_batch_decodes_into_its_records() -> None:
+    batch = _batch("b", 3, size=300)
+    assert [r.record_id for r in stored_records("events", batch.stamped)] == ["b-0", "b-1", "b-2"]
+    assert stored_records("events", b"") == []
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=200))
-def test_frame_decoder_returns_records_or_protocol_error(data: bytes) -> None:
-    for candidate in (data, b"GRB1" + data):
-        try:
-            decode_batch(candidate)
-        except ProtocolError as exc:
-            assert exc.code == "bad_frame"
+def test_stored_batch_decoder_returns_records_or_protocol_error(data: bytes) -> None:
+    try:
+        stored_records("events", data)
+    except ProtocolError as exc:
+        assert exc.code == "bad_frame"
 
 
 async def test_existing_stream_keeps_operator_limits_and_memory_storage_is_refused(

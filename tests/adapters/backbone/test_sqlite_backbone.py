@@ -10,11 +10,13 @@ import pytest
 
 from grid.adapters.backbone import BackboneUnavailable, PublishBatch, StoredRecord
 from grid.adapters.backbone.sqlite import BACKBONE_FILE, SqliteBackbone
+from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import Event
+
+from .conftest import make_batch
 
 
 def _batch(batch_id: str, n: int, route: str = "events") -> PublishBatch:
-    records = [StoredRecord(f"{batch_id}-{i}", f"payload {i}".encode()) for i in range(n)]
-    return PublishBatch(batch_id, route, records)  # type: ignore[arg-type]
+    return make_batch(batch_id, n, route)
 
 
 async def _all(backbone: SqliteBackbone) -> list[tuple[str, str, StoredRecord]]:
@@ -49,7 +51,7 @@ async def test_published_batches_survive_reopen_in_order(tmp_path: Path) -> None
         ("b2", "inventory", "b2-0"),
         ("b2", "inventory", "b2-1"),
     ]
-    assert rows[1][2].encoded == b"payload 1"
+    assert Event.FromString(rows[1][2].encoded).payload == bytes([1]) * 16
 
 
 async def test_records_pages_through_many_rows(tmp_path: Path) -> None:
@@ -76,7 +78,7 @@ async def test_republishing_a_batch_id_stores_nothing_and_says_duplicate(tmp_pat
 async def test_a_failing_batch_is_stored_not_at_all(tmp_path: Path) -> None:
     backbone = await SqliteBackbone.open(tmp_path)
     try:
-        bad = PublishBatch("b1", "events", [StoredRecord("ok", b"x"), StoredRecord(None, b"y")])  # type: ignore[arg-type]
+        bad = PublishBatch("b1", "events", None, 1)  # type: ignore[arg-type]
         with pytest.raises(BackboneUnavailable):
             await backbone.publish(bad)
         assert await _all(backbone) == []
@@ -123,6 +125,35 @@ async def test_another_process_reads_committed_records_while_the_writer_is_open(
     try:
         await backbone.publish(_batch("b1", 2))
         with sqlite3.connect(tmp_path / BACKBONE_FILE) as reader:
-            assert reader.execute("SELECT count(*) FROM records").fetchone()[0] == 2
+            assert reader.execute("SELECT accepted FROM batches").fetchall() == [(2,)]
     finally:
         await backbone.close()
+
+
+async def test_each_batch_is_one_row_holding_the_stamped_bytes(tmp_path: Path) -> None:
+    backbone = await SqliteBackbone.open(tmp_path)
+    batch = _batch("b1", 3)
+    try:
+        await backbone.publish(batch)
+    finally:
+        await backbone.close()
+    with sqlite3.connect(tmp_path / BACKBONE_FILE) as reader:
+        rows = reader.execute("SELECT batch_id, route, accepted, stamped FROM batches").fetchall()
+    assert rows == [("b1", "events", 3, batch.stamped)]
+
+
+async def test_a_file_in_another_layout_is_refused_not_mixed(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / BACKBONE_FILE) as old:
+        old.execute("CREATE TABLE records (seq INTEGER PRIMARY KEY, encoded BLOB)")
+    with pytest.raises(BackboneUnavailable, match="layout"):
+        await SqliteBackbone.open(tmp_path)
+
+
+async def test_a_second_open_of_the_file_reads_the_first_ones_batches(tmp_path: Path) -> None:
+    opened = [await SqliteBackbone.open(tmp_path) for _ in range(2)]
+    try:
+        await opened[0].publish(_batch("b1", 1))
+        assert [r.record_id for _, _, r in await _all(opened[1])] == ["b1-0"]
+    finally:
+        for backbone in opened:
+            await backbone.close()

@@ -16,7 +16,10 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from grid.errors import GridError
+from google.protobuf.message import DecodeError
+
+from grid.core.telemetry.validation import split_stamped
+from grid.errors import GridError, ProtocolError
 
 Route = Literal["events", "inventory"]
 RosterState = Literal["registered", "admitted", "suspended", "revoked"]
@@ -36,13 +39,35 @@ class StoredRecord:
     encoded: bytes
 
 
+def stored_records(route: Route, stamped: bytes) -> list[StoredRecord]:
+    """The records of a stamped batch as stored, decoded one by one (the read path).
+
+    Raises `ProtocolError` (code ``bad_frame``) when the bytes are not a batch.
+    """
+    try:
+        return [StoredRecord(rid, encoded) for rid, encoded in split_stamped(route, stamped)]
+    except DecodeError as exc:
+        raise ProtocolError(f"stored {route} batch does not decode", code="bad_frame") from exc
+
+
 @dataclass(frozen=True)
 class PublishBatch:
-    """A whole validated, stamped batch: accepted whole or refused whole."""
+    """A whole validated, stamped batch: accepted whole or refused whole.
+
+    ``stamped`` is the stamped ``EventBatch`` or ``InventoryBatch`` encoded once;
+    backbones store exactly these bytes as one unit. ``records`` decodes them,
+    for readers and tests; the ingest path never needs it.
+    """
 
     batch_id: str
     route: Route
-    records: Sequence[StoredRecord]
+    stamped: bytes
+    accepted: int
+
+    @property
+    def records(self) -> Sequence[StoredRecord]:
+        """The batch's records, decoded from ``stamped``."""
+        return stored_records(self.route, self.stamped)
 
 
 @dataclass(frozen=True)

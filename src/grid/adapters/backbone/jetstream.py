@@ -1,9 +1,10 @@
 """The distributed backbone: NATS JetStream with file storage, behind the `Backbone` port.
 
 A batch is stored as ONE JetStream message on ``grid.telemetry.{route}`` whose
-payload frames every record of the batch, so a batch is durable whole or not at
-all. `JetStreamBackbone.publish` sends the message with ``Nats-Msg-Id`` set to
-the batch ID (the stream's de-duplication window turns a re-publish of the same
+payload is the stamped batch (the ``EventBatch`` or ``InventoryBatch`` the
+gateway encoded once), so a batch is durable whole or not at all.
+`JetStreamBackbone.publish` sends the message with ``Nats-Msg-Id`` set to the
+batch ID (the stream's de-duplication window turns a re-publish of the same
 batch into a no-op) and returns a `Receipt` only after the stream's PubAck has
 arrived. Any NATS error, timeout or missing responder becomes
 `BackboneUnavailable`, so the gateway never acknowledges what it cannot prove.
@@ -28,7 +29,7 @@ import contextlib
 import json
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any, get_args
 
 import nats.errors
@@ -46,6 +47,7 @@ from grid.adapters.backbone import (
     RosterState,
     Route,
     StoredRecord,
+    stored_records,
 )
 from grid.errors import ProtocolError
 
@@ -83,7 +85,6 @@ PARTS_MAX = 1024
 READ_IDLE_TIMEOUT_S = 5.0
 """How long a reader waits for the next stored message before calling the server unavailable."""
 
-_MAGIC = b"GRB1"
 _PART_HEADER = "Grid-Batch-Part"
 _ROUTES: tuple[Route, ...] = get_args(Route)
 _STATES: tuple[RosterState, ...] = get_args(RosterState)
@@ -128,73 +129,6 @@ async def _connect(url: str, connect_timeout_s: float, name: str) -> Client:
         await nc.close()
         raise BackboneUnavailable(f"cannot reach NATS at {_redacted(url)}") from exc
     return nc
-
-
-def _varint(value: int) -> bytes:
-    # Record IDs and most stamped records are under 16 KiB: one or two bytes, no loop.
-    if value < 0x80:
-        return bytes((value,))
-    if value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if pos >= len(data) or shift > 35:
-            raise ProtocolError("truncated or oversized length in batch frame", code="bad_frame")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
-def encode_batch(records: Sequence[StoredRecord]) -> bytes:
-    """Frame a batch's records: magic, count, then (record_id, encoded) pairs, length-prefixed."""
-    out = bytearray(_MAGIC)
-    out += _varint(len(records))
-    for record in records:
-        rid = record.record_id.encode()
-        out += _varint(len(rid))
-        out += rid
-        out += _varint(len(record.encoded))
-        out += record.encoded
-    return bytes(out)
-
-
-def decode_batch(data: bytes) -> list[StoredRecord]:
-    """The inverse of `encode_batch`; raises `ProtocolError` (code ``bad_frame``) on bad bytes."""
-    if not data.startswith(_MAGIC):
-        raise ProtocolError("batch frame has no magic", code="bad_frame")
-    count, pos = _read_varint(data, len(_MAGIC))
-    records: list[StoredRecord] = []
-    for _ in range(count):
-        fields: list[bytes] = []
-        for _field in range(2):
-            size, pos = _read_varint(data, pos)
-            if pos + size > len(data):
-                raise ProtocolError("batch frame field runs past the end", code="bad_frame")
-            fields.append(data[pos : pos + size])
-            pos += size
-        try:
-            record_id = fields[0].decode()
-        except UnicodeDecodeError as exc:
-            raise ProtocolError("record_id is not UTF-8", code="bad_frame") from exc
-        records.append(StoredRecord(record_id, fields[1]))
-    if pos != len(data):
-        raise ProtocolError("trailing bytes after batch frame", code="bad_frame")
-    return records
 
 
 class JetStreamBackbone:
@@ -260,7 +194,7 @@ class JetStreamBackbone:
         if not self._nc.is_connected:
             raise BackboneUnavailable("NATS connection is down")
         subject = f"{self._prefix}.{batch.route}"
-        frame = encode_batch(batch.records)
+        frame = batch.stamped
         part_bytes = max(1, self._nc.max_payload - PART_HEADROOM_BYTES)
         chunks = [frame[i : i + part_bytes] for i in range(0, len(frame), part_bytes)]
         if len(chunks) > PARTS_MAX:
@@ -284,8 +218,9 @@ class JetStreamBackbone:
             raise BackboneUnavailable("JetStream gave no publish acknowledgement") from exc
         return Receipt(batch.batch_id, len(batch.records), duplicate=duplicate)
 
-    async def records(self) -> AsyncIterator[tuple[str, Route, StoredRecord]]:
-        """Every complete batch's records, in stream order, up to the end at call time."""
+    async def batches(self) -> AsyncIterator[tuple[str, Route, bytes]]:
+        """Every complete batch as ``(batch_id, route, stamped bytes)``, in stream order,
+        up to the end of the stream at call time."""
         partial: dict[str, dict[int, bytes]] = {}
         async for msg in _read_stream(self._js, self._stream, f"{self._prefix}.>", 1):
             route = msg.subject.rsplit(".", 1)[-1]
@@ -297,7 +232,12 @@ class JetStreamBackbone:
             if frame is None:
                 continue
             batch_id = batch_id.rsplit("/", 1)[0] if _PART_HEADER in headers else batch_id
-            for record in decode_batch(frame):
+            yield batch_id, route, frame
+
+    async def records(self) -> AsyncIterator[tuple[str, Route, StoredRecord]]:
+        """Every complete batch's records, in stream order, up to the end at call time."""
+        async for batch_id, route, stamped in self.batches():
+            for record in stored_records(route, stamped):
                 yield batch_id, route, record
 
     async def close(self) -> None:

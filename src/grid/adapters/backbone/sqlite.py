@@ -1,12 +1,17 @@
 """The embedded backbone: SQLite in WAL mode with ``synchronous=FULL``.
 
 An ACK means the batch survives ``kill -9`` of the gateway, and with
-``synchronous=FULL`` also a power loss: each batch is one transaction, and
-`publish` returns its `Receipt` only after the commit, whose WAL append is
-fsynced before COMMIT returns. All SQLite work happens in one dedicated thread,
-so an fsync never blocks the event loop and the connection is never shared
-between threads. Batch IDs are unique: publishing a batch ID again stores
-nothing and returns a receipt marked ``duplicate``.
+``synchronous=FULL`` also a power loss: each batch is ONE row (the stamped batch
+bytes, as encoded once by the pipeline) written by ONE ``INSERT`` statement in
+autocommit mode, i.e. its own transaction. `publish` returns its `Receipt` only
+after that statement has committed, and a commit's WAL append is fsynced before
+it returns. One statement per batch also means the writer thread releases and
+re-acquires the GIL once per batch, not once per record, so it does not queue
+behind the event loop for every record. All SQLite work happens in one
+dedicated thread, so an fsync never blocks the event loop and the connection is
+never shared between threads. Batch IDs are unique: publishing a batch ID again
+stores nothing and returns a receipt marked ``duplicate``. Readers decode a
+stored batch into its records (`records`); audits are rare, ingest is hot.
 """
 
 from __future__ import annotations
@@ -25,26 +30,29 @@ from grid.adapters.backbone import (
     Receipt,
     Route,
     StoredRecord,
+    stored_records,
 )
 
 BACKBONE_FILE = "backbone.sqlite3"
-PAGE_RECORDS = 500
+PAGE_BATCHES = 8
+"""Batches per read page; a batch holds at most one request body (8 MiB by default)."""
 BUSY_TIMEOUT_MS = 5000
+LAYOUT_VERSION = 2
+"""``PRAGMA user_version`` of this layout: one row per batch holding the stamped batch."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     batch_id TEXT NOT NULL UNIQUE,
     route TEXT NOT NULL CHECK (route IN ('events', 'inventory')),
-    accepted INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS records (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    batch_seq INTEGER NOT NULL REFERENCES batches(seq),
-    record_id TEXT NOT NULL,
-    encoded BLOB NOT NULL
+    accepted INTEGER NOT NULL,
+    stamped BLOB NOT NULL
 );
 """
+INSERT = (
+    "INSERT INTO batches (batch_id, route, accepted, stamped) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (batch_id) DO NOTHING"
+)
 
 T = TypeVar("T")
 
@@ -59,6 +67,31 @@ def open_connection(path: Path) -> sqlite3.Connection:
         raise sqlite3.OperationalError(f"{path}: journal_mode is {mode}, WAL required")
     conn.execute("PRAGMA synchronous=FULL")
     return conn
+
+
+def _ensure_layout(conn: sqlite3.Connection) -> None:
+    """Create the one-row-per-batch layout, or refuse a file in another layout.
+
+    Checked and created in one write transaction, so two processes opening a new
+    file at once agree on what they found.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()
+        if version == 0 and tables[0] == 0:
+            conn.execute(SCHEMA)
+            conn.execute(f"PRAGMA user_version={LAYOUT_VERSION}")
+        elif version != LAYOUT_VERSION:
+            raise sqlite3.DatabaseError(
+                f"layout version {version} is not {LAYOUT_VERSION} (one row per stamped batch); "
+                "read it with the release that wrote it, or start on a fresh data dir"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 class SqliteBackbone:
@@ -83,7 +116,11 @@ class SqliteBackbone:
     def _connect(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = open_connection(self.path)
-        conn.executescript(SCHEMA)
+        try:
+            _ensure_layout(conn)
+        except BaseException:
+            conn.close()
+            raise
         self._conn = conn
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
@@ -99,58 +136,52 @@ class SqliteBackbone:
             raise BackboneUnavailable(f"sqlite publish failed: {type(exc).__name__}") from exc
 
     def _write(self, batch: PublishBatch) -> Receipt:
+        # Autocommit: this one statement is the batch's whole transaction, committed
+        # (WAL fsynced, synchronous=FULL) before execute returns.
         conn = self._require()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            row = conn.execute(
-                "SELECT accepted FROM batches WHERE batch_id = ?", (batch.batch_id,)
-            ).fetchone()
-            if row is not None:
-                conn.execute("ROLLBACK")
-                return Receipt(batch.batch_id, int(row[0]), duplicate=True)
-            cursor = conn.execute(
-                "INSERT INTO batches (batch_id, route, accepted) VALUES (?, ?, ?)",
-                (batch.batch_id, batch.route, len(batch.records)),
-            )
-            conn.executemany(
-                "INSERT INTO records (batch_seq, record_id, encoded) VALUES (?, ?, ?)",
-                [(cursor.lastrowid, r.record_id, r.encoded) for r in batch.records],
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return Receipt(batch.batch_id, len(batch.records))
+        cursor = conn.execute(INSERT, (batch.batch_id, batch.route, batch.accepted, batch.stamped))
+        if cursor.rowcount == 1:
+            return Receipt(batch.batch_id, batch.accepted)
+        row = conn.execute(
+            "SELECT accepted FROM batches WHERE batch_id = ?", (batch.batch_id,)
+        ).fetchone()
+        if row is None:
+            raise sqlite3.OperationalError("batch neither stored nor found")
+        return Receipt(batch.batch_id, int(row[0]), duplicate=True)
 
     def _require(self) -> sqlite3.Connection:
         if self._conn is None:
             raise sqlite3.OperationalError("backbone is closed")
         return self._conn
 
-    async def records(self) -> AsyncIterator[tuple[str, Route, StoredRecord]]:
-        """Every durably published record as ``(batch_id, route, record)``, in publish order."""
+    async def batches(self) -> AsyncIterator[tuple[str, Route, bytes]]:
+        """Every durably published batch as ``(batch_id, route, stamped bytes)``, in order."""
         after = 0
         while True:
             page = await self._run(self._page, after)
-            for seq, batch_id, route, record_id, encoded in page:
+            for seq, batch_id, route, stamped in page:
                 after = seq
-                yield batch_id, cast(Route, route), StoredRecord(record_id, bytes(encoded))
-            if len(page) < PAGE_RECORDS:
+                yield batch_id, cast(Route, route), bytes(stamped)
+            if len(page) < PAGE_BATCHES:
                 return
 
-    def _page(self, after: int) -> list[tuple[int, str, str, str, bytes]]:
+    async def records(self) -> AsyncIterator[tuple[str, Route, StoredRecord]]:
+        """Every durably published record as ``(batch_id, route, record)``, in publish order."""
+        async for batch_id, route, stamped in self.batches():
+            for record in stored_records(route, stamped):
+                yield batch_id, route, record
+
+    def _page(self, after: int) -> list[tuple[int, str, str, bytes]]:
         rows = (
             self._require()
             .execute(
-                "SELECT r.seq, b.batch_id, b.route, r.record_id, r.encoded "
-                "FROM records r JOIN batches b ON b.seq = r.batch_seq "
-                "WHERE r.seq > ? ORDER BY r.seq LIMIT ?",
-                (after, PAGE_RECORDS),
+                "SELECT seq, batch_id, route, stamped FROM batches "
+                "WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, PAGE_BATCHES),
             )
             .fetchall()
         )
-        return cast(list[tuple[int, str, str, str, bytes]], rows)
+        return cast(list[tuple[int, str, str, bytes]], rows)
 
     async def pragma(self, name: str) -> object:
         """Read a PRAGMA on the writer connection, in its thread (for audits and tests)."""

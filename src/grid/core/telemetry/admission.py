@@ -32,14 +32,16 @@ from grid.core.telemetry.refusals import (
 )
 from grid.core.telemetry.roster import Roster
 from grid.core.telemetry.settings import GatewaySettings
-from grid.core.telemetry.stamping import ReceptionStamp, batch_id_for, stamp_record
+from grid.core.telemetry.stamping import ReceptionStamp, batch_id_for, stamp_records
 from grid.core.telemetry.validation import (
+    ObservedWindow,
     Route,
     batch_records,
     check_record_count,
     check_versions,
     decode_batch,
-    validate_record,
+    split_stamped,
+    validate_records,
 )
 
 PROTOBUF_CONTENT_TYPE = "application/x-protobuf"
@@ -57,12 +59,19 @@ class Ticket:
 
 @dataclass(frozen=True)
 class StampedBatch:
-    """A validated, stamped batch ready for durable publication."""
+    """A validated, stamped batch ready for durable publication, serialized once."""
 
     batch_id: str
     route: Route
-    records: tuple[tuple[str, bytes], ...]
-    """``(record_id, encoded stamped record)`` in batch order."""
+    stamped: bytes
+    """The stamped ``EventBatch`` or ``InventoryBatch``, encoded once for the whole batch."""
+    accepted: int
+    """How many records the batch holds."""
+
+    @property
+    def records(self) -> list[tuple[str, bytes]]:
+        """``(record_id, encoded stamped record)`` in batch order, decoded on demand."""
+        return split_stamped(self.route, self.stamped)
 
 
 class Admission:
@@ -118,16 +127,17 @@ class Admission:
         )
 
     def accept(self, ticket: Ticket, body: bytes, reception: ReceptionStamp) -> StampedBatch:
-        """Step 5: decode, check versions and count, stamp and validate every record."""
+        """Step 5: decode, check versions and count, validate and stamp every record.
+
+        The whole batch is encoded once, stamped: backbones store it as one unit.
+        """
         batch = decode_batch(ticket.route, body)
         check_versions(batch)
         records = batch_records(batch)
         check_record_count(ticket.route, len(records), self.settings)
-        seen: set[str] = set()
-        encoded: list[tuple[str, bytes]] = []
-        for index, record in enumerate(records):
-            stamp_record(record, ticket.agent_id, ticket.tenant_id, reception)
-            validate_record(index, record, reception.received_at_ns, self.settings, seen)
-            encoded.append((record.record_id, record.SerializeToString(deterministic=True)))
+        window = ObservedWindow.around(reception.received_at_ns, self.settings)
+        validate_records(records, window, self.settings)
+        stamp_records(records, ticket.agent_id, ticket.tenant_id, reception)
         batch_id = batch_id_for(ticket.route, ticket.agent_id, body)
-        return StampedBatch(batch_id, ticket.route, tuple(encoded))
+        stamped = batch.SerializeToString(deterministic=True)
+        return StampedBatch(batch_id, ticket.route, stamped, len(records))

@@ -94,6 +94,24 @@ class GatewaySettings(BaseModel):
         gt=0,
         description="Time allowed to read one request body; a slower sender is cut off.",
     )
+    header_read_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "Time allowed for the TLS handshake, and then for each complete request head, "
+            "counted from the handshake's end or from the previous answer. A connection "
+            "that sends nothing, or only part of a head, is closed after it; so is a "
+            "kept-alive connection idle this long."
+        ),
+    )
+    connections_max: int = Field(
+        1024,
+        gt=0,
+        description=(
+            "Most open client connections (past the TLS handshake). A connection beyond "
+            "it is closed at once; bounds what idle or slow clients can hold."
+        ),
+    )
     observed_ahead_max_s: float = Field(
         300.0,
         ge=0,

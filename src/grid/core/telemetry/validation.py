@@ -11,6 +11,10 @@ skew/age policy is refused, never rewritten.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import attrgetter, getitem, methodcaller
 from typing import Literal
 
 from google.protobuf.message import DecodeError
@@ -31,6 +35,7 @@ from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import (
 Route = Literal["events", "inventory"]
 AnyBatch = EventBatch | InventoryBatch
 AnyRecord = Event | InventoryRecord
+AnyAttributes = Mapping[str, str]
 
 SUPPORTED_PROTOCOL_VERSIONS = frozenset({1})
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
@@ -55,11 +60,25 @@ def decode_batch(route: Route, body: bytes) -> AnyBatch:
     return batch
 
 
-def batch_records(batch: AnyBatch) -> list[AnyRecord]:
-    """The records of either batch type, in order."""
+def batch_records(batch: AnyBatch) -> Sequence[AnyRecord]:
+    """The records of either batch type, in order (the batch's own repeated field)."""
     if isinstance(batch, EventBatch):
-        return list(batch.events)
-    return list(batch.records)
+        return batch.events
+    return batch.records
+
+
+def split_stamped(route: Route, stamped: bytes) -> list[tuple[str, bytes]]:
+    """``(record_id, encoded record)`` of every record of a stamped batch, in order.
+
+    The read-time view of what the gateway published: backbones store the stamped
+    batch as one unit and audits decode it record by record.
+    """
+    batch = EventBatch() if route == "events" else InventoryBatch()
+    batch.ParseFromString(stamped)
+    return [
+        (record.record_id, record.SerializeToString(deterministic=True))
+        for record in batch_records(batch)
+    ]
 
 
 def check_versions(batch: AnyBatch) -> None:
@@ -81,6 +100,100 @@ def check_record_count(route: Route, count: int, settings: GatewaySettings) -> N
         raise BatchBodyTooLarge(f"{count} records exceed the {route} batch limit of {limit}")
     if count == 0:
         raise InvalidBatch("batch holds no records")
+
+
+_RECORD_ID = attrgetter("record_id")
+_TYPE = attrgetter("type")
+_ATTRIBUTES = attrgetter("attributes")
+_OBSERVED_AT = attrgetter("observed_at")
+_SECONDS = attrgetter("seconds")
+_NANOS = attrgetter("nanos")
+_HAS_OBSERVED_AT = methodcaller("HasField", "observed_at")
+
+
+@dataclass(frozen=True)
+class ObservedWindow:
+    """One request's skew/age bounds on ``observed_at``, computed once per request.
+
+    ``seconds_min``/``seconds_max`` bound whole seconds such that any valid
+    Timestamp with those seconds (nanos in ``[0, 1e9)``) lies inside the policy:
+    a record passing them needs no further timestamp arithmetic.
+    """
+
+    received_at_ns: int
+    seconds_min: int
+    seconds_max: int
+
+    @classmethod
+    def around(cls, received_at_ns: int, settings: GatewaySettings) -> ObservedWindow:
+        """The window of a request received at ``received_at_ns``."""
+        low_ns = received_at_ns - int(settings.observed_age_max_s * NANOS)
+        high_ns = received_at_ns + int(settings.observed_ahead_max_s * NANOS)
+        return cls(
+            received_at_ns,
+            max(-(-low_ns // NANOS), TIMESTAMP_SECONDS_MIN),
+            min((high_ns - (NANOS - 1)) // NANOS, TIMESTAMP_SECONDS_MAX),
+        )
+
+
+def validate_records(
+    records: Sequence[AnyRecord], window: ObservedWindow, settings: GatewaySettings
+) -> None:
+    """Validate every record; raise `InvalidBatch` naming the first invalid one.
+
+    The whole batch is first checked column by column with C-level iteration (no
+    per-record Python frames). Those checks are sufficient, never looser than the
+    per-record rules: whenever one fails (or is inconclusive), the exact
+    record-by-record validation runs and names the first invalid record.
+    """
+    if _clearly_valid(records, window, settings):
+        return
+    seen: set[str] = set()
+    for index, record in enumerate(records):
+        validate_record(index, record, window.received_at_ns, settings, seen)
+
+
+def _clearly_valid(
+    records: Sequence[AnyRecord], window: ObservedWindow, settings: GatewaySettings
+) -> bool:
+    """True only when every record certainly passes `validate_record`."""
+    if not records:
+        return True
+    ids = list(map(_RECORD_ID, records))
+    if not all(ids) or max(map(len, ids)) > settings.record_id_chars_max:
+        return False
+    if len(set(ids)) != len(ids):
+        return False
+    types = list(map(_TYPE, records))
+    if not all(types) or max(map(len, types)) > settings.type_chars_max:
+        return False
+    if not _attributes_clearly_valid(list(map(_ATTRIBUTES, records)), settings):
+        return False
+    seconds_min, seconds_max = window.seconds_min, window.seconds_max
+    if seconds_min <= 0 <= seconds_max and not all(map(_HAS_OBSERVED_AT, records)):
+        return False  # an unset observed_at reads as second 0, which is inside the window
+    observed = list(map(_OBSERVED_AT, records))
+    seconds = list(map(_SECONDS, observed))
+    if min(seconds) < seconds_min or max(seconds) > seconds_max:
+        return False
+    nanos: list[int] = list(map(_NANOS, observed))
+    return min(nanos) >= 0 and max(nanos) < NANOS
+
+
+def _attributes_clearly_valid(maps: list[AnyAttributes], settings: GatewaySettings) -> bool:
+    sizes = list(map(len, maps))
+    if max(sizes) > settings.attributes_max:
+        return False
+    keys: list[str] = list(chain.from_iterable(maps))
+    if not keys:
+        return True
+    if not all(keys) or max(map(len, keys)) > settings.attribute_key_chars_max:
+        return False
+    # Each map repeated once per key, in key order: map(getitem) yields every value
+    # without the Python-level iterator of the maps' values() views.
+    owners = chain.from_iterable(map(repeat, maps, sizes))
+    longest: int = max(map(len, map(getitem, owners, keys)))
+    return longest <= settings.attribute_value_chars_max
 
 
 def validate_record(
