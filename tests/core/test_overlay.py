@@ -19,6 +19,7 @@ from grid.core.overlay import (
     Scope,
     build_envelope,
     build_overlay,
+    candidate_document,
     canonical_digest,
     verify,
 )
@@ -50,6 +51,24 @@ SCOPE = Scope(network="quickstart", gateway="edge", namespace="grid-system", loc
 )
 def test_fnv1a_32_matches_reference_vectors(data: bytes, expected: int) -> None:
     assert fnv1a_32(data) == expected
+
+
+def test_fnv1a_32_continues_from_a_given_state() -> None:
+    assert fnv1a_32(b"bar", fnv1a_32(b"foo")) == fnv1a_32(b"foobar") == 0xBF9CF968
+    assert fnv1a_32(b"", fnv1a_32(b"x")) == fnv1a_32(b"x")
+
+
+@pytest.mark.parametrize(
+    ("identity", "expected"),
+    [
+        (("inference_model", "llama-3.1-8b-instruct", "east", "vllm-east"), "7e486b9f"),
+        (("other", "m", "s", "c"), "3f720ea5"),
+        (("inference_model", "é", "s", "c"), "8766ad97"),
+    ],
+)
+def test_stable_id_known_values(identity: tuple[str, str, str, str], expected: str) -> None:
+    # Fixed values: the kind prefix is hashed once per kind, never differently.
+    assert stable_id(*identity) == expected
 
 
 def test_stable_id_is_eight_hex_digits_over_kind_name_site_cluster() -> None:
@@ -153,6 +172,18 @@ def test_candidate_documents_carry_exactly_the_section_5_fields() -> None:
     assert first["score"] == first["score_breakdown"]["total"]
     assert first["stable_id"] == stable_id("inference_model", "llama", "east", "vllm-east")
     assert [c["rank"] for c in envelope["overlay"]["candidates"]] == [0, 1]
+
+
+def test_candidates_of_one_provider_get_their_own_breakdown_dicts() -> None:
+    # Candidates of one provider share one ScoreBreakdown; the overlay converts
+    # it once but every candidate document owns its dict.
+    template = _candidates()[0]
+    twins = [template, CandidateInput(**{**vars(template), "name": "llama-2"})]
+    ranking = score_candidates(twins, ScoringContext("east", EAST))
+    first, second = build_overlay("quickstart", "east", ranking.ranked, T0)["candidates"]
+    assert first["score_breakdown"] == second["score_breakdown"]
+    assert first["score_breakdown"] is not second["score_breakdown"]
+    assert [candidate_document(r) for r in ranking.ranked] == [first, second]
 
 
 def test_envelope_shape_and_revision() -> None:

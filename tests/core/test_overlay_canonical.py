@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -82,6 +83,24 @@ def test_edge_values_behave_like_the_reference(value: Any) -> None:
     assert fast(value) == reference(value)
     if not isinstance(value, dict) or all(isinstance(k, str) for k in value):
         assert fast_json(value) == reference(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"x": 2**60},  # after ":"
+        [1, 2**60],  # after ","
+        [2**60],  # after "["
+        {"x": [0.5, -(2**60)]},  # negative, after ","
+        [9007199254740993.0, 1],  # an integral float beyond 2^53
+        {"x": 1e-7, "y": [1, 2e21]},  # exponents
+        {"x": 3.0},  # an integral float
+    ],
+)
+def test_every_suspect_number_position_takes_the_reference_path(value: Any) -> None:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canonical._suspect(text)
+    assert fast_json(value) == reference(value)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ Default weights are locality 3, queue 3, kv 2, prefix 2, latency 2, cost 1, so
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, fields, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,6 +16,7 @@ from grid.core.scoring import (
     AdmissionThresholds,
     BackendKind,
     CandidateInput,
+    Evaluation,
     ExclusionReason,
     Geography,
     ScoringConfig,
@@ -23,8 +24,11 @@ from grid.core.scoring import (
     ScoringWeights,
     SelectionTier,
     SignalValues,
+    candidates_per_model,
     evaluate,
+    rank,
     score_candidates,
+    sort_key,
 )
 
 EAST = Geography(region="us-east", zone="us-east-1a")
@@ -405,3 +409,70 @@ def test_non_positive_ceilings_are_refused() -> None:
         ScoringConfig(latency_ceiling_ms=0)
     with pytest.raises(ValueError, match="costCeiling"):
         ScoringConfig(cost_ceiling_per_million_input_tokens=-1)
+
+
+def _mixed_candidates() -> list[CandidateInput]:
+    """Candidates sharing signal and geography objects per provider, as renders pass them."""
+    shared = SignalValues(queue_depth=0.3, kv_cache_utilization=0.2, p99_latency_ms=900)
+    busy = SignalValues(queue_depth=0.9)
+    full = SignalValues(kv_cache_utilization=0.99)
+    out: list[CandidateInput] = []
+    for i, (site, geography, kind, signals) in enumerate(
+        [
+            ("east", EAST, BackendKind.LOCAL, shared),
+            ("east-2", EAST, BackendKind.REMOTE, shared),  # same signals object, other site
+            ("central", EAST_B, BackendKind.REMOTE, busy),
+            ("west", WEST, BackendKind.REMOTE, full),  # admission excluded
+            ("west", WEST, BackendKind.CLOUD_MANAGED, SignalValues(queue_depth=0.3)),
+            ("nowhere", None, BackendKind.API_PROVIDER, SignalValues()),
+            ("east", EAST, BackendKind.LOCAL, SignalValues(queue_depth=0.3)),  # equal values
+        ]
+    ):
+        template = CandidateInput(
+            name="m0",
+            site=site,
+            cluster=f"c{i}",
+            provider=f"p{i}",
+            backend_kind=kind,
+            signals=signals,
+            geography=geography,
+            healthy=i != 2,
+            fresh=i % 3 != 0,
+            observed_at=None if i == 4 else T0 - timedelta(seconds=i * 7 % 5),
+        )
+        out.extend(candidates_per_model(template, ["m0", "m1", "m2"]))
+    return out
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_score_candidates_equals_evaluate_then_rank(enabled: bool) -> None:
+    # score_candidates shares evaluations between candidates of one provider and
+    # sorts on precomputed keys; the result must be exactly the plain definition.
+    context = replace(CTX, config=ScoringConfig(enabled=enabled))
+    candidates = _mixed_candidates()
+    evaluations = [evaluate(c, context) for c in candidates]
+    kept = [
+        e for e in evaluations if e.candidate.healthy and e.admission is not AdmissionState.EXCLUDED
+    ]
+    ranking = score_candidates(candidates, context)
+    assert ranking.ranked == rank(kept)
+    assert [r.evaluation for r in ranking.ranked] == sorted(kept, key=sort_key)
+    assert [x.evaluation for x in ranking.excluded] == [e for e in evaluations if e not in kept]
+    for r in ranking.ranked:
+        assert vars(r.evaluation).keys() == {f.name for f in fields(Evaluation)}
+        assert any(c is r.evaluation.candidate for c in candidates)
+
+
+def test_candidates_per_model_equal_replace_of_the_template() -> None:
+    template = replace(cand(cluster="x", queue_depth=0.2), observed_at=T0, fresh=False)
+    made = candidates_per_model(template, ["m", "n", "o"])
+    assert made[0] is template
+    assert made == tuple(replace(template, name=n) for n in ["m", "n", "o"])
+    assert [hash(c) for c in made] == [hash(replace(template, name=n)) for n in "mno"]
+    assert all(vars(c).keys() == {f.name for f in fields(CandidateInput)} for c in made)
+    with pytest.raises(FrozenInstanceError):
+        made[1].name = "p"  # type: ignore[misc]
+    assert candidates_per_model(template, ["z", "m"]) == (
+        replace(template, name="z"),
+        template,
+    )

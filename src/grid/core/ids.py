@@ -7,6 +7,8 @@ registry: every renderer derives the same 8 hex digits from
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 FNV_OFFSET_BASIS = 2166136261
 """The 32-bit FNV offset basis."""
 
@@ -14,14 +16,23 @@ FNV_PRIME = 16777619
 """The 32-bit FNV prime."""
 
 
-def fnv1a_32(data: bytes) -> int:
-    """The 32-bit FNV-1a hash of ``data``."""
-    value = FNV_OFFSET_BASIS
+def fnv1a_32(data: bytes, start: int = FNV_OFFSET_BASIS) -> int:
+    """The 32-bit FNV-1a hash of ``data``.
+
+    ``start`` continues a hash: ``fnv1a_32(b, fnv1a_32(a)) == fnv1a_32(a + b)``.
+    """
+    value, prime = start, FNV_PRIME
     for byte in data:
-        value = ((value ^ byte) * FNV_PRIME) & 0xFFFFFFFF
+        value = ((value ^ byte) * prime) & 0xFFFFFFFF
     return value
+
+
+@lru_cache(maxsize=16)
+def _kind_prefix(kind: str) -> int:
+    """The FNV-1a state after ``"{kind}/"``: every id of one kind starts there."""
+    return fnv1a_32(f"{kind}/".encode())
 
 
 def stable_id(kind: str, name: str, site: str, cluster: str) -> str:
     """8 lowercase hex digits of FNV-1a over UTF-8 ``"{kind}/{name}/{site}/{cluster}"``."""
-    return f"{fnv1a_32(f'{kind}/{name}/{site}/{cluster}'.encode()):08x}"
+    return f"{fnv1a_32(f'{name}/{site}/{cluster}'.encode(), _kind_prefix(kind)):08x}"

@@ -27,7 +27,7 @@ from grid.core.overlay_structure import (
     check_envelope_structure,
     check_overlay_structure,
 )
-from grid.core.scoring import RankedCandidate
+from grid.core.scoring import RankedCandidate, ScoreBreakdown
 
 SCHEMA_VERSION = "1.0.0"
 """The envelope schema version this renderer writes."""
@@ -71,25 +71,46 @@ def json_number(value: float) -> float | int:
     return int(value) if value.is_integer() else value
 
 
-def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
-    """The §5 wire form of one ranked candidate (no field beyond §5's list)."""
+_BREAKDOWN_KEYS = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
+
+
+def _breakdown_document(breakdown: ScoreBreakdown) -> dict[str, float | int]:
+    """The §5 ``score_breakdown`` with integral numbers written as integers."""
+    document = {key: json_number(getattr(breakdown, key)) for key in _BREAKDOWN_KEYS}
+    document["total"] = json_number(breakdown.total)
+    return document
+
+
+def _candidate_document(
+    ranked: RankedCandidate, breakdowns: dict[int, dict[str, float | int]]
+) -> dict[str, Any]:
+    """`candidate_document`, reusing breakdown wire values computed for equal objects.
+
+    ``breakdowns`` maps ``id(ScoreBreakdown)`` to its wire form; every model of
+    one provider shares one breakdown object, so each is converted once. Each
+    candidate still gets its own dict. The caller keeps the breakdowns alive.
+    """
     evaluation = ranked.evaluation
     candidate = evaluation.candidate
+    kind, name, site, cluster = candidate.kind, candidate.name, candidate.site, candidate.cluster
     document: dict[str, Any] = {
-        "kind": candidate.kind,
-        "name": candidate.name,
-        "site": candidate.site,
-        "cluster": candidate.cluster,
+        "kind": kind,
+        "name": name,
+        "site": site,
+        "cluster": cluster,
         "fresh": candidate.fresh,
-        "stable_id": stable_id(candidate.kind, candidate.name, candidate.site, candidate.cluster),
+        "stable_id": stable_id(kind, name, site, cluster),
         "admission_state": evaluation.admission.value,
         "selection_tier": evaluation.tier.value,
         "rank": ranked.rank,
     }
-    if evaluation.breakdown is not None:
-        breakdown = {key: json_number(v) for key, v in evaluation.breakdown.as_dict().items()}
-        document["score"] = breakdown["total"]
-        document["score_breakdown"] = breakdown
+    breakdown = evaluation.breakdown
+    if breakdown is not None:
+        wire = breakdowns.get(id(breakdown))
+        if wire is None:
+            wire = breakdowns[id(breakdown)] = _breakdown_document(breakdown)
+        document["score"] = wire["total"]
+        document["score_breakdown"] = dict(wire)
     credential = candidate.credential
     if credential is not None:
         document["credential"] = {
@@ -103,6 +124,11 @@ def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
     return document
 
 
+def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
+    """The §5 wire form of one ranked candidate (no field beyond §5's list)."""
+    return _candidate_document(ranked, {})
+
+
 def build_overlay(
     network: str,
     local_site: str,
@@ -113,10 +139,11 @@ def build_overlay(
 
     ``ranked`` must already be in rank order 0..n-1 (as `scoring.rank` returns).
     """
+    breakdowns: dict[int, dict[str, float | int]] = {}
     return {
         "network": network,
         "local_site": local_site,
-        "candidates": [candidate_document(r) for r in ranked],
+        "candidates": [_candidate_document(r, breakdowns) for r in ranked],
         "generated_at": format_timestamp(generated_at),
     }
 

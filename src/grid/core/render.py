@@ -28,7 +28,8 @@ from grid.core.overlay import (
     build_envelope,
     build_overlay,
 )
-from grid.core.resources import GridNetwork, GridSite, InferenceProvider
+from grid.core.phases import ProviderPhase
+from grid.core.resources import SITE_LABEL, GridNetwork, GridSite, InferenceProvider
 from grid.core.scoring import (
     AdmissionThresholds,
     BackendKind,
@@ -42,6 +43,7 @@ from grid.core.scoring import (
     ScoringContext,
     ScoringWeights,
     SignalValues,
+    candidates_per_model,
     evaluate,
     score_candidates,
 )
@@ -51,6 +53,8 @@ from grid.errors import ValidationError
 
 CREDENTIAL_STRATEGIES: Mapping[str, str] = {"BearerToken": "bearer_token", "ApiKey": "api_key"}
 """Auth strategies projected as a credential reference, with their wire names."""
+
+_BACKEND_KINDS: Mapping[str, BackendKind] = {kind.value: kind for kind in BackendKind}
 
 DEFAULT_NAMESPACE = "default"
 """The gateway namespace when neither ``--namespace`` nor the gatewayRef names one."""
@@ -265,20 +269,22 @@ def _credential(
     )
 
 
-def _signal_values(provider: InferenceProvider, entry: ProviderSignals | None) -> SignalValues:
-    """Spec values (the cost) overridden by any value the signals entry carries."""
-    cost = provider.spec.cost.per_million_input_tokens if provider.spec.cost else None
-    observed = entry.signals if entry else SignalValues()
+def _signal_values(cost: float | None, entry: ProviderSignals | None) -> SignalValues:
+    """Spec values (the cost) overridden by any value the signals entry carries.
+
+    An entry's own values are returned as they are when the spec adds nothing.
+    """
+    if entry is None:
+        return SignalValues(cost_per_million_input_tokens=cost)
+    observed = entry.signals
+    if cost is None or observed.cost_per_million_input_tokens is not None:
+        return observed
     return SignalValues(
-        queue_depth=observed.queue_depth,
-        kv_cache_utilization=observed.kv_cache_utilization,
-        prefix_cache_hit_ratio=observed.prefix_cache_hit_ratio,
-        p99_latency_ms=observed.p99_latency_ms,
-        cost_per_million_input_tokens=(
-            observed.cost_per_million_input_tokens
-            if observed.cost_per_million_input_tokens is not None
-            else cost
-        ),
+        observed.queue_depth,
+        observed.kv_cache_utilization,
+        observed.prefix_cache_hit_ratio,
+        observed.p99_latency_ms,
+        cost,
     )
 
 
@@ -298,8 +304,9 @@ class _View:
 
 
 def _draft_for(provider: InferenceProvider, view: _View) -> _Draft:
-    site = provider.site_label or view.default_site
-    entry = view.signal_index.get((site, provider.name))
+    metadata, spec, name = provider.metadata, provider.spec, provider.metadata.name
+    site = metadata.labels.get(SITE_LABEL) or view.default_site
+    entry = view.signal_index.get((site, name))
     notes: list[str] = []
     credential = _credential(provider, view.secrets, notes)
     stale = (
@@ -307,45 +314,44 @@ def _draft_for(provider: InferenceProvider, view: _View) -> _Draft:
         and view.signals is not None
         and not is_fresh(entry, view.signals.generated_at)
     )
-    degraded = provider.phase.value == "Degraded"
+    phase = provider.phase
+    degraded = phase is ProviderPhase.DEGRADED
     if degraded:
         notes.append("status.phase is Degraded: not fresh")
     if stale:
         notes.append("signal sample older than 60 s: not fresh")
     if entry is None:
         notes.append("no signal entry: signals missing (neutral 0.5), sample counts as oldest")
-    signals = _signal_values(provider, entry)
-    geography = view.geographies.get(site)
-    kind = BackendKind(provider.spec.backend_kind)
-    healthy = not (entry is not None and entry.healthy is False)
-    observed_at = entry.observed_at if entry else None
-    candidates = tuple(
-        CandidateInput(
-            name=model.name,
-            site=site,
-            cluster=provider.cluster,
-            provider=provider.name,
-            backend_kind=kind,
-            signals=signals,
-            geography=geography,
-            healthy=healthy,
-            fresh=not (degraded or stale),
-            observed_at=observed_at,
-            credential=credential,
-        )
-        for model in provider.spec.models
+    models = [model.name for model in spec.models]
+    template = CandidateInput(
+        name=models[0],
+        site=site,
+        cluster=spec.routing_cluster_ref or name,
+        provider=name,
+        backend_kind=_BACKEND_KINDS[spec.backend_kind],
+        signals=_signal_values(spec.cost.per_million_input_tokens if spec.cost else None, entry),
+        geography=view.geographies.get(site),
+        healthy=not (entry is not None and entry.healthy is False),
+        fresh=not (degraded or stale),
+        observed_at=entry.observed_at if entry else None,
+        credential=credential,
     )
-    exclusion, detail = _pre_exclusion(provider, site, entry, view)
+    candidates = candidates_per_model(template, models)
+    exclusion, detail = _pre_exclusion(provider, phase, site, entry, view)
     return _Draft(provider, candidates, exclusion, detail, tuple(notes))
 
 
 def _pre_exclusion(
-    provider: InferenceProvider, site: str, entry: ProviderSignals | None, view: _View
+    provider: InferenceProvider,
+    phase: ProviderPhase,
+    site: str,
+    entry: ProviderSignals | None,
+    view: _View,
 ) -> tuple[Exclusion | None, str]:
     access = _access_problem(provider, view.sites.get(view.local_site), view.local_site)
     if access is not None:
         return Exclusion.ACCESS_DENIED, access
-    if provider.phase.value == "Unavailable":
+    if phase is ProviderPhase.UNAVAILABLE:
         return Exclusion.PROVIDER_UNAVAILABLE, "status.phase is Unavailable"
     ttl = view.network.spec.stale_candidate_ttl_seconds
     if (
@@ -366,16 +372,17 @@ def _pre_exclusion(
 def _check_duplicates(drafts: Sequence[_Draft]) -> None:
     seen: dict[tuple[str, str, str, str], str] = {}
     for draft in drafts:
+        owner = draft.provider.metadata.name
         for c in draft.candidates:
             key = (c.kind, c.name, c.site, c.cluster)
-            if key in seen and seen[key] != draft.provider.name:
+            first = seen.setdefault(key, owner)
+            if first != owner:
                 raise ValidationError(
-                    f"InferenceProvider/{draft.provider.name} and InferenceProvider/{seen[key]} "
+                    f"InferenceProvider/{owner} and InferenceProvider/{first} "
                     f"both route model {c.name!r} at site {c.site!r} through cluster "
                     f"{c.cluster!r}; give one a distinct spec.routingClusterRef",
                     path="spec.routingClusterRef",
                 )
-            seen[key] = draft.provider.name
 
 
 def evaluate_network(

@@ -21,10 +21,11 @@ The rules are SPEC-DECISIONS §4 and §4a:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, TypeVar
 
 NEUTRAL_SIGNAL_SCORE = 0.5
 """The score of a missing signal: neutral, so absence neither helps nor hurts."""
@@ -211,6 +212,44 @@ class CandidateInput:
     kind: str = "inference_model"
 
 
+_T = TypeVar("_T")
+
+
+def _built(cls: type[_T], state: dict[str, Any]) -> _T:
+    """An instance of frozen dataclass ``cls`` holding ``state``, without ``__init__``.
+
+    Only for this module's frozen dataclasses, which have no ``__post_init__``,
+    no ``InitVar`` and no ``__slots__``: for them the result is exactly
+    ``cls(**state)`` when ``state`` names every field. Renders build thousands
+    of candidates, evaluations and ranked entries; the frozen ``__init__`` (one
+    ``object.__setattr__`` per field) costs several times more.
+    """
+    instance = object.__new__(cls)
+    object.__setattr__(instance, "__dict__", state)
+    return instance
+
+
+def _copy_with(instance: _T, name: str, value: object) -> _T:
+    """``dataclasses.replace(instance, **{name: value})`` by way of `_built`."""
+    state = dict(vars(instance))
+    state[name] = value
+    return _built(type(instance), state)
+
+
+def candidates_per_model(
+    template: CandidateInput, models: Iterable[str]
+) -> tuple[CandidateInput, ...]:
+    """One candidate per model name, each equal to ``template`` in every other field.
+
+    This is how a renderer turns one provider into its candidates: everything
+    but the model (site, cluster, signals, liveness, credential) is shared.
+    """
+    return tuple(
+        template if i == 0 and model == template.name else _copy_with(template, "name", model)
+        for i, model in enumerate(models)
+    )
+
+
 @dataclass(frozen=True)
 class ScoringContext:
     """The gateway's point of view: its local site, that site's geography, config."""
@@ -371,105 +410,90 @@ def admission_state(signals: SignalValues, thresholds: AdmissionThresholds) -> A
     return AdmissionState.NEW_AND_EXISTING
 
 
+_SIGNAL_ORDER = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
+
+
 def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalScores:
     """Normalise the six signals to [0, 1], substituting 0.5 for missing ones."""
     config = context.config
     values = candidate.signals
     prefix = values.prefix_cache_hit_ratio
     raw = (
-        ("locality", locality_score(candidate, context)),
-        ("queue_depth", _ratio_score(values.queue_depth)),
-        ("kv_cache", _ratio_score(values.kv_cache_utilization)),
-        ("prefix_cache", None if prefix is None else min(1.0, max(0.0, prefix))),
-        ("latency", _ceiling_score(values.p99_latency_ms, config.latency_ceiling_ms)),
-        (
-            "cost",
-            _ceiling_score(
-                values.cost_per_million_input_tokens,
-                config.cost_ceiling_per_million_input_tokens,
-            ),
+        locality_score(candidate, context),
+        _ratio_score(values.queue_depth),
+        _ratio_score(values.kv_cache_utilization),
+        None if prefix is None else min(1.0, max(0.0, prefix)),
+        _ceiling_score(values.p99_latency_ms, config.latency_ceiling_ms),
+        _ceiling_score(
+            values.cost_per_million_input_tokens, config.cost_ceiling_per_million_input_tokens
         ),
     )
-    missing = frozenset(name for name, value in raw if value is None)
-    f = [NEUTRAL_SIGNAL_SCORE if value is None else value for _, value in raw]
+    missing: frozenset[str] = frozenset()
+    if None in raw:
+        missing = frozenset(name for name, v in zip(_SIGNAL_ORDER, raw, strict=True) if v is None)
+    f = [NEUTRAL_SIGNAL_SCORE if v is None else v for v in raw]
     return SignalScores(f[0], f[1], f[2], f[3], f[4], f[5], missing)
 
 
 def blend(scores: SignalScores, weights: ScoringWeights) -> ScoreBreakdown:
     """The weighted mean Σwᵢsᵢ/Σwᵢ with each contribution wᵢsᵢ/Σwᵢ."""
-    w = weights.as_tuple()
-    s = scores.as_tuple()
-    total_weight = sum(w)
-    p = [wi * si for wi, si in zip(w, s, strict=True)]
-    d = total_weight
+    return _blend(scores, weights.as_tuple())
+
+
+def _blend(
+    scores: SignalScores, w: tuple[float, float, float, float, float, float]
+) -> ScoreBreakdown:
+    """`blend` with the weights already in signal order."""
+    p = [
+        w[0] * scores.locality,
+        w[1] * scores.queue_depth,
+        w[2] * scores.kv_cache,
+        w[3] * scores.prefix_cache,
+        w[4] * scores.latency,
+        w[5] * scores.cost,
+    ]
+    d = sum(w)
     return ScoreBreakdown(p[0] / d, p[1] / d, p[2] / d, p[3] / d, p[4] / d, p[5] / d, sum(p) / d)
 
 
 def evaluate(candidate: CandidateInput, context: ScoringContext) -> Evaluation:
     """Derive signal scores, admission, tier and (when enabled) the score."""
+    config = context.config
     scores = signal_scores(candidate, context)
-    breakdown = blend(scores, context.config.weights) if context.config.enabled else None
+    breakdown = _blend(scores, config.weights.as_tuple()) if config.enabled else None
     return Evaluation(
-        candidate=candidate,
-        signal_scores=scores,
-        admission=admission_state(candidate.signals, context.config.admission),
-        tier=selection_tier(candidate, context),
-        score=breakdown.total if breakdown else None,
-        breakdown=breakdown,
+        candidate,
+        scores,
+        admission_state(candidate.signals, config.admission),
+        selection_tier(candidate, context),
+        breakdown.total if breakdown else None,
+        breakdown,
     )
-
-
-def _evaluator(context: ScoringContext) -> Callable[[CandidateInput], Evaluation]:
-    """`evaluate` with a cache over what an evaluation depends on.
-
-    Everything but the identity comes from the site, backend kind, geography,
-    signals and liveness, which all models of one provider share; computing it
-    once per provider keeps large renders cheap.
-    """
-    cache: dict[tuple[str, BackendKind, int, int], Evaluation] = {}
-
-    def evaluated(candidate: CandidateInput) -> Evaluation:
-        # Identity of the shared signal and geography objects is enough for a
-        # cache: a renderer passes one instance per provider, and equal values in
-        # distinct objects only miss the cache. The candidates, and so these
-        # objects, stay alive for the whole call, so no id is reused meanwhile.
-        key = (
-            candidate.site,
-            candidate.backend_kind,
-            id(candidate.geography),
-            id(candidate.signals),
-        )
-        known = cache.get(key)
-        if known is None:
-            known = cache[key] = evaluate(candidate, context)
-            return known
-        return Evaluation(
-            candidate,
-            known.signal_scores,
-            known.admission,
-            known.tier,
-            known.score,
-            known.breakdown,
-        )
-
-    return evaluated
 
 
 SortKey = tuple[int, int, float, int, int, float, str, str, str]
 
+_EvaluationKey = tuple[int, int, float]
+"""The part of a `SortKey` an `Evaluation` decides: admission, tier, score."""
 
-def sort_key(evaluation: Evaluation) -> SortKey:
-    """The §4 order: admission, tier, score desc, fresh, newer sample, tie-break.
+_CandidateKey = tuple[int, int, float, str, str, str]
+"""The part of a `SortKey` a `CandidateInput` decides: freshness, sample, identity."""
 
-    With scoring off the score component is a constant, so it never decides.
-    A candidate without ``observed_at`` sorts after every candidate that has one.
-    """
-    candidate = evaluation.candidate
-    observed = candidate.observed_at
+
+def _evaluation_key(evaluation: Evaluation) -> _EvaluationKey:
+    """Admission, tier and score (descending; a constant with scoring off)."""
+    score = evaluation.score
     return (
         _ADMISSION_ORDER[evaluation.admission],
         _TIER_ORDER[evaluation.tier],
-        -evaluation.score if evaluation.score is not None else 0.0,
+        -score if score is not None else 0.0,
+    )
+
+
+def _candidate_key(candidate: CandidateInput) -> _CandidateKey:
+    """Fresh first, then the newer sample (none is oldest), then the tie-break."""
+    observed = candidate.observed_at
+    return (
         0 if candidate.fresh else 1,
         0 if observed is not None else 1,
         -observed.timestamp() if observed is not None else 0.0,
@@ -479,23 +503,74 @@ def sort_key(evaluation: Evaluation) -> SortKey:
     )
 
 
+def sort_key(evaluation: Evaluation) -> SortKey:
+    """The §4 order: admission, tier, score desc, fresh, newer sample, tie-break.
+
+    With scoring off the score component is a constant, so it never decides.
+    A candidate without ``observed_at`` sorts after every candidate that has one.
+    """
+    return _evaluation_key(evaluation) + _candidate_key(evaluation.candidate)
+
+
+def _ranked(
+    evaluations: Sequence[Evaluation], keys: Sequence[SortKey]
+) -> tuple[RankedCandidate, ...]:
+    """``evaluations`` ordered by their precomputed ``keys`` (stable), numbered 0..n-1."""
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    return tuple(map(RankedCandidate, [evaluations[i] for i in order], range(len(order))))
+
+
 def rank(evaluations: Iterable[Evaluation]) -> tuple[RankedCandidate, ...]:
     """Sort evaluations by `sort_key` and number them 0..n-1."""
-    ordered = sorted(evaluations, key=sort_key)
-    return tuple(RankedCandidate(evaluation=e, rank=i) for i, e in enumerate(ordered))
+    listed = list(evaluations)
+    return _ranked(listed, [sort_key(e) for e in listed])
 
 
 def score_candidates(candidates: Sequence[CandidateInput], context: ScoringContext) -> Ranking:
-    """Evaluate, exclude (unhealthy, then admission ``excluded``) and rank."""
+    """Evaluate, exclude (unhealthy, then admission ``excluded``) and rank.
+
+    The result is exactly `evaluate` of each candidate and `rank` of the
+    survivors. An evaluation depends only on the candidate's site, backend
+    kind, geography and signals, which every model of one provider shares, so
+    it (and its part of the sort key) is computed once per such group: a
+    renderer passes one geography and one signals instance per provider, and
+    equal values in distinct objects merely miss this per-call cache. The
+    candidates keep those objects alive for the whole call, so no id is reused.
+    """
+    shared: dict[tuple[str, BackendKind, int, int], tuple[Evaluation, _EvaluationKey]] = {}
     kept: list[Evaluation] = []
+    keys: list[SortKey] = []
     excluded: list[Exclusion] = []
-    evaluated = _evaluator(context)
     for candidate in candidates:
-        evaluation = evaluated(candidate)
+        group = (
+            candidate.site,
+            candidate.backend_kind,
+            id(candidate.geography),
+            id(candidate.signals),
+        )
+        known = shared.get(group)
+        if known is None:
+            evaluation = evaluate(candidate, context)
+            known = shared[group] = (evaluation, _evaluation_key(evaluation))
+        else:
+            evaluation = _copy_with(known[0], "candidate", candidate)
         if not candidate.healthy:
             excluded.append(Exclusion(evaluation, ExclusionReason.UNHEALTHY))
         elif evaluation.admission is AdmissionState.EXCLUDED:
             excluded.append(Exclusion(evaluation, ExclusionReason.ADMISSION_EXCLUDED))
         else:
             kept.append(evaluation)
-    return Ranking(ranked=rank(kept), excluded=tuple(excluded))
+            # known[1] + _candidate_key(candidate), inline: this runs per candidate.
+            observed = candidate.observed_at
+            keys.append(
+                known[1]
+                + (
+                    0 if candidate.fresh else 1,
+                    0 if observed is not None else 1,
+                    -observed.timestamp() if observed is not None else 0.0,
+                    candidate.site,
+                    candidate.name,
+                    candidate.cluster,
+                )
+            )
+    return Ranking(ranked=_ranked(kept, keys), excluded=tuple(excluded))

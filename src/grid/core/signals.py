@@ -76,11 +76,17 @@ class SignalsDocument:
         return {(e.site, e.name): e for e in self.providers}
 
 
+_FRESHNESS_MAX_AGE = timedelta(seconds=FRESHNESS_MAX_AGE_S)
+
+
 def is_fresh(
     entry: ProviderSignals, generated_at: datetime, max_age_s: float = FRESHNESS_MAX_AGE_S
 ) -> bool:
     """True unless the entry is older than ``max_age_s`` relative to ``generated_at``."""
-    return generated_at - entry.observed_at <= timedelta(seconds=max_age_s)
+    max_age = (
+        _FRESHNESS_MAX_AGE if max_age_s == FRESHNESS_MAX_AGE_S else timedelta(seconds=max_age_s)
+    )
+    return generated_at - entry.observed_at <= max_age
 
 
 def _fail(path: str, problem: str) -> ValidationError:
