@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from typing import Any
 
@@ -99,6 +100,21 @@ async def test_a_kept_alive_connection_idle_past_the_bound_is_closed(start_gatew
         await _close(writer)
 
 
+async def _refused_at_once(harness: Harness) -> None:
+    """A connection past the cap is aborted before the TLS handshake completes."""
+    started = time.monotonic()
+    try:
+        reader, writer = await asyncio.wait_for(_tls(harness), 5.0)
+    except (ConnectionError, ssl.SSLError, OSError):
+        pass
+    else:
+        try:
+            await _closed_after(reader, 5.0)
+        finally:
+            await _close(writer)
+    assert time.monotonic() - started <= 2.0
+
+
 async def test_idle_connections_never_pile_up_beyond_the_cap(start_gateway: Any) -> None:
     harness = await start_gateway(header_read_timeout_s=30, connections_max=3)
     await admit(harness.roster, AGENT_IDS["cn"])
@@ -106,21 +122,36 @@ async def test_idle_connections_never_pile_up_beyond_the_cap(start_gateway: Any)
     try:
         await _poll(lambda: harness.gateway.connections.open == 3)
         for _ in range(3):
-            reader, writer = await _tls(harness)
-            try:
-                assert await _closed_after(reader, 5.0) <= 2.0
-            finally:
-                await _close(writer)
+            await _refused_at_once(harness)
         assert harness.gateway.connections.open == 3
         assert harness.gateway.connections.refused == 3
-        for _, writer in held[:1]:
-            await _close(writer)
+        await _close(held[0][1])
         await _poll(lambda: harness.gateway.connections.open == 2)
         status, _, _ = await harness.post("cn", "events", events(1).SerializeToString())
         assert status == 200
     finally:
         for _, writer in held[1:]:
             await _close(writer)
+
+
+async def test_silent_tcp_connections_count_against_the_cap_from_accept(
+    start_gateway: Any,
+) -> None:
+    harness = await start_gateway(header_read_timeout_s=30, connections_max=2)
+    _, port = harness.host_port
+    silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+    try:
+        await _poll(lambda: harness.gateway.connections.open == 2)
+        extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            assert await _closed_after(extra_reader, 5.0) <= 2.0
+        finally:
+            await _close(extra_writer)
+        assert harness.gateway.connections.open == 2
+    finally:
+        for _, writer in silent:
+            await _close(writer)
+    await _poll(lambda: harness.gateway.connections.open == 0)
 
 
 async def test_idle_connections_are_reaped_so_the_cap_frees_up(start_gateway: Any) -> None:
@@ -134,3 +165,22 @@ async def test_idle_connections_are_reaped_so_the_cap_frees_up(start_gateway: An
     finally:
         for _, writer in held:
             await _close(writer)
+
+
+async def test_a_failed_handshake_gives_its_slot_back(start_gateway: Any) -> None:
+    harness = await start_gateway(header_read_timeout_s=5, connections_max=1)
+    _, port = harness.host_port
+    no_cert = ssl.create_default_context(cafile=str(harness.pki.ca))
+    for _ in range(3):  # with one slot, a leaked slot would refuse the second attempt at once
+        try:
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=no_cert, server_hostname="localhost"
+            )
+        except (ConnectionError, ssl.SSLError, OSError):
+            pass
+        else:
+            with contextlib.suppress(ConnectionError, ssl.SSLError, OSError):
+                await asyncio.wait_for(reader.read(), 5.0)
+            await _close(writer)
+        await _poll(lambda: harness.gateway.connections.open == 0)
+    assert harness.gateway.connections.refused == 0

@@ -18,7 +18,8 @@ declared body is small, so a large unread body is never drained by the gateway.
 Slow or idle clients hold little: the TLS handshake and every request head must
 complete within ``header_read_timeout_s`` (counted from the handshake's end or
 the previous answer), and at most ``connections_max`` connections are open at
-once (`ConnectionGate`); a connection beyond the cap is closed at once.
+once, counted from TCP accept (`grid.telemetry.connections`); a connection
+beyond the cap is aborted before any byte is read.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import ssl
 import time
 import uuid
 from collections.abc import Callable
-from typing import cast
 
 from aiohttp import HttpVersion11, web
 from cryptography import x509
@@ -44,6 +44,7 @@ from grid.core.telemetry.settings import GatewaySettings
 from grid.core.telemetry.stamping import ReceptionStamp
 from grid.core.telemetry.validation import Route
 from grid.core.trust import workload_identity
+from grid.telemetry.connections import ConnectionGate, GatedConnection, cancel_handshakes
 from grid.telemetry.responses import ack_response, refusal_response
 
 log = logging.getLogger("grid.telemetry")
@@ -109,76 +110,6 @@ async def _send_continue(request: web.Request) -> None:
         request.writer.output_size = 0
 
 
-class ConnectionGate:
-    """Counts open client connections against ``connections_max``."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.open = 0
-        self.refused = 0
-
-    def enter(self) -> bool:
-        """Take a slot for a new connection; False when the gateway is full."""
-        if self.open >= self.limit:
-            self.refused += 1
-            return False
-        self.open += 1
-        return True
-
-    def leave(self) -> None:
-        """Give a connection's slot back."""
-        self.open -= 1
-
-
-class GatedProtocol(asyncio.Protocol):
-    """aiohttp's request handler behind the connection cap.
-
-    asyncio calls ``connection_made`` once the TLS handshake is done. Past the cap
-    the connection is aborted there, and aiohttp never sees it; otherwise every
-    event is forwarded unchanged and the slot is returned when the connection is
-    lost.
-    """
-
-    def __init__(self, inner: asyncio.Protocol, gate: ConnectionGate) -> None:
-        self._inner = inner
-        self._gate = gate
-        self._admitted = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Admit the connection under the cap, or abort it."""
-        if not self._gate.enter():
-            cast(asyncio.Transport, transport).abort()
-            return
-        self._admitted = True
-        self._inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        """Forward request bytes."""
-        if self._admitted:
-            self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        """Forward the peer's end of stream."""
-        return self._inner.eof_received() if self._admitted else None
-
-    def pause_writing(self) -> None:
-        """Forward flow control."""
-        if self._admitted:
-            self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        """Forward flow control."""
-        if self._admitted:
-            self._inner.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        """Return the slot and tell aiohttp."""
-        if self._admitted:
-            self._admitted = False
-            self._gate.leave()
-            self._inner.connection_lost(exc)
-
-
 def split_listen(listen: str) -> tuple[str, int]:
     """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6) into host and port."""
     host, sep, port = listen.rpartition(":")
@@ -210,6 +141,7 @@ class TelemetryGateway:
         self._wall_ns = wall_ns
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
+        self._handshakes: set[asyncio.Task[None]] = set()
         self.connections = ConnectionGate(settings.connections_max)
         self._tail_task: asyncio.Task[None] | None = None
         self._requests = 0
@@ -244,11 +176,15 @@ class TelemetryGateway:
         server = runner.server
         assert server is not None
         self._listener = await asyncio.get_running_loop().create_server(
-            lambda: GatedProtocol(server(), self.connections),
+            lambda: GatedConnection(
+                server,
+                self.connections,
+                self.ssl_context,
+                self.settings.header_read_timeout_s,
+                self._handshakes,
+            ),
             host,
             port,
-            ssl=self.ssl_context,
-            ssl_handshake_timeout=self.settings.header_read_timeout_s,
             reuse_address=True,
         )
         bound = self._listener.sockets[0].getsockname()
@@ -280,6 +216,7 @@ class TelemetryGateway:
             self._tail_task = None
         if self._listener is not None:
             self._listener.close()
+        await cancel_handshakes(self._handshakes)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

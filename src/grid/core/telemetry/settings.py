@@ -108,8 +108,9 @@ class GatewaySettings(BaseModel):
         1024,
         gt=0,
         description=(
-            "Most open client connections (past the TLS handshake). A connection beyond "
-            "it is closed at once; bounds what idle or slow clients can hold."
+            "Most open client connections, counted from TCP accept (connections still in "
+            "the TLS handshake included). A connection beyond it is aborted at accept; "
+            "bounds what idle or slow clients can hold."
         ),
     )
     observed_ahead_max_s: float = Field(
