@@ -161,3 +161,23 @@ async def test_large_refused_batch_reads_the_refusal_not_a_reset(
     assert second.refusals == {"rate_limited": 2}
     assert second.retained_records == big
     assert sleeps and sleeps[0] >= 99  # Retry-After of an agent refilling at 0.01 requests/s
+
+
+async def test_the_client_reconnects_after_the_gateway_closed_an_idle_connection(
+    pki: Pki, start_gateway: Any
+) -> None:
+    harness = await start_gateway(header_read_timeout_s=0.3)
+    await admit(harness.roster, AGENT_IDS["cn"])
+    transport = _transport(pki, "cn", harness.gateway.address)
+    client = TelemetryClient(transport, sleep=_no_sleep)
+    try:
+        first = await client.send(_records(1, 0))
+        deadline = asyncio.get_running_loop().time() + 5
+        while harness.gateway.connections.open:  # the idle keep-alive connection is closed
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.02)
+        second = await client.send(_records(2, 0))
+    finally:
+        await transport.close()
+    assert first.acknowledged_records == 1 and second.acknowledged_records == 2
+    assert second.attempts == 1 and not second.refusals
