@@ -19,7 +19,6 @@ import pytest
 
 from grid.adapters.swim_node import SwimNode, SwimNodeSettings
 from grid.adapters.udp import parse_address
-from grid.core.crdt.payload import PayloadLimits
 from grid.core.crdt.record import ProviderRecord, ProviderSignals
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
@@ -41,7 +40,6 @@ FAST = SwimConfig(
     push_pull_interval_s=0.4,
 )
 DEADLINE_S = 15.0
-LIMITS = PayloadLimits(providers_max=4096)
 
 StartNode = Callable[..., Awaitable[SwimNode]]
 
@@ -154,10 +152,11 @@ def big_snapshot(origin: str, providers: int) -> GridStateSnapshot:
 
 
 async def test_a_snapshot_with_2000_providers_reaches_every_peer(start_node: StartNode) -> None:
-    first = await start_node("site-0", replica=GridState("site-0", limits=LIMITS))
+    # Default payload limits: one site's 2,000 providers must be accepted as is.
+    first = await start_node("site-0", replica=GridState("site-0"))
     nodes = [first]
     for i in range(1, 4):
-        replica = GridState(f"site-{i}", limits=LIMITS)
+        replica = GridState(f"site-{i}")
         nodes.append(await start_node(f"site-{i}", seeds=[first], replica=replica))
     await wait_for(lambda: full_membership(nodes))
     assert await first.publish_snapshot(big_snapshot("site-0", 2000)) == 1

@@ -13,6 +13,7 @@ from grid.core.crdt import (
     PrivateKeyRefused,
     ProviderRecord,
     ProviderSignals,
+    StateLaneValue,
 )
 from grid.core.crdt.payload import (
     PayloadError,
@@ -155,6 +156,15 @@ def test_too_many_providers_is_refused() -> None:
     regs = [pb.ProviderRegister(provider_id=f"p{i}", writer_id="east") for i in range(3)]
     with pytest.raises(PayloadError) as info:
         decode_lane(Lane.STATE, _state_with(providers=regs), "east", PayloadLimits(providers_max=2))
+    assert info.value.code == "payload_limit"
+
+
+def test_default_limits_take_one_site_with_2000_providers_and_refuse_4097() -> None:
+    regs = [pb.ProviderRegister(provider_id=f"p{i}", writer_id="east") for i in range(4097)]
+    decoded = decode_lane(Lane.STATE, _state_with(providers=regs[:2000]), "east")
+    assert isinstance(decoded, StateLaneValue) and len(decoded.providers) == 2000
+    with pytest.raises(PayloadError) as info:
+        decode_lane(Lane.STATE, _state_with(providers=regs), "east")
     assert info.value.code == "payload_limit"
 
 

@@ -75,8 +75,13 @@ class PayloadLimits:
     """Largest payload accepted, in bytes. Datagram items are far smaller (1,400-byte
     datagrams); push-pull items may carry a whole state lane, hence 1 MiB."""
 
-    providers_max: int = 1024
-    """Provider registers per state lane; matches the overlay's 1,024-candidate cap."""
+    providers_max: int = 4096
+    """Provider registers per state lane (tombstones included). A lane carries a
+    site's whole inventory, which may exceed what one overlay renders (its
+    1,024-candidate cap applies after filtering and scoring); 4,096 leaves room
+    for a 2,000-provider site plus churn. It stays in step with the byte bound:
+    a typical register encodes to ~130-250 bytes, so 4,096 of them fit the
+    1 MiB `payload_bytes_max` that bounds decoding first."""
 
     set_elements_max: int = 4096
     """Elements per capability OR-Set."""
