@@ -26,6 +26,7 @@ from grid.core.swim.messages import (
     BroadcastItem,
     Datagram,
     Dead,
+    Gossip,
     Lane,
     Nack,
     Ping,
@@ -168,6 +169,7 @@ def test_encoded_size_is_exact_for_messages_and_parts() -> None:
         Ping(1, "s", "t"),
         PingReq(5, "s", "t", "h:1"),
         Nack(3, "n"),
+        Gossip("g"),
     ):
         full = dataclasses.replace(bare, updates=parts, items=(item,))
         predicted = encoded_size(bare) + sum(encoded_size(p) for p in parts) + encoded_size(item)

@@ -79,6 +79,7 @@ def _messages(rnd: random.Random) -> tuple[list[bytes], list[bytes]]:
         m.PingReq(3, "east", "west", "10.0.0.2:7946", updates[1:], items),
         m.Ack(2**64 - 1, "west", updates, items),
         m.Nack(4, "north"),
+        m.Gossip("south", updates, items),
     ]
     streams = [m.PushPull("east", updates, items * 3, join=True), m.PushPull("west", (), ())]
     return [encode_datagram(d) for d in datagrams], [encode_stream(s) for s in streams]

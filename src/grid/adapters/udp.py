@@ -41,6 +41,7 @@ from grid.core.swim.messages import (
     BroadcastItem,
     Datagram,
     Dead,
+    Gossip,
     Nack,
     Ping,
     PingReq,
@@ -75,7 +76,7 @@ closed mid-frame; ``timeout``: a stream exchange took too long; ``busy``: too ma
 concurrent stream connections; ``unsendable``: an outgoing message that could not
 be encoded within its budget."""
 
-WireValue = Ping | PingReq | Ack | Nack | Alive | Suspect | Dead | BroadcastItem
+WireValue = Ping | PingReq | Ack | Nack | Gossip | Alive | Suspect | Dead | BroadcastItem
 """What the machine's size estimator measures (as `grid.core.swim.dissemination`)."""
 
 ReceiveCallback = Callable[[str, Datagram], None]
@@ -107,7 +108,7 @@ def encoded_size(value: WireValue) -> int:
 def _measure(value: WireValue) -> int:
     if isinstance(value, BroadcastItem):
         carrier = Ack(0, "", items=(value,))
-    elif isinstance(value, Ping | PingReq | Ack | Nack):
+    elif isinstance(value, Ping | PingReq | Ack | Nack | Gossip):
         return len(codec.encode_datagram(value, _SIZING_LIMITS))
     else:
         carrier = Ack(0, "", updates=(value,))

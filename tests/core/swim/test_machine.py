@@ -150,7 +150,7 @@ def test_refutation_by_higher_incarnation_clears_suspicion(make_machine: Machine
 
 
 def test_dynamic_suspicion_timeout_shrinks_with_confirmations(make_machine: MachineFactory):
-    machine, _ = make_machine(peers=6)
+    machine, _ = make_machine(peers=6, config=SwimConfig(suspicion_confirmations=3))
     cfg = machine.config
     deadlines = []
     for accuser, now in (("p1", 10.0), ("p3", 11.0), ("p4", 12.0), ("p3", 13.0)):
@@ -169,6 +169,20 @@ def test_dynamic_suspicion_timeout_shrinks_with_confirmations(make_machine: Mach
     out = machine.handle_timer(SuspicionTimeout("p2", 0), expected[2])
     assert [(n.kind, n.member) for n in notices(out)] == [(EventKind.DEAD, "p2")]
     assert machine.handle_timer(SuspicionTimeout("p2", 0), expected[0]) == []
+
+
+def test_default_k_is_memberlists_two_confirmations(make_machine: MachineFactory):
+    machine, _ = make_machine(peers=6)
+    cfg = machine.config
+    assert cfg.suspicion_confirmations == 2
+    deadlines = []
+    for accuser, now in (("p1", 10.0), ("p3", 11.0), ("p4", 12.0), ("p5", 13.0)):
+        update = Suspect("p2", peer_address(2), 0, accuser)
+        out = machine.handle_packet(peer_address(1), Ping(1, accuser, "me", updates=(update,)), now)
+        deadlines.append([s.at for s in schedules(out, SuspicionTimeout)])
+    # Two confirmations (p3, p4) bring the deadline to the minimum; p5 changes nothing.
+    assert deadlines[2] == [pytest.approx(10.0 + cfg.suspicion_timeout_s)]
+    assert deadlines[3] == []
 
 
 def test_tiny_cluster_suspicion_starts_at_minimum(make_machine: MachineFactory):

@@ -12,6 +12,7 @@ from grid.core.swim.messages import (
     BroadcastItem,
     Datagram,
     Dead,
+    Gossip,
     Lane,
     Nack,
     Ping,
@@ -63,6 +64,7 @@ datagram_st = st.one_of(
     ),
     st.builds(Ack, seq=u64, source=name, updates=updates, items=items),
     st.builds(Nack, seq=u64, source=name, updates=updates, items=items),
+    st.builds(Gossip, source=name, updates=updates, items=items),
 )
 push_pull_st = st.builds(
     PushPull,

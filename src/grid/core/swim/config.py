@@ -19,29 +19,56 @@ class SwimConfig:
     """Every knob of the SWIM + Lifeguard machine, with the spec's defaults."""
 
     gossip_nodes: int = 3
-    """`spec.swim.gossipNodes`: k, the number of helpers asked to probe a member
-    indirectly (ping-req) after a direct probe times out; also K, the number of
-    independent suspicion confirmations that shrink the suspicion timeout to its
-    minimum. Higher values tolerate more packet loss before a false suspicion,
-    at the cost of more probe traffic for each failed direct probe."""
+    """`spec.swim.gossipNodes`: the fan-out of gossip. Every `gossip_interval_s`
+    while news waits in the piggyback queue, it goes to this many random members
+    (memberlist's GossipNodes); it is also the number of helpers asked to probe
+    a member indirectly (ping-req) after a direct probe times out (memberlist's
+    IndirectChecks, also 3 by default). Higher values spread news faster and
+    tolerate more packet loss before a false suspicion, at the cost of more
+    datagrams per gossip tick and per failed direct probe."""
 
     probe_interval_s: float = 5.0
     """`spec.swim.probeInterval`, seconds: time between probe rounds, each of
     which probes one member. Lifeguard multiplies it by (LHM + 1). Shorter
-    intervals detect failures and spread gossip sooner (gossip rides on probe
-    traffic) but cost proportionally more packets."""
+    intervals detect failures sooner but cost proportionally more packets."""
 
     suspicion_timeout_s: float = 10.0
     """`spec.swim.suspicionTimeout`, seconds: the shortest time a suspect member
-    is given to refute before it is declared dead, reached once K independent
-    confirmations arrived. Longer values lower false deaths under loss or load;
-    shorter values declare real failures sooner."""
+    is given to refute before it is declared dead, reached once K
+    (`suspicion_confirmations`) independent confirmations arrived. This is
+    memberlist's minimum suspicion timeout, which memberlist derives as
+    SuspicionMult * max(1, log10(n)) * ProbeInterval; Grid takes it as given.
+    Longer values lower false deaths under loss or load; shorter values declare
+    real failures sooner."""
 
     probe_timeout_s: float = 1.0
     """Seconds to wait for a direct ack before asking helpers (ping-req); also
     scaled by (LHM + 1). Set near the 99th percentile round-trip time: too low
     causes needless indirect probes, too high leaves little of the probe interval
     for the indirect probes to finish."""
+
+    suspicion_confirmations: int = 2
+    """K, the number of independent suspicion confirmations (suspicions of the
+    same member from other accusers) that shrink the suspicion timeout from its
+    maximum to `suspicion_timeout_s` (Lifeguard). memberlist uses
+    SuspicionMult - 2, which is 2 at its default multiplier of 4. With fewer than
+    K other members to confirm, the timer starts at the minimum. Higher values
+    demand more agreement before a fast verdict; lower values detect sooner."""
+
+    gossip_interval_s: float = 0.2
+    """Seconds between gossip ticks (memberlist's GossipInterval, 200 ms on a
+    LAN). On each tick with news in the piggyback queue, a piggyback-only
+    datagram goes to `gossip_nodes` random members; an empty queue sends
+    nothing. 0 disables the tick, leaving gossip to ride on probe traffic only.
+    Shorter intervals spread suspicions, deaths and items faster (failure
+    detection then waits on probe and suspicion time, not on spread) at the
+    cost of burstier traffic while news is pending."""
+
+    gossip_to_dead_s: float = 30.0
+    """Seconds after a member is declared dead during which gossip ticks may
+    still pick it (memberlist's GossipToTheDeadTime, 30 s on a LAN), so that a
+    member wrongly declared dead learns it and refutes. 0 gossips to live
+    members only."""
 
     suspicion_max_timeout_mult: float = 6.0
     """The suspicion timeout starts at this multiple of `suspicion_timeout_s`
@@ -95,6 +122,12 @@ class SwimConfig:
             raise ValidationError("must be positive", path="spec.swim.suspicionTimeout")
         if not 0 < self.probe_timeout_s <= self.probe_interval_s:
             raise ValidationError("must be in (0, probe_interval_s]", path="probe_timeout_s")
+        if self.suspicion_confirmations < 0:
+            raise ValidationError("must be >= 0", path="suspicion_confirmations")
+        if self.gossip_interval_s < 0:
+            raise ValidationError("must be >= 0", path="gossip_interval_s")
+        if self.gossip_to_dead_s < 0:
+            raise ValidationError("must be >= 0", path="gossip_to_dead_s")
         if self.suspicion_max_timeout_mult < 1:
             raise ValidationError("must be >= 1", path="suspicion_max_timeout_mult")
         if self.awareness_max_multiplier < 1:

@@ -32,6 +32,7 @@ from grid.core.swim.messages import (
     Alive,
     BroadcastItem,
     Dead,
+    Gossip,
     MemberUpdate,
     Nack,
     Ping,
@@ -39,7 +40,7 @@ from grid.core.swim.messages import (
     Suspect,
 )
 
-WireValue = Ping | PingReq | Ack | Nack | Alive | Suspect | Dead | BroadcastItem
+WireValue = Ping | PingReq | Ack | Nack | Gossip | Alive | Suspect | Dead | BroadcastItem
 SizeEstimator = Callable[[WireValue], int]
 """Encoded byte size of a datagram (without piggyback) or of one piggybacked part."""
 
@@ -81,6 +82,8 @@ def estimate_size(value: WireValue) -> int:
             + _text(value.address)
             + _text(value.accuser)
         )
+    if isinstance(value, Gossip):
+        return _MESSAGE_OVERHEAD + _text(value.source)
     size = _MESSAGE_OVERHEAD + _INT_BYTES + _text(value.source)
     if isinstance(value, Ping):
         size += _text(value.target)

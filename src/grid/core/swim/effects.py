@@ -70,7 +70,14 @@ class PushPullTick:
     epoch: int
 
 
-Timer = ProbeTick | ProbeTimeout | RelayTimeout | SuspicionTimeout | PushPullTick
+@dataclass(frozen=True, slots=True)
+class GossipTick:
+    """Time to send queued gossip to a few random members (when any is queued)."""
+
+    epoch: int
+
+
+Timer = ProbeTick | ProbeTimeout | RelayTimeout | SuspicionTimeout | PushPullTick | GossipTick
 """Every timer the machine schedules."""
 
 

@@ -48,6 +48,7 @@ from grid.core.swim.config import SwimConfig
 from grid.core.swim.dissemination import PART_OVERHEAD_BYTES, SizeEstimator, estimate_size
 from grid.core.swim.effects import (
     Effect,
+    GossipTick,
     ProbeTick,
     ProbeTimeout,
     PushPullRequest,
@@ -58,6 +59,7 @@ from grid.core.swim.effects import (
     SuspicionTimeout,
     Timer,
 )
+from grid.core.swim.gossip import Introductions
 from grid.core.swim.members import Member, MemberState
 from grid.core.swim.membership import Membership
 from grid.core.swim.messages import (
@@ -66,6 +68,7 @@ from grid.core.swim.messages import (
     BroadcastItem,
     Datagram,
     Dead,
+    Gossip,
     MemberUpdate,
     Nack,
     Ping,
@@ -130,6 +133,8 @@ class SwimMachine:
         self._relays: dict[int, _Relay] = {}
         self._epoch = 0
         self._seeds: tuple[str, ...] = ()
+        self._gossip_armed = False
+        self._introductions = Introductions()
 
     # -- views -------------------------------------------------------------
 
@@ -196,6 +201,7 @@ class SwimMachine:
             view.incarnation += 1
         self.status = NodeStatus.JOINED
         self._epoch += 1
+        self._gossip_armed = False
         self._seeds = tuple(seed for seed in seeds if seed != self.address)
         view.gossip(Alive(self.node_id, self.address, view.incarnation))
         cfg = self.config
@@ -208,6 +214,7 @@ class SwimMachine:
             interval = cfg.push_pull_interval(self._members.live_count + 1)
             first_sync = now + interval * self._rng.uniform(0.5, 1.5)
             out.append(Schedule(PushPullTick(self._epoch), first_sync))
+        self._arm_gossip(now, out)
         return out
 
     def leave(self, now: float) -> list[Effect]:
@@ -233,6 +240,7 @@ class SwimMachine:
         self._relays.clear()
         view.suspicions.clear()
         view.queue = view.new_queue()
+        self._introductions.clear()
         return out
 
     def publish(self, item: BroadcastItem) -> None:
@@ -278,8 +286,9 @@ class SwimMachine:
             self._relay(src_address, message, now, out)
         elif isinstance(message, Ack):
             self._on_ack(message, out)
-        elif self._probe is not None and self._probe.seq == message.seq:
-            self._probe.nacks += 1
+        elif isinstance(message, Nack):
+            self._on_nack(message)
+        self._arm_gossip(now, out)
         return out
 
     def _accusal(self, ping: Ping) -> tuple[MemberUpdate, ...]:
@@ -306,6 +315,11 @@ class SwimMachine:
         if relay is not None:
             out.append(self._send(relay.requester, Ack(relay.origin_seq, relay.target)))
 
+    def _on_nack(self, nack: Nack) -> None:
+        probe = self._probe
+        if probe is not None and probe.seq == nack.seq:
+            probe.nacks += 1
+
     def _relay(self, src_address: str, req: PingReq, now: float, out: list[Effect]) -> None:
         if req.target == self.node_id:
             # Asked to probe ourselves (the requester's view of our address is
@@ -328,7 +342,10 @@ class SwimMachine:
         pick = view.queue.select(budget, view.retransmit_limit())
         if not (lead or pick.updates or pick.items):
             return Send(address, message)
-        updates = lead + tuple(pick.updates)
+        picked = pick.updates
+        if lead and picked:
+            picked = [update for update in picked if update not in lead]
+        updates = lead + tuple(picked)
         message = dataclasses.replace(message, updates=updates, items=tuple(pick.items))
         return Send(address, message)
 
@@ -338,8 +355,15 @@ class SwimMachine:
         """A scheduled timer is due; stale timers are ignored."""
         if self.status is not NodeStatus.JOINED:
             return []
+        out = self._on_timer(timer, now)
+        self._arm_gossip(now, out)
+        return out
+
+    def _on_timer(self, timer: Timer, now: float) -> list[Effect]:
         if isinstance(timer, ProbeTick):
             return self._on_probe_tick(timer, now) if timer.epoch == self._epoch else []
+        if isinstance(timer, GossipTick):
+            return self._on_gossip_tick(now) if timer.epoch == self._epoch else []
         if isinstance(timer, ProbeTimeout):
             return self._on_probe_timeout(timer)
         if isinstance(timer, RelayTimeout):
@@ -350,6 +374,20 @@ class SwimMachine:
         if isinstance(timer, SuspicionTimeout):
             return self._on_suspicion_timeout(timer, now)
         return self._on_push_pull_tick(timer, now) if timer.epoch == self._epoch else []
+
+    def _arm_gossip(self, now: float, out: list[Effect]) -> None:
+        """Schedule the next gossip tick when news waits and none is pending.
+
+        The tick only runs while the queue holds something: a quiet member
+        sets no gossip timers at all.
+        """
+        interval = self.config.gossip_interval_s
+        if self._gossip_armed or interval <= 0 or self._members.live_count == 0:
+            return
+        if not (self._view.queue or self._introductions):
+            return
+        self._gossip_armed = True
+        out.append(Schedule(GossipTick(self._epoch), now + interval))
 
     def _on_probe_tick(self, timer: ProbeTick, now: float) -> list[Effect]:
         out: list[Effect] = []
@@ -363,11 +401,43 @@ class SwimMachine:
             lead: tuple[MemberUpdate, ...] = ()
             if target.state is MemberState.SUSPECT:
                 lead = (target.as_update(),)  # the buddy system
+            lead += self._introduction(target.id)
             out.append(self._send(target.address, Ping(seq, self.node_id, target.id), lead))
             timeout_at = now + health.scale(self.config.probe_timeout_s)
             out.append(Schedule(ProbeTimeout(seq), timeout_at))
         out.append(Schedule(timer, now + health.scale(self.config.probe_interval_s)))
         return out
+
+    def _on_gossip_tick(self, now: float) -> list[Effect]:
+        """Send queued news to `gossip_nodes` random members (memberlist's gossip).
+
+        Members we learned of through push-pull and owe an introduction get
+        one, up to `gossip_nodes` more per tick (`grid.core.swim.gossip`).
+        """
+        self._gossip_armed = False
+        out: list[Effect] = []
+        cfg = self.config
+        carrier = Gossip(self.node_id)
+        if self._view.queue:
+            targets = self._members.gossip_targets(
+                self._rng, cfg.gossip_nodes, now, cfg.gossip_to_dead_s
+            )
+            for target in targets:
+                send = self._send(target.address, carrier, self._introduction(target.id))
+                if send.message is carrier:
+                    break  # the queue ran dry
+                out.append(send)
+        me = self._me()
+        for member, lead in self._introductions.due(me, self._members, max(1, cfg.gossip_nodes)):
+            out.append(self._send(member.address, carrier, (lead,)))
+        return out
+
+    def _me(self) -> Alive:
+        return Alive(self.node_id, self.address, self._view.incarnation)
+
+    def _introduction(self, target: str) -> tuple[MemberUpdate, ...]:
+        """Our Alive when `target` has not had it from us yet (`grid.core.swim.gossip`)."""
+        return self._introductions.lead(self._me(), target)
 
     def _on_probe_timeout(self, timer: ProbeTimeout) -> list[Effect]:
         probe = self._probe
@@ -456,6 +526,7 @@ class SwimMachine:
             return reply, []
         out: list[Effect] = []
         self._merge(request, now, out)
+        self._arm_gossip(now, out)
         return reply, out
 
     def handle_push_pull_reply(self, reply: PushPull, now: float) -> list[Effect]:
@@ -463,26 +534,17 @@ class SwimMachine:
         if self.status is not NodeStatus.JOINED:
             return []
         out: list[Effect] = []
-        self._merge(reply, now, out)
+        self._merge(reply, now, out, introduce=True)
+        self._arm_gossip(now, out)
         return out
 
-    def _merge(self, remote: PushPull, now: float, out: list[Effect]) -> None:
-        # What we learn is re-gossiped, as with any news: members that knew it
-        # already stay silent, so only re-gossip keeps the epidemic going.
-        # A remote Dead (not Left) of a member we hold live only makes us
-        # suspect it, so a member wrongly buried (say, across a partition)
-        # gets the chance to refute.
-        records = self._members.records
-        updates: list[MemberUpdate] = []
-        for update in remote.members:
-            if type(update) is Dead and not update.left:
-                local = records.get(update.member)
-                if local is not None and local.live:
-                    update = Suspect(
-                        update.member, update.address, update.incarnation, remote.source
-                    )
-            updates.append(update)
-        self._view.absorb(updates, remote.items, now, out, gossip=True)
+    def _merge(
+        self, remote: PushPull, now: float, out: list[Effect], *, introduce: bool = False
+    ) -> None:
+        learned = self._view.merge(remote, now, out)
+        if introduce:
+            # Members first heard of through a reply are owed an introduction.
+            self._introductions.owe(learned)
 
     def _next_seq(self) -> int:
         self._seq = (self._seq + 1) & 0xFFFFFFFF

@@ -217,6 +217,32 @@ class MemberTable:
                     picked[member_id] = member
         return list(picked.values())
 
+    def gossip_targets(
+        self, rng: random.Random, count: int, now: float, dead_window_s: float
+    ) -> list[Member]:
+        """Up to `count` distinct random live members or members dead < `dead_window_s`.
+
+        memberlist's gossip peer choice: live members, plus members declared
+        dead (not left) recently enough that telling them lets them refute.
+        """
+        recent: dict[str, Member] = {}
+        if dead_window_s > 0:
+            for changed_at, member_id in reversed(self._tombstones):
+                if changed_at + dead_window_s <= now:
+                    break
+                member = self._members.get(member_id)
+                if member is None or member.state is not MemberState.DEAD:
+                    continue
+                if member.changed_at + dead_window_s > now:
+                    recent[member_id] = member
+        if not recent:
+            return self.random_live(rng, count, alive_only=False)
+        live = self._live
+        dead = list(recent.values())
+        total = len(live) + len(dead)
+        picks = rng.sample(range(total), min(count, total))
+        return [self._members[live[i]] if i < len(live) else dead[i - len(live)] for i in picks]
+
     @staticmethod
     def _eligible(member: Member, exclude: str, alive_only: bool) -> bool:
         if member.id == exclude:

@@ -34,7 +34,15 @@ from grid.core.swim.dissemination import (
 from grid.core.swim.effects import Deliver, Effect, EventKind, Notify, Schedule, SuspicionTimeout
 from grid.core.swim.health import LocalHealth
 from grid.core.swim.members import Member, MemberState, MemberTable
-from grid.core.swim.messages import Alive, BroadcastItem, Dead, Lane, MemberUpdate, Suspect
+from grid.core.swim.messages import (
+    Alive,
+    BroadcastItem,
+    Dead,
+    Lane,
+    MemberUpdate,
+    PushPull,
+    Suspect,
+)
 from grid.core.swim.suspicion import Suspicion
 
 
@@ -100,6 +108,34 @@ class Membership:
             self.apply(update, now, out, gossip)
         for item in items:
             self.learn_item(item, out, gossip)
+
+    def merge(self, remote: PushPull, now: float, out: list[Effect]) -> list[str]:
+        """Absorb a push-pull's member table and items; returns the members newly alive.
+
+        What we learn is re-gossiped, as with any news: members that knew it
+        already stay silent, so only re-gossip keeps the epidemic going. A
+        remote Dead (not Left) of a member we hold live only makes us suspect
+        it, so a member wrongly buried (say, across a partition) gets the
+        chance to refute.
+        """
+        records = self.table.records
+        updates: list[MemberUpdate] = []
+        unknown: list[str] = []
+        for update in remote.members:
+            local = records.get(update.member)
+            live = local is not None and local.live
+            if type(update) is Alive and not live and update.member != self.node_id:
+                unknown.append(update.member)
+            elif type(update) is Dead and not update.left and live:
+                update = Suspect(update.member, update.address, update.incarnation, remote.source)
+            updates.append(update)
+        self.absorb(updates, remote.items, now, out, gossip=True)
+        alive = MemberState.ALIVE
+        return [
+            member_id
+            for member_id in unknown
+            if (member := records.get(member_id)) is not None and member.state is alive
+        ]
 
     def learn_item(self, item: BroadcastItem, out: list[Effect], gossip: bool) -> None:
         """Keep and deliver `item` when it is newer than its (origin, lane)'s."""
@@ -177,7 +213,8 @@ class Membership:
         # K confirmations can only come from members other than us and the
         # suspect; with fewer of them, the timer starts at the minimum.
         others = self.table.live_count - 1
-        k = cfg.gossip_nodes if others >= cfg.gossip_nodes else 0
+        wanted = cfg.suspicion_confirmations
+        k = wanted if others >= wanted else 0
         suspicion = Suspicion(
             suspect.accuser,
             suspect.incarnation,

@@ -9,7 +9,8 @@ Datagrams (UDP, at most 1,400 plaintext bytes):
 
 - `Ping` probes a member directly; `PingReq` asks a helper to probe `target` on
   the sender's behalf; `Ack` answers a ping (or relays a helper's success);
-  `Nack` is the Lifeguard helper's "I asked, the target did not answer".
+  `Nack` is the Lifeguard helper's "I asked, the target did not answer";
+  `Gossip` carries piggyback only (sent every gossip interval while news waits).
 - Every datagram piggybacks `updates` (member gossip: `Alive`, `Suspect`,
   `Dead`) and `items` (opaque `BroadcastItem` state, one of four lanes).
 
@@ -130,7 +131,20 @@ class Nack:
     items: tuple[BroadcastItem, ...] = ()
 
 
-Datagram = Ping | PingReq | Ack | Nack
+@dataclass(frozen=True, slots=True)
+class Gossip:
+    """A piggyback-only datagram from `source`: queued gossip and items, no probe.
+
+    Sent every gossip interval to a few random members while the sender's
+    queue holds news (memberlist's gossip), so news does not wait for probes.
+    """
+
+    source: str
+    updates: tuple[MemberUpdate, ...] = ()
+    items: tuple[BroadcastItem, ...] = ()
+
+
+Datagram = Ping | PingReq | Ack | Nack | Gossip
 """Every message carried in one UDP datagram."""
 
 

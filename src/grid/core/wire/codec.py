@@ -26,6 +26,7 @@ from grid.core.swim.messages import (
     BroadcastItem,
     Datagram,
     Dead,
+    Gossip,
     Lane,
     MemberUpdate,
     Nack,
@@ -152,6 +153,8 @@ def _datagram_pb(msg: Datagram) -> pb.Datagram:
         )
     elif isinstance(msg, Ack):
         out.ack.CopyFrom(pb.Ack(seq=msg.seq, source=msg.source))
+    elif isinstance(msg, Gossip):
+        out.gossip.CopyFrom(pb.Gossip(source=msg.source))
     else:
         out.nack.CopyFrom(pb.Nack(seq=msg.seq, source=msg.source))
     return out
@@ -317,6 +320,9 @@ def decode_datagram(data: bytes, limits: CodecLimits = DEFAULT_LIMITS) -> Datagr
         cls = Ack if kind == "ack" else Nack
         source = _name(a.source, "source", limits)
         return cls(seq=a.seq, source=source, updates=updates, items=items)
+    if kind == "gossip":
+        source = _name(msg.gossip.source, "source", limits)
+        return Gossip(source=source, updates=updates, items=items)
     raise _fail("swim_unknown_message", "datagram of an unknown message type")
 
 

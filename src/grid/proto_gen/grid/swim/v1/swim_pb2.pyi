@@ -294,8 +294,33 @@ class Nack(_message.Message):
 Global___Nack: _TypeAlias = Nack  # noqa: Y015
 
 @_typing.final
+class Gossip(_message.Message):
+    """A piggyback-only datagram: no probe, just the sender's queued gossip and
+    items (memberlist's gossip to a few random members every gossip interval).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_FIELD_NUMBER: _builtins.int
+    source: _builtins.str
+    def __init__(
+        self,
+        *,
+        source: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Gossip: _TypeAlias = Gossip  # noqa: Y015
+
+@_typing.final
 class Datagram(_message.Message):
-    """One UDP datagram: a probe message plus piggybacked gossip and broadcast items."""
+    """One UDP datagram: a probe message (or a bare gossip carrier) plus piggybacked
+    member updates and broadcast items.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -303,6 +328,7 @@ class Datagram(_message.Message):
     PING_REQ_FIELD_NUMBER: _builtins.int
     ACK_FIELD_NUMBER: _builtins.int
     NACK_FIELD_NUMBER: _builtins.int
+    GOSSIP_FIELD_NUMBER: _builtins.int
     UPDATES_FIELD_NUMBER: _builtins.int
     ITEMS_FIELD_NUMBER: _builtins.int
     @_builtins.property
@@ -314,6 +340,8 @@ class Datagram(_message.Message):
     @_builtins.property
     def nack(self) -> Global___Nack: ...
     @_builtins.property
+    def gossip(self) -> Global___Gossip: ...
+    @_builtins.property
     def updates(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemberUpdate]: ...
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___BroadcastItem]: ...
@@ -324,14 +352,15 @@ class Datagram(_message.Message):
         ping_req: Global___PingReq | None = ...,
         ack: Global___Ack | None = ...,
         nack: Global___Nack | None = ...,
+        gossip: Global___Gossip | None = ...,
         updates: _abc.Iterable[Global___MemberUpdate] | None = ...,
         items: _abc.Iterable[Global___BroadcastItem] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "nack", b"nack", "ping", b"ping", "ping_req", b"ping_req"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "gossip", b"gossip", "nack", b"nack", "ping", b"ping", "ping_req", b"ping_req"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "items", b"items", "nack", b"nack", "ping", b"ping", "ping_req", b"ping_req", "updates", b"updates"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "gossip", b"gossip", "items", b"items", "nack", b"nack", "ping", b"ping", "ping_req", b"ping_req", "updates", b"updates"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["ping", "ping_req", "ack", "nack"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["ping", "ping_req", "ack", "nack", "gossip"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
