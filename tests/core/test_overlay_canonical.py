@@ -94,7 +94,10 @@ def test_edge_values_behave_like_the_reference(value: Any) -> None:
         {"x": [0.5, -(2**60)]},  # negative, after ","
         [9007199254740993.0, 1],  # an integral float beyond 2^53
         {"x": 1e-7, "y": [1, 2e21]},  # exponents
-        {"x": 3.0},  # an integral float
+        {"x": 3.0},  # an integral float, before "}"
+        [2.0, 0.5],  # before ","
+        [0.5, -2.0],  # before "]"
+        {"a": [{"b": 1e16}]},  # written 1e+16
     ],
 )
 def test_every_suspect_number_position_takes_the_reference_path(value: Any) -> None:

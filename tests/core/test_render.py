@@ -384,6 +384,31 @@ def test_duplicate_routing_identity_is_refused() -> None:
         do_render(w)
 
 
+def test_duplicate_routing_identity_names_the_first_collision_in_provider_order() -> None:
+    # Providers render in name order; sharing a cluster is fine until two of
+    # them route the same model at the same site. "b-2" collides with "b-1" on
+    # "llama" before "c-2" collides with "c-1", and "a-*" share a cluster but
+    # serve different models.
+    w = world()
+    w["providers"] += [
+        provider("a-1", "local", ["m1"], at="west", routingClusterRef="shared-a"),
+        provider("a-2", "local", ["m2"], at="west", routingClusterRef="shared-a"),
+        provider("b-1", "local", ["x", "llama"], at="central", routingClusterRef="shared-b"),
+        provider("b-2", "local", ["llama", "y"], at="central", routingClusterRef="shared-b"),
+        provider("c-1", "local", ["llama"], at="west", routingClusterRef="shared-c"),
+        provider("c-2", "local", ["llama"], at="west", routingClusterRef="shared-c"),
+        provider("d-1", "local", ["llama"], at="east", routingClusterRef="shared-b"),
+    ]
+    with pytest.raises(ValidationError) as caught:
+        do_render(w)
+    assert str(caught.value) == (
+        "InferenceProvider/b-2 and InferenceProvider/b-1 both route model 'llama' at site "
+        "'central' through cluster 'shared-b'; give one a distinct spec.routingClusterRef"
+    )
+    w["providers"] = [p for p in w["providers"] if p["metadata"]["name"] not in ("b-2", "c-2")]
+    assert len(do_render(w).overlay["candidates"]) > 0
+
+
 def test_unknown_gateway_and_foreign_signals_are_refused() -> None:
     with pytest.raises(ValidationError, match="gateway 'nope'"):
         do_render(world(), gateway="nope")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import FrozenInstanceError, fields, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -16,16 +17,20 @@ from grid.core.scoring import (
     AdmissionThresholds,
     BackendKind,
     CandidateInput,
+    CredentialRef,
     Evaluation,
     ExclusionReason,
     Geography,
+    ScoreBreakdown,
     ScoringConfig,
     ScoringContext,
     ScoringWeights,
     SelectionTier,
+    SignalScores,
     SignalValues,
-    candidates_per_model,
     evaluate,
+    order_candidates,
+    provider_candidates,
     rank,
     score_candidates,
     sort_key,
@@ -428,19 +433,21 @@ def _mixed_candidates() -> list[CandidateInput]:
             ("east", EAST, BackendKind.LOCAL, SignalValues(queue_depth=0.3)),  # equal values
         ]
     ):
-        template = CandidateInput(
-            name="m0",
-            site=site,
-            cluster=f"c{i}",
-            provider=f"p{i}",
-            backend_kind=kind,
-            signals=signals,
-            geography=geography,
-            healthy=i != 2,
-            fresh=i % 3 != 0,
-            observed_at=None if i == 4 else T0 - timedelta(seconds=i * 7 % 5),
+        out.extend(
+            provider_candidates(
+                ["m0", "m1", "m2"],
+                site=site,
+                cluster=f"c{i}",
+                provider=f"p{i}",
+                backend_kind=kind,
+                signals=signals,
+                geography=geography,
+                healthy=i != 2,
+                fresh=i % 3 != 0,
+                observed_at=None if i == 4 else T0 - timedelta(seconds=i * 7 % 5),
+                credential=None,
+            )
         )
-        out.extend(candidates_per_model(template, ["m0", "m1", "m2"]))
     return out
 
 
@@ -463,16 +470,55 @@ def test_score_candidates_equals_evaluate_then_rank(enabled: bool) -> None:
         assert any(c is r.evaluation.candidate for c in candidates)
 
 
-def test_candidates_per_model_equal_replace_of_the_template() -> None:
-    template = replace(cand(cluster="x", queue_depth=0.2), observed_at=T0, fresh=False)
-    made = candidates_per_model(template, ["m", "n", "o"])
-    assert made[0] is template
-    assert made == tuple(replace(template, name=n) for n in ["m", "n", "o"])
-    assert [hash(c) for c in made] == [hash(replace(template, name=n)) for n in "mno"]
+def test_provider_candidates_equal_one_constructor_call_per_model() -> None:
+    shared: dict[str, Any] = {
+        "site": "west",
+        "cluster": "x",
+        "provider": "p",
+        "backend_kind": BackendKind.REMOTE,
+        "signals": SignalValues(queue_depth=0.2),
+        "geography": WEST,
+        "healthy": False,
+        "fresh": False,
+        "observed_at": T0,
+        "credential": CredentialRef("api_key", "s", "ns", "k"),
+    }
+    made = provider_candidates(["m", "n"], **shared)
+    expected = tuple(CandidateInput(name=n, **shared) for n in ["m", "n"])
+    assert made == expected
+    assert [hash(c) for c in made] == [hash(c) for c in expected]
+    assert [repr(c) for c in made] == [repr(c) for c in expected]
     assert all(vars(c).keys() == {f.name for f in fields(CandidateInput)} for c in made)
     with pytest.raises(FrozenInstanceError):
-        made[1].name = "p"  # type: ignore[misc]
-    assert candidates_per_model(template, ["z", "m"]) == (
-        replace(template, name="z"),
-        template,
-    )
+        made[1].name = "o"  # type: ignore[misc]
+    assert provider_candidates([], **shared) == ()
+
+
+def test_evaluations_are_the_dataclasses_their_constructors_make() -> None:
+    # evaluate builds its frozen records without running __init__; they must be
+    # indistinguishable from constructed ones (fields, equality, hash, repr).
+    for candidate in _mixed_candidates():
+        e = evaluate(candidate, CTX)
+        for record, cls in ((e, Evaluation), (e.signal_scores, SignalScores)):
+            assert vars(record).keys() == {f.name for f in fields(cls)}
+            rebuilt = cls(**vars(record))
+            assert (record, hash(record), repr(record)) == (rebuilt, hash(rebuilt), repr(rebuilt))
+        assert e.breakdown is not None
+        assert vars(e.breakdown).keys() == {f.name for f in fields(ScoreBreakdown)}
+        assert e.breakdown == ScoreBreakdown(**vars(e.breakdown))
+        assert e.score == e.breakdown.total
+
+
+def test_ordering_builds_the_top_first_and_the_rest_on_demand() -> None:
+    candidates = _mixed_candidates()
+    full = score_candidates(candidates, CTX)
+    ordering = order_candidates(candidates, CTX)
+    assert len(ordering) == len(full.ranked) > 4
+    top = ordering.top(4)
+    assert top == full.ranked[:4]
+    assert ordering.top(0) == () and ordering.top(-1) == ()
+    assert ordering.top(10_000) == full.ranked
+    # The full ranking reuses the records already built for the top.
+    assert all(a is b for a, b in zip(top, ordering.ranking.ranked, strict=False))
+    assert ordering.ranking == full
+    assert ordering.ranking is ordering.ranking

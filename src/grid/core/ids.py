@@ -33,6 +33,20 @@ def _kind_prefix(kind: str) -> int:
     return fnv1a_32(f"{kind}/".encode())
 
 
+def model_prefix(kind: str, name: str) -> int:
+    """The FNV-1a state after ``"{kind}/{name}/"``, shared by every site and cluster.
+
+    With `stable_id_at`, ``stable_id_at(model_prefix(k, n), s, c) == stable_id(k, n, s, c)``;
+    a renderer hashes each model's prefix once rather than once per candidate.
+    """
+    return fnv1a_32(f"{name}/".encode(), _kind_prefix(kind))
+
+
+def stable_id_at(prefix: int, site: str, cluster: str) -> str:
+    """`stable_id` from a `model_prefix` state and the candidate's site and cluster."""
+    return f"{fnv1a_32(f'{site}/{cluster}'.encode(), prefix):08x}"
+
+
 def stable_id(kind: str, name: str, site: str, cluster: str) -> str:
     """8 lowercase hex digits of FNV-1a over UTF-8 ``"{kind}/{name}/{site}/{cluster}"``."""
-    return f"{fnv1a_32(f'{name}/{site}/{cluster}'.encode(), _kind_prefix(kind)):08x}"
+    return stable_id_at(model_prefix(kind, name), site, cluster)

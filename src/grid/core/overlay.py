@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from grid.core import canonical
-from grid.core.ids import stable_id
+from grid.core.ids import model_prefix, stable_id, stable_id_at
 from grid.core.overlay_structure import (
     CANDIDATES_MAX,
     ENVELOPE_KEYS,
@@ -81,34 +81,46 @@ def _breakdown_document(breakdown: ScoreBreakdown) -> dict[str, float | int]:
     return document
 
 
-def _candidate_document(
-    ranked: RankedCandidate, breakdowns: dict[int, dict[str, float | int]]
-) -> dict[str, Any]:
-    """`candidate_document`, reusing breakdown wire values computed for equal objects.
+@dataclass
+class _Shared:
+    """What the candidates of one overlay share, converted once per overlay.
 
-    ``breakdowns`` maps ``id(ScoreBreakdown)`` to its wire form; every model of
-    one provider shares one breakdown object, so each is converted once. Each
-    candidate still gets its own dict. The caller keeps the breakdowns alive.
+    ``breakdowns`` maps ``id(ScoreBreakdown)`` to its wire form (every model of
+    one provider shares one breakdown object; the caller keeps them alive);
+    ``prefixes`` maps ``(kind, name)`` to the model's stable-id hash prefix.
+    """
+
+    breakdowns: dict[int, dict[str, float | int]] = field(default_factory=dict)
+    prefixes: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def _candidate_document(ranked: RankedCandidate, shared: _Shared) -> dict[str, Any]:
+    """`candidate_document`, reusing what ``shared`` already converted.
+
+    Each candidate still gets its own dicts.
     """
     evaluation = ranked.evaluation
     candidate = evaluation.candidate
     kind, name, site, cluster = candidate.kind, candidate.name, candidate.site, candidate.cluster
+    prefix = shared.prefixes.get((kind, name))
+    if prefix is None:
+        prefix = shared.prefixes[kind, name] = model_prefix(kind, name)
     document: dict[str, Any] = {
         "kind": kind,
         "name": name,
         "site": site,
         "cluster": cluster,
         "fresh": candidate.fresh,
-        "stable_id": stable_id(kind, name, site, cluster),
+        "stable_id": stable_id_at(prefix, site, cluster),
         "admission_state": evaluation.admission.value,
         "selection_tier": evaluation.tier.value,
         "rank": ranked.rank,
     }
     breakdown = evaluation.breakdown
     if breakdown is not None:
-        wire = breakdowns.get(id(breakdown))
+        wire = shared.breakdowns.get(id(breakdown))
         if wire is None:
-            wire = breakdowns[id(breakdown)] = _breakdown_document(breakdown)
+            wire = shared.breakdowns[id(breakdown)] = _breakdown_document(breakdown)
         document["score"] = wire["total"]
         document["score_breakdown"] = dict(wire)
     credential = candidate.credential
@@ -126,7 +138,7 @@ def _candidate_document(
 
 def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
     """The §5 wire form of one ranked candidate (no field beyond §5's list)."""
-    return _candidate_document(ranked, {})
+    return _candidate_document(ranked, _Shared())
 
 
 def build_overlay(
@@ -139,11 +151,11 @@ def build_overlay(
 
     ``ranked`` must already be in rank order 0..n-1 (as `scoring.rank` returns).
     """
-    breakdowns: dict[int, dict[str, float | int]] = {}
+    shared = _Shared()
     return {
         "network": network,
         "local_site": local_site,
-        "candidates": [_candidate_document(r, breakdowns) for r in ranked],
+        "candidates": [_candidate_document(r, shared) for r in ranked],
         "generated_at": format_timestamp(generated_at),
     }
 

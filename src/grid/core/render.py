@@ -13,6 +13,7 @@ only consulted to check that a referenced key exists; no value is ever read.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -37,15 +38,16 @@ from grid.core.scoring import (
     CredentialRef,
     Evaluation,
     Geography,
+    Ordering,
     RankedCandidate,
     Ranking,
     ScoringConfig,
     ScoringContext,
     ScoringWeights,
     SignalValues,
-    candidates_per_model,
     evaluate,
-    score_candidates,
+    order_candidates,
+    provider_candidates,
 )
 from grid.core.secret import Secret
 from grid.core.signals import ProviderSignals, SignalsDocument, is_fresh
@@ -118,15 +120,19 @@ class Evaluated:
     """
 
     drafts: tuple[_Draft, ...]
-    ranking: Ranking
+    ordering: Ordering
     context: ScoringContext
     candidates_max: int | None
 
     @property
+    def ranking(self) -> Ranking:
+        """Every ranked and excluded candidate (built on first use)."""
+        return self.ordering.ranking
+
+    @property
     def kept(self) -> tuple[RankedCandidate, ...]:
         """The ranked candidates the overlay carries, in rank order."""
-        ranked = self.ranking.ranked
-        return ranked if self.candidates_max is None else ranked[: self.candidates_max]
+        return self.ordering.top(self.candidates_max)
 
     @cached_property
     def rows(self) -> tuple[CandidateRow, ...]:
@@ -322,9 +328,8 @@ def _draft_for(provider: InferenceProvider, view: _View) -> _Draft:
         notes.append("signal sample older than 60 s: not fresh")
     if entry is None:
         notes.append("no signal entry: signals missing (neutral 0.5), sample counts as oldest")
-    models = [model.name for model in spec.models]
-    template = CandidateInput(
-        name=models[0],
+    candidates = provider_candidates(
+        [model.name for model in spec.models],
         site=site,
         cluster=spec.routing_cluster_ref or name,
         provider=name,
@@ -336,7 +341,6 @@ def _draft_for(provider: InferenceProvider, view: _View) -> _Draft:
         observed_at=entry.observed_at if entry else None,
         credential=credential,
     )
-    candidates = candidates_per_model(template, models)
     exclusion, detail = _pre_exclusion(provider, phase, site, entry, view)
     return _Draft(provider, candidates, exclusion, detail, tuple(notes))
 
@@ -369,9 +373,22 @@ def _pre_exclusion(
     return None, ""
 
 
+def _route(candidate: CandidateInput) -> tuple[str, str, str]:
+    return candidate.kind, candidate.site, candidate.cluster
+
+
 def _check_duplicates(drafts: Sequence[_Draft]) -> None:
+    """Refuse two providers routing one model at one site through one cluster.
+
+    A draft's candidates share kind, site and cluster (one provider, one per
+    model), so only drafts whose route another draft shares can collide; the
+    others are skipped without changing which collision is reported first.
+    """
+    routes = Counter(_route(d.candidates[0]) for d in drafts if d.candidates)
     seen: dict[tuple[str, str, str, str], str] = {}
     for draft in drafts:
+        if not draft.candidates or routes[_route(draft.candidates[0])] < 2:
+            continue
         owner = draft.provider.metadata.name
         for c in draft.candidates:
             key = (c.kind, c.name, c.site, c.cluster)
@@ -413,7 +430,7 @@ def evaluate_network(
     _check_duplicates(drafts)
     context = ScoringContext(local_site, geographies.get(local_site), scoring_config(network))
     eligible = [c for d in drafts if d.exclusion is None for c in d.candidates]
-    return Evaluated(drafts, score_candidates(eligible, context), context, candidates_max)
+    return Evaluated(drafts, order_candidates(eligible, context), context, candidates_max)
 
 
 def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:

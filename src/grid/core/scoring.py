@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, TypeVar
 
 NEUTRAL_SIGNAL_SCORE = 0.5
@@ -229,25 +230,40 @@ def _built(cls: type[_T], state: dict[str, Any]) -> _T:
     return instance
 
 
-def _copy_with(instance: _T, name: str, value: object) -> _T:
-    """``dataclasses.replace(instance, **{name: value})`` by way of `_built`."""
-    state = dict(vars(instance))
-    state[name] = value
-    return _built(type(instance), state)
-
-
-def candidates_per_model(
-    template: CandidateInput, models: Iterable[str]
+def provider_candidates(
+    models: Iterable[str],
+    *,
+    site: str,
+    cluster: str,
+    provider: str,
+    backend_kind: BackendKind,
+    signals: SignalValues,
+    geography: Geography | None,
+    healthy: bool,
+    fresh: bool,
+    observed_at: datetime | None,
+    credential: CredentialRef | None,
+    kind: str = "inference_model",
 ) -> tuple[CandidateInput, ...]:
-    """One candidate per model name, each equal to ``template`` in every other field.
+    """``CandidateInput(name=model, ...)`` for each model, sharing every other field.
 
-    This is how a renderer turns one provider into its candidates: everything
-    but the model (site, cluster, signals, liveness, credential) is shared.
+    The same values as calling the constructor per model, built without the
+    frozen ``__init__`` (see `_built`): a render builds one per (provider, model).
     """
-    return tuple(
-        template if i == 0 and model == template.name else _copy_with(template, "name", model)
-        for i, model in enumerate(models)
-    )
+    shared = {
+        "site": site,
+        "cluster": cluster,
+        "provider": provider,
+        "backend_kind": backend_kind,
+        "signals": signals,
+        "geography": geography,
+        "healthy": healthy,
+        "fresh": fresh,
+        "observed_at": observed_at,
+        "credential": credential,
+        "kind": kind,
+    }
+    return tuple(_built(CandidateInput, {"name": model, **shared}) for model in models)
 
 
 @dataclass(frozen=True)
@@ -414,25 +430,50 @@ _SIGNAL_ORDER = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency
 
 
 def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalScores:
-    """Normalise the six signals to [0, 1], substituting 0.5 for missing ones."""
+    """Normalise the six signals to [0, 1], substituting 0.5 for missing ones.
+
+    The clamps are written out (``x if x > 0.0 else 0.0`` is exactly
+    ``max(0.0, x)``, ``x if x < 1.0 else 1.0`` exactly ``min(1.0, x)``, as in
+    `_ratio_score` and `_ceiling_score`): this runs once per provider per render.
+    """
     config = context.config
     values = candidate.signals
-    prefix = values.prefix_cache_hit_ratio
-    raw = (
-        locality_score(candidate, context),
-        _ratio_score(values.queue_depth),
-        _ratio_score(values.kv_cache_utilization),
-        None if prefix is None else min(1.0, max(0.0, prefix)),
-        _ceiling_score(values.p99_latency_ms, config.latency_ceiling_ms),
-        _ceiling_score(
-            values.cost_per_million_input_tokens, config.cost_ceiling_per_million_input_tokens
-        ),
+    queue, kv, prefix = (
+        values.queue_depth,
+        values.kv_cache_utilization,
+        values.prefix_cache_hit_ratio,
     )
-    missing: frozenset[str] = frozenset()
+    latency, cost = values.p99_latency_ms, values.cost_per_million_input_tokens
+    if queue is not None:
+        queue = queue if queue > 0.0 else 0.0
+        queue = 1.0 - (queue if queue < 1.0 else 1.0)
+    if kv is not None:
+        kv = kv if kv > 0.0 else 0.0
+        kv = 1.0 - (kv if kv < 1.0 else 1.0)
+    if prefix is not None:
+        prefix = prefix if prefix > 0.0 else 0.0
+        prefix = prefix if prefix < 1.0 else 1.0
+    if latency is not None:
+        latency = (latency if latency > 0.0 else 0.0) / config.latency_ceiling_ms
+        latency = 1.0 - (latency if latency < 1.0 else 1.0)
+    if cost is not None:
+        cost = (cost if cost > 0.0 else 0.0) / config.cost_ceiling_per_million_input_tokens
+        cost = 1.0 - (cost if cost < 1.0 else 1.0)
+    raw = (locality_score(candidate, context), queue, kv, prefix, latency, cost)
+    state: dict[str, Any]
     if None in raw:
-        missing = frozenset(name for name, v in zip(_SIGNAL_ORDER, raw, strict=True) if v is None)
-    f = [NEUTRAL_SIGNAL_SCORE if v is None else v for v in raw]
-    return SignalScores(f[0], f[1], f[2], f[3], f[4], f[5], missing)
+        state = {
+            name: NEUTRAL_SIGNAL_SCORE if v is None else v
+            for name, v in zip(_SIGNAL_ORDER, raw, strict=True)
+        }
+        state["missing"] = frozenset(
+            name for name, v in zip(_SIGNAL_ORDER, raw, strict=True) if v is None
+        )
+    else:
+        state = dict(zip(_SIGNAL_ORDER, raw, strict=True))
+        state["missing"] = frozenset()
+    # SignalScores(**state), without the frozen __init__ (see `_built`).
+    return _built(SignalScores, state)
 
 
 def blend(scores: SignalScores, weights: ScoringWeights) -> ScoreBreakdown:
@@ -453,7 +494,19 @@ def _blend(
         w[5] * scores.cost,
     ]
     d = sum(w)
-    return ScoreBreakdown(p[0] / d, p[1] / d, p[2] / d, p[3] / d, p[4] / d, p[5] / d, sum(p) / d)
+    # ScoreBreakdown(p[0] / d, ..., p[5] / d, sum(p) / d), without the frozen __init__.
+    return _built(
+        ScoreBreakdown,
+        {
+            "locality": p[0] / d,
+            "queue_depth": p[1] / d,
+            "kv_cache": p[2] / d,
+            "prefix_cache": p[3] / d,
+            "latency": p[4] / d,
+            "cost": p[5] / d,
+            "total": sum(p) / d,
+        },
+    )
 
 
 def evaluate(candidate: CandidateInput, context: ScoringContext) -> Evaluation:
@@ -461,13 +514,17 @@ def evaluate(candidate: CandidateInput, context: ScoringContext) -> Evaluation:
     config = context.config
     scores = signal_scores(candidate, context)
     breakdown = _blend(scores, config.weights.as_tuple()) if config.enabled else None
-    return Evaluation(
-        candidate,
-        scores,
-        admission_state(candidate.signals, config.admission),
-        selection_tier(candidate, context),
-        breakdown.total if breakdown else None,
-        breakdown,
+    # Evaluation(...), without the frozen __init__ (see `_built`).
+    return _built(
+        Evaluation,
+        {
+            "candidate": candidate,
+            "signal_scores": scores,
+            "admission": admission_state(candidate.signals, config.admission),
+            "tier": selection_tier(candidate, context),
+            "score": breakdown.total if breakdown else None,
+            "breakdown": breakdown,
+        },
     )
 
 
@@ -512,22 +569,76 @@ def sort_key(evaluation: Evaluation) -> SortKey:
     return _evaluation_key(evaluation) + _candidate_key(evaluation.candidate)
 
 
-def _ranked(
-    evaluations: Sequence[Evaluation], keys: Sequence[SortKey]
-) -> tuple[RankedCandidate, ...]:
-    """``evaluations`` ordered by their precomputed ``keys`` (stable), numbered 0..n-1."""
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    return tuple(map(RankedCandidate, [evaluations[i] for i in order], range(len(order))))
+def _for_candidate(shared: Evaluation, candidate: CandidateInput) -> Evaluation:
+    """``shared`` (an evaluation of an equivalent candidate) as ``candidate``'s own."""
+    if shared.candidate is candidate:
+        return shared
+    return Evaluation(
+        candidate,
+        shared.signal_scores,
+        shared.admission,
+        shared.tier,
+        shared.score,
+        shared.breakdown,
+    )
+
+
+class Ordering:
+    """Scored candidates in rank order, turned into records only when asked for.
+
+    `score_candidates` is ``order_candidates(...).ranking``. A renderer that
+    emits only the top ``n`` calls `top`, so the records of candidates past its
+    limit are built only if something (``grid explain``) later reads `ranking`;
+    both return the same record objects.
+    """
+
+    def __init__(
+        self,
+        kept: list[tuple[CandidateInput, Evaluation]],
+        keys: list[SortKey],
+        excluded: list[tuple[CandidateInput, Evaluation, ExclusionReason]],
+    ) -> None:
+        self._kept = kept
+        self._order = sorted(range(len(keys)), key=keys.__getitem__)  # stable
+        self._excluded = excluded
+        self._ranked: list[RankedCandidate] = []
+
+    def __len__(self) -> int:
+        """How many candidates are ranked (excluded ones not counted)."""
+        return len(self._order)
+
+    def top(self, n: int | None = None) -> tuple[RankedCandidate, ...]:
+        """The first ``n`` ranked candidates (all of them when ``None``)."""
+        stop = len(self._order) if n is None else max(0, min(n, len(self._order)))
+        ranked, kept, order = self._ranked, self._kept, self._order
+        for position in range(len(ranked), stop):
+            candidate, shared = kept[order[position]]
+            ranked.append(RankedCandidate(_for_candidate(shared, candidate), position))
+        return tuple(ranked[:stop])
+
+    @cached_property
+    def ranking(self) -> Ranking:
+        """Every ranked candidate and every exclusion."""
+        excluded = tuple(
+            Exclusion(_for_candidate(shared, candidate), reason)
+            for candidate, shared, reason in self._excluded
+        )
+        return Ranking(ranked=self.top(), excluded=excluded)
 
 
 def rank(evaluations: Iterable[Evaluation]) -> tuple[RankedCandidate, ...]:
     """Sort evaluations by `sort_key` and number them 0..n-1."""
-    listed = list(evaluations)
-    return _ranked(listed, [sort_key(e) for e in listed])
+    kept = [(e.candidate, e) for e in evaluations]
+    return Ordering(kept, [sort_key(e) for _, e in kept], []).top()
 
 
 def score_candidates(candidates: Sequence[CandidateInput], context: ScoringContext) -> Ranking:
-    """Evaluate, exclude (unhealthy, then admission ``excluded``) and rank.
+    """Evaluate, exclude (unhealthy, then admission ``excluded``) and rank."""
+    return order_candidates(candidates, context).ranking
+
+
+def order_candidates(candidates: Sequence[CandidateInput], context: ScoringContext) -> Ordering:
+    """`score_candidates`, with the records built on demand (see `Ordering`).
 
     The result is exactly `evaluate` of each candidate and `rank` of the
     survivors. An evaluation depends only on the candidate's site, backend
@@ -538,9 +649,9 @@ def score_candidates(candidates: Sequence[CandidateInput], context: ScoringConte
     candidates keep those objects alive for the whole call, so no id is reused.
     """
     shared: dict[tuple[str, BackendKind, int, int], tuple[Evaluation, _EvaluationKey]] = {}
-    kept: list[Evaluation] = []
+    kept: list[tuple[CandidateInput, Evaluation]] = []
     keys: list[SortKey] = []
-    excluded: list[Exclusion] = []
+    excluded: list[tuple[CandidateInput, Evaluation, ExclusionReason]] = []
     for candidate in candidates:
         group = (
             candidate.site,
@@ -552,14 +663,13 @@ def score_candidates(candidates: Sequence[CandidateInput], context: ScoringConte
         if known is None:
             evaluation = evaluate(candidate, context)
             known = shared[group] = (evaluation, _evaluation_key(evaluation))
-        else:
-            evaluation = _copy_with(known[0], "candidate", candidate)
+        evaluation = known[0]
         if not candidate.healthy:
-            excluded.append(Exclusion(evaluation, ExclusionReason.UNHEALTHY))
+            excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))
         elif evaluation.admission is AdmissionState.EXCLUDED:
-            excluded.append(Exclusion(evaluation, ExclusionReason.ADMISSION_EXCLUDED))
+            excluded.append((candidate, evaluation, ExclusionReason.ADMISSION_EXCLUDED))
         else:
-            kept.append(evaluation)
+            kept.append((candidate, evaluation))
             # known[1] + _candidate_key(candidate), inline: this runs per candidate.
             observed = candidate.observed_at
             keys.append(
@@ -573,4 +683,4 @@ def score_candidates(candidates: Sequence[CandidateInput], context: ScoringConte
                     candidate.cluster,
                 )
             )
-    return Ranking(ranked=_ranked(kept, keys), excluded=tuple(excluded))
+    return Ordering(kept, keys, excluded)
