@@ -34,6 +34,7 @@ from grid.core.scoring import (
     rank,
     score_candidates,
     sort_key,
+    with_cost,
 )
 
 EAST = Geography(region="us-east", zone="us-east-1a")
@@ -522,3 +523,14 @@ def test_ordering_builds_the_top_first_and_the_rest_on_demand() -> None:
     assert all(a is b for a, b in zip(top, ordering.ranking.ranked, strict=False))
     assert ordering.ranking == full
     assert ordering.ranking is ordering.ranking
+
+
+def test_with_cost_fills_only_a_missing_cost() -> None:
+    observed = SignalValues(queue_depth=0.5, p99_latency_ms=100)
+    filled = with_cost(observed, 2.5)
+    assert filled == replace(observed, cost_per_million_input_tokens=2.5)
+    assert hash(filled) == hash(replace(observed, cost_per_million_input_tokens=2.5))
+    assert vars(filled).keys() == {f.name for f in fields(SignalValues)}
+    assert with_cost(observed, None) is observed
+    priced = SignalValues(cost_per_million_input_tokens=1.0)
+    assert with_cost(priced, 2.5) is priced

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from grid import __version__
 from grid.core.overlay import (
@@ -48,6 +48,7 @@ from grid.core.scoring import (
     evaluate,
     order_candidates,
     provider_candidates,
+    with_cost,
 )
 from grid.core.secret import Secret
 from grid.core.signals import ProviderSignals, SignalsDocument, is_fresh
@@ -99,9 +100,12 @@ class CandidateRow:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class _Draft:
-    """One provider's candidates (one per model) and what applies to all of them."""
+class _Draft(NamedTuple):
+    """One provider's candidates (one per model) and what applies to all of them.
+
+    A named tuple (immutable, and cheaper to build than a frozen dataclass:
+    a render makes one per provider).
+    """
 
     provider: InferenceProvider
     candidates: tuple[CandidateInput, ...]
@@ -275,23 +279,15 @@ def _credential(
     )
 
 
+_NO_SIGNALS = SignalValues()
+
+
 def _signal_values(cost: float | None, entry: ProviderSignals | None) -> SignalValues:
     """Spec values (the cost) overridden by any value the signals entry carries.
 
     An entry's own values are returned as they are when the spec adds nothing.
     """
-    if entry is None:
-        return SignalValues(cost_per_million_input_tokens=cost)
-    observed = entry.signals
-    if cost is None or observed.cost_per_million_input_tokens is not None:
-        return observed
-    return SignalValues(
-        observed.queue_depth,
-        observed.kv_cache_utilization,
-        observed.prefix_cache_hit_ratio,
-        observed.p99_latency_ms,
-        cost,
-    )
+    return with_cost(entry.signals if entry is not None else _NO_SIGNALS, cost)
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,19 @@ def _built(cls: type[_T], state: dict[str, Any]) -> _T:
     return instance
 
 
+def with_cost(values: SignalValues, cost: float | None) -> SignalValues:
+    """``values`` with a missing input cost taken from ``cost`` (a provider's spec).
+
+    ``values`` itself when it has a cost or ``cost`` is ``None``; otherwise the
+    same as ``dataclasses.replace(values, cost_per_million_input_tokens=cost)``.
+    """
+    if cost is None or values.cost_per_million_input_tokens is not None:
+        return values
+    state = dict(vars(values))
+    state["cost_per_million_input_tokens"] = cost
+    return _built(SignalValues, state)
+
+
 def provider_candidates(
     models: Iterable[str],
     *,
@@ -459,9 +472,17 @@ def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalS
     if cost is not None:
         cost = (cost if cost > 0.0 else 0.0) / config.cost_ceiling_per_million_input_tokens
         cost = 1.0 - (cost if cost < 1.0 else 1.0)
-    raw = (locality_score(candidate, context), queue, kv, prefix, latency, cost)
+    locality = locality_score(candidate, context)
+    raw = (locality, queue, kv, prefix, latency, cost)
     state: dict[str, Any]
-    if None in raw:
+    if (
+        locality is None
+        or queue is None
+        or kv is None
+        or prefix is None
+        or latency is None
+        or cost is None
+    ):
         state = {
             name: NEUTRAL_SIGNAL_SCORE if v is None else v
             for name, v in zip(_SIGNAL_ORDER, raw, strict=True)
@@ -594,11 +615,14 @@ class Ordering:
 
     def __init__(
         self,
-        kept: list[tuple[CandidateInput, Evaluation]],
+        kept: list[CandidateInput],
+        evaluations: list[Evaluation],
         keys: list[SortKey],
         excluded: list[tuple[CandidateInput, Evaluation, ExclusionReason]],
     ) -> None:
+        """``kept[i]`` is ranked by ``keys[i]`` and shares ``evaluations[i]``."""
         self._kept = kept
+        self._evaluations = evaluations
         self._order = sorted(range(len(keys)), key=keys.__getitem__)  # stable
         self._excluded = excluded
         self._ranked: list[RankedCandidate] = []
@@ -610,10 +634,11 @@ class Ordering:
     def top(self, n: int | None = None) -> tuple[RankedCandidate, ...]:
         """The first ``n`` ranked candidates (all of them when ``None``)."""
         stop = len(self._order) if n is None else max(0, min(n, len(self._order)))
-        ranked, kept, order = self._ranked, self._kept, self._order
+        ranked, kept, evaluations, order = self._ranked, self._kept, self._evaluations, self._order
         for position in range(len(ranked), stop):
-            candidate, shared = kept[order[position]]
-            ranked.append(RankedCandidate(_for_candidate(shared, candidate), position))
+            index = order[position]
+            evaluation = _for_candidate(evaluations[index], kept[index])
+            ranked.append(RankedCandidate(evaluation, position))
         return tuple(ranked[:stop])
 
     @cached_property
@@ -628,8 +653,9 @@ class Ordering:
 
 def rank(evaluations: Iterable[Evaluation]) -> tuple[RankedCandidate, ...]:
     """Sort evaluations by `sort_key` and number them 0..n-1."""
-    kept = [(e.candidate, e) for e in evaluations]
-    return Ordering(kept, [sort_key(e) for _, e in kept], []).top()
+    listed = list(evaluations)
+    candidates = [e.candidate for e in listed]
+    return Ordering(candidates, listed, [sort_key(e) for e in listed], []).top()
 
 
 def score_candidates(candidates: Sequence[CandidateInput], context: ScoringContext) -> Ranking:
@@ -647,34 +673,51 @@ def order_candidates(candidates: Sequence[CandidateInput], context: ScoringConte
     renderer passes one geography and one signals instance per provider, and
     equal values in distinct objects merely miss this per-call cache. The
     candidates keep those objects alive for the whole call, so no id is reused.
+    Consecutive candidates of one group (a provider's models) skip the lookup.
     """
     shared: dict[tuple[str, BackendKind, int, int], tuple[Evaluation, _EvaluationKey]] = {}
-    kept: list[tuple[CandidateInput, Evaluation]] = []
+    kept: list[CandidateInput] = []
+    evaluations: list[Evaluation] = []
     keys: list[SortKey] = []
     excluded: list[tuple[CandidateInput, Evaluation, ExclusionReason]] = []
+    last: CandidateInput | None = None
+    evaluation: Evaluation | None = None
+    admission, tier, score = 0, 0, 0.0
     for candidate in candidates:
-        group = (
-            candidate.site,
-            candidate.backend_kind,
-            id(candidate.geography),
-            id(candidate.signals),
-        )
-        known = shared.get(group)
-        if known is None:
-            evaluation = evaluate(candidate, context)
-            known = shared[group] = (evaluation, _evaluation_key(evaluation))
-        evaluation = known[0]
+        if not (
+            last is not None
+            and candidate.signals is last.signals
+            and candidate.geography is last.geography
+            and candidate.backend_kind is last.backend_kind
+            and candidate.site == last.site
+        ):
+            group = (
+                candidate.site,
+                candidate.backend_kind,
+                id(candidate.geography),
+                id(candidate.signals),
+            )
+            known = shared.get(group)
+            if known is None:
+                first = evaluate(candidate, context)
+                known = shared[group] = (first, _evaluation_key(first))
+            evaluation, (admission, tier, score) = known
+            last = candidate
+        assert evaluation is not None
         if not candidate.healthy:
             excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))
         elif evaluation.admission is AdmissionState.EXCLUDED:
             excluded.append((candidate, evaluation, ExclusionReason.ADMISSION_EXCLUDED))
         else:
-            kept.append((candidate, evaluation))
-            # known[1] + _candidate_key(candidate), inline: this runs per candidate.
+            kept.append(candidate)
+            evaluations.append(evaluation)
+            # _evaluation_key(evaluation) + _candidate_key(candidate), inline: per candidate.
             observed = candidate.observed_at
             keys.append(
-                known[1]
-                + (
+                (
+                    admission,
+                    tier,
+                    score,
                     0 if candidate.fresh else 1,
                     0 if observed is not None else 1,
                     -observed.timestamp() if observed is not None else 0.0,
@@ -683,4 +726,4 @@ def order_candidates(candidates: Sequence[CandidateInput], context: ScoringConte
                     candidate.cluster,
                 )
             )
-    return Ordering(kept, keys, excluded)
+    return Ordering(kept, evaluations, keys, excluded)
