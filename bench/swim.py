@@ -4,15 +4,16 @@ Part 1, simulation (`grid.testing.simulator`, virtual time, no loss): a mesh of
 n members already knowing each other; one member publishes one small lane item
 and we count probe rounds until every member delivered it, against ⌈log₂ n⌉
 (n = 16 … 1,024; ``--quick`` stops at 256). Push-pull is off, so only
-piggybacked gossip spreads it.
+gossip spreads it (piggybacked on probes and on gossip ticks every 200 ms).
 
 Part 2, loopback (real sockets on 127.0.0.1, encrypted, n = 8 and 32): each
 Grid member is a separate Python process (this script with ``--child``) and
 each memberlist member a separate ``serf agent`` process (Debian's ``serf``,
 HashiCorp memberlist with its LAN profile). Both use memberlist's LAN timing:
-probe interval 1 s, probe timeout 0.5 s, 3 indirect probes, suspicion
-multiplier 4 (Grid: ``suspicion_timeout_s = 4·max(1, log10 n)`` s, the same
-minimum memberlist computes; maximum 6 times that in both), retransmit multiplier 4,
+probe interval 1 s, probe timeout 0.5 s, 3 indirect probes, gossip to 3 members
+every 200 ms, suspicion multiplier 4 with K = 2 confirmations (Grid:
+``suspicion_timeout_s = 4·max(1, log10 n)`` s, the same minimum memberlist
+computes; maximum 6 times that in both), retransmit multiplier 4,
 push-pull every 30 s. Measured for each:
 
 - join convergence: from the moment the last member was started until every
@@ -103,7 +104,7 @@ def dissemination_rounds(n: int, seed: int) -> float:
     nodes = [sim.add_node(on_deliver=on_deliver) for _ in range(n)]
     sim.bootstrap(nodes)
     sim.run_for(3.0)  # let each member's own join announcement drain
-    nodes[0].machine.publish(item)
+    sim.apply(nodes[0], nodes[0].machine.publish(item, sim.now))
     start = sim.now
     done = sim.run_until(lambda: len(got) == n - 1, timeout_s=120.0, check_every_s=0.02)
     if done is None:
@@ -132,6 +133,8 @@ def lan_config(n: int) -> SwimConfig:
     """Grid's config at memberlist's LAN settings for an n-member mesh."""
     return SwimConfig(
         gossip_nodes=3,
+        gossip_interval_s=0.2,
+        suspicion_confirmations=2,
         probe_interval_s=1.0,
         probe_timeout_s=0.5,
         suspicion_timeout_s=4.0 * max(1.0, math.log10(n)),

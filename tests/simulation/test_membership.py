@@ -52,7 +52,8 @@ def test_1024_nodes_disseminate_one_update_in_log_n_rounds(sim_seed: int):
     sim.bootstrap(nodes)
     sim.run_for(2 * sim.config.probe_interval_s)  # let the bootstrap gossip settle
     origin = nodes[0]
-    origin.machine.publish(BroadcastItem(Lane.STATE, origin.id, 1, b"provider state v1"))
+    item = BroadcastItem(Lane.STATE, origin.id, 1, b"provider state v1")
+    sim.apply(origin, origin.machine.publish(item, sim.now))
     start = sim.now
     bound_s = gossip_bound_s(sim.config, len(nodes))
     reached = sim.run_until(

@@ -283,8 +283,7 @@ class SwimNode:
         """Disseminate an item of ours (its revision must grow per lane)."""
 
         def command(now: float) -> tuple[None, list[Effect]]:
-            self.machine.publish(item)
-            return None, []
+            return None, self.machine.publish(item, now)
 
         await self._submit(command)
 
@@ -296,11 +295,12 @@ class SwimNode:
 
         def command(now: float) -> tuple[int, list[Effect]]:
             items = replica.update_local(snapshot)
+            effects: list[Effect] = []
             for item in items:
-                self.machine.publish(
-                    BroadcastItem(Lane(item.lane.value), item.origin, item.revision, item.payload)
-                )
-            return len(items), []
+                lane = Lane(item.lane.value)
+                broadcast = BroadcastItem(lane, item.origin, item.revision, item.payload)
+                effects += self.machine.publish(broadcast, now)
+            return len(items), effects
 
         count: int = await self._submit(command)
         return count
@@ -425,7 +425,8 @@ class SwimNode:
             # A peer held our own lane at a revision >= ours (we restarted):
             # publish ours past it, like a SWIM refutation.
             own = replica.item(replica.local_origin, CrdtLane(item.lane.value))
-            self.machine.publish(BroadcastItem(item.lane, own.origin, own.revision, own.payload))
+            again = BroadcastItem(item.lane, own.origin, own.revision, own.payload)
+            self._carry_out(self.machine.publish(again, self._loop.time()))
 
     def _emit(self, event: SwimEvent) -> None:
         try:

@@ -10,7 +10,17 @@ from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Effect, GossipTick, ProbeTick, Schedule, Send
 from grid.core.swim.machine import SwimMachine
 from grid.core.swim.members import Member, MemberState, MemberTable
-from grid.core.swim.messages import Ack, Alive, Dead, Gossip, Ping, PushPull, Suspect
+from grid.core.swim.messages import (
+    Ack,
+    Alive,
+    BroadcastItem,
+    Dead,
+    Gossip,
+    Lane,
+    Ping,
+    PushPull,
+    Suspect,
+)
 
 from .conftest import MachineFactory, peer_address
 
@@ -52,7 +62,6 @@ def test_news_goes_to_gossip_nodes_random_members_every_gossip_interval(
 def test_a_quiet_machine_sets_no_gossip_timers(make_machine: MachineFactory):
     machine, joined = make_machine(peers=4)
     now = drain(machine, joined, 0.0)
-    assert machine.queued() == 0
     # A probe answered with nothing new queues nothing and arms no tick.
     out = machine.handle_packet(peer_address(1), Ping(9, "p1", "me"), now + 1.0)
     assert gossip_ticks(out) == []
@@ -139,3 +148,17 @@ def test_the_first_probe_of_each_member_carries_our_alive(make_machine: MachineF
     refuted = Alive("me", machine.address, machine.incarnation)
     ping = sends(machine.handle_timer(tick, 35.0))[0].message
     assert ping.updates.count(refuted) == 1
+
+
+def test_publishing_with_now_arms_the_gossip_tick_at_once(make_machine: MachineFactory):
+    machine, joined = make_machine(peers=4)
+    now = drain(machine, joined, 0.0)
+    item = BroadcastItem(Lane.STATE, "me", 1, b"state")
+    out = machine.publish(item, now)
+    tick = gossip_ticks(out)[0]
+    assert tick.at == pytest.approx(now + machine.config.gossip_interval_s)
+    spread = sends(machine.handle_timer(tick.timer, tick.at))
+    assert len(spread) == machine.config.gossip_nodes
+    assert all(s.message.items == (item,) for s in spread)
+    # Without `now` the item waits for the next input to arm the tick.
+    assert machine.publish(BroadcastItem(Lane.CERT, "me", 1, b"cert")) == []

@@ -15,7 +15,7 @@ Inputs (each takes `now`, seconds on the adapter's monotonic clock):
 - `handle_push_pull(request, now)`: a peer's anti-entropy request; returns our
   reply (to send back on the same connection) and effects.
 - `handle_push_pull_reply(reply, now)`: the reply to a `PushPullRequest` of ours.
-- `publish(item)`: an item of ours to disseminate (its revision must grow).
+- `publish(item, now)`: an item of ours to disseminate (its revision must grow).
 - `forget_origin(origin)`, `restore(members)`: owner housekeeping.
 
 Each input returns effects (see `grid.core.swim.effects`): `Send`, `Schedule`,
@@ -239,12 +239,16 @@ class SwimMachine:
         self._probe = None
         self._relays.clear()
         view.suspicions.clear()
-        view.queue = view.new_queue()
+        view.reset_queues()
         self._introductions.clear()
         return out
 
-    def publish(self, item: BroadcastItem) -> None:
-        """Disseminate an item of ours; its revision must exceed the last one."""
+    def publish(self, item: BroadcastItem, now: float | None = None) -> list[Effect]:
+        """Disseminate an item of ours; its revision must exceed the last one.
+
+        With `now`, returns the effects that start spreading it at once (the
+        next gossip tick); without, it waits for the next input to arm it.
+        """
         if item.origin != self.node_id:
             raise ValidationError("items are published by their origin only", path="origin")
         items = self._view.items
@@ -254,7 +258,11 @@ class SwimMachine:
                 f"revision {item.revision} does not exceed {known.revision}", path="revision"
             )
         items[(item.origin, item.lane)] = item
-        self._view.queue.enqueue_item(item, self._view.size_of(item))
+        self._view.queue_item(item)
+        out: list[Effect] = []
+        if now is not None and self.status is NodeStatus.JOINED:
+            self._arm_gossip(now, out)
+        return out
 
     def forget_origin(self, origin: str) -> None:
         """Drop the items held for `origin` (the owner evicted that site).
@@ -332,14 +340,26 @@ class SwimMachine:
         nack_at = now + self.config.probe_timeout_s * self.config.nack_timeout_fraction
         out.append(Schedule(RelayTimeout(seq), nack_at))
 
-    def _send(self, address: str, message: Datagram, lead: tuple[MemberUpdate, ...] = ()) -> Send:
-        """A datagram with as much piggyback as the budget allows after `lead`."""
+    def _send(
+        self,
+        address: str,
+        message: Datagram,
+        lead: tuple[MemberUpdate, ...] = (),
+        *,
+        gossip: bool = False,
+    ) -> Send:
+        """A datagram with as much piggyback as the budget allows after `lead`.
+
+        Gossip-tick datagrams take from the gossip queue, all others from the
+        probe-traffic queue (`Membership.gossip` says why there are two).
+        """
         view = self._view
+        queue = view.gossip_queue if gossip else view.queue
         size_of = view.size_of
         budget = self.config.datagram_budget_bytes - size_of(message)
         for update in lead:
             budget -= size_of(update) + PART_OVERHEAD_BYTES
-        pick = view.queue.select(budget, view.retransmit_limit())
+        pick = queue.select(budget, view.retransmit_limit())
         if not (lead or pick.updates or pick.items):
             return Send(address, message)
         picked = pick.updates
@@ -384,7 +404,7 @@ class SwimMachine:
         interval = self.config.gossip_interval_s
         if self._gossip_armed or interval <= 0 or self._members.live_count == 0:
             return
-        if not (self._view.queue or self._introductions):
+        if not (self._view.gossip_queue or self._introductions):
             return
         self._gossip_armed = True
         out.append(Schedule(GossipTick(self._epoch), now + interval))
@@ -418,18 +438,19 @@ class SwimMachine:
         out: list[Effect] = []
         cfg = self.config
         carrier = Gossip(self.node_id)
-        if self._view.queue:
+        if self._view.gossip_queue:
             targets = self._members.gossip_targets(
                 self._rng, cfg.gossip_nodes, now, cfg.gossip_to_dead_s
             )
             for target in targets:
-                send = self._send(target.address, carrier, self._introduction(target.id))
+                lead = self._introduction(target.id)
+                send = self._send(target.address, carrier, lead, gossip=True)
                 if send.message is carrier:
                     break  # the queue ran dry
                 out.append(send)
         me = self._me()
-        for member, lead in self._introductions.due(me, self._members, max(1, cfg.gossip_nodes)):
-            out.append(self._send(member.address, carrier, (lead,)))
+        for member, alive in self._introductions.due(me, self._members, max(1, cfg.gossip_nodes)):
+            out.append(self._send(member.address, carrier, (alive,), gossip=True))
         return out
 
     def _me(self) -> Alive:

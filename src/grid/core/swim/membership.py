@@ -67,6 +67,7 @@ class Membership:
         self.table = MemberTable()
         self.suspicions: dict[str, Suspicion] = {}
         self.queue = self.new_queue()
+        self.gossip_queue = self.new_queue()
         self.items: dict[tuple[str, Lane], BroadcastItem] = {}
         self.health = LocalHealth(config.awareness_max_multiplier)
         self._limits: dict[int, int] = {}
@@ -74,6 +75,11 @@ class Membership:
     def new_queue(self) -> DisseminationQueue:
         """An empty piggyback queue sized to the datagram budget."""
         return DisseminationQueue(self.config.datagram_budget_bytes - DATAGRAM_HEADROOM_BYTES)
+
+    def reset_queues(self) -> None:
+        """Drop everything queued (we left)."""
+        self.queue = self.new_queue()
+        self.gossip_queue = self.new_queue()
 
     def retransmit_limit(self) -> int:
         """λ·⌈log10(n + 1)⌉ for the current n (live members plus ourselves)."""
@@ -84,8 +90,26 @@ class Membership:
         return limit
 
     def gossip(self, update: MemberUpdate) -> None:
-        """Queue `update` for piggybacking, replacing older gossip about its member."""
-        self.queue.enqueue_update(update, self.size_of(update))
+        """Queue `update` for piggybacking, replacing older gossip about its member.
+
+        News goes into two queues with separate retransmit budgets: the one
+        probe traffic (pings, acks) piggybacks, and the one gossip ticks send.
+        Gossip ticks push news to random members within a second but exhaust
+        their budget as fast; probe traffic also pulls (a member that pings a
+        holder gets the news on the ack), so keeping its own budget keeps the
+        coverage probe-only dissemination had: gossip adds speed, not risk.
+        """
+        size = self.size_of(update)
+        self.queue.enqueue_update(update, size)
+        if self.config.gossip_interval_s > 0:
+            self.gossip_queue.enqueue_update(update, size)
+
+    def queue_item(self, item: BroadcastItem) -> None:
+        """Queue `item` in both queues (see `gossip`)."""
+        size = self.size_of(item)
+        self.queue.enqueue_item(item, size)
+        if self.config.gossip_interval_s > 0:
+            self.gossip_queue.enqueue_item(item, size)
 
     # -- absorbing gossip ----------------------------------------------------
 
@@ -146,7 +170,7 @@ class Membership:
         self.items[key] = item
         out.append(Deliver(item))
         if gossip:
-            self.queue.enqueue_item(item, self.size_of(item))
+            self.queue_item(item)
 
     def apply(self, update: MemberUpdate, now: float, out: list[Effect], gossip: bool) -> None:
         """Apply one member update under SWIM's precedence rules."""
