@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ from grid.core.overlay import (
     Scope,
     build_envelope,
     build_overlay,
+    build_overlay_and_envelope,
     candidate_document,
     canonical_digest,
     verify,
@@ -30,6 +32,7 @@ from grid.core.scoring import (
     Geography,
     ScoringConfig,
     ScoringContext,
+    ScoringWeights,
     SignalValues,
     score_candidates,
 )
@@ -184,6 +187,30 @@ def test_candidates_of_one_provider_get_their_own_breakdown_dicts() -> None:
     assert first["score_breakdown"] == second["score_breakdown"]
     assert first["score_breakdown"] is not second["score_breakdown"]
     assert [candidate_document(r) for r in ranking.ranked] == [first, second]
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        ScoringWeights(),
+        # A cost share below 1e-4 is written with an exponent ("5e-05") by the
+        # standard library; the digest must still be the JCS one.
+        ScoringWeights(locality=3, queue_depth=3, kv_cache=2, prefix_cache=2, latency=2, cost=1e-4),
+        ScoringWeights(locality=1, queue_depth=0, kv_cache=0, prefix_cache=0, latency=0, cost=0),
+    ],
+)
+def test_overlay_and_envelope_in_one_step_equal_the_two_steps(weights: ScoringWeights) -> None:
+    context = ScoringContext("east", EAST, ScoringConfig(weights=weights))
+    ranked = score_candidates(_candidates(), context).ranked
+    provenance = Provenance("0.1.0", "quickstart", None, None, T0)
+    overlay, envelope = build_overlay_and_envelope(
+        "quickstart", "east", ranked, T0, SCOPE, provenance
+    )
+    assert overlay == build_overlay("quickstart", "east", ranked, T0)
+    assert json.dumps(envelope) == json.dumps(build_envelope(overlay, SCOPE, provenance))
+    content = {k: overlay[k] for k in ("candidates", "local_site", "network")}
+    expected = hashlib.sha256(rfc8785.dumps(content)).hexdigest()
+    assert envelope["revision"]["value"] == envelope["content_digest"]["value"] == expected
 
 
 def test_envelope_shape_and_revision() -> None:

@@ -122,3 +122,52 @@ def test_typical_overlay_numbers_take_the_fast_path_and_match() -> None:
         canonical.dumps(document)
         == b'{"fresh":true,"parts":[0,0.7,0.23076923076923078,0.001],"rank":5,"score":1}'
     )
+
+
+def _numbers(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in _numbers(item)]
+    if isinstance(value, list):
+        return [n for item in value for n in _numbers(item)]
+    return [value] if type(value) in (int, float) else []
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_checked_numbers_skip_only_a_scan_that_cannot_matter(value: Any) -> None:
+    # A caller may claim numbers_checked only when every number is plain; the
+    # bytes are then still the reference bytes.
+    if all(canonical.is_plain_number(n) for n in _numbers(value)):
+        assert canonical_checked(value) == reference(value)
+
+
+def canonical_checked(value: Any) -> bytes | type[Exception]:
+    try:
+        return canonical.dumps_json(value, numbers_checked=True)
+    except Exception as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize(
+    ("number", "plain"),
+    [
+        (0, True),
+        (2**53 - 1, True),
+        (-(2**53) + 1, True),
+        (2**53, False),
+        (0.5, True),
+        (1e-4, True),
+        (9.99e-5, False),
+        (1.0, False),
+        (-0.0, False),
+        (1e16, False),
+        (1.5e15, False),  # integral
+        (1.5e15 + 0.5, True),
+        (math.inf, False),
+        (math.nan, False),
+        (True, False),
+        ("1", False),
+    ],
+)
+def test_is_plain_number(number: object, plain: bool) -> None:
+    assert canonical.is_plain_number(number) is plain

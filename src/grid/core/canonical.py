@@ -92,16 +92,35 @@ _LATE_CHARACTER = re.compile("[\ue000-\uffff\U00010000-\U0010ffff]")
 _SCANS = (_INTEGRAL_FLOAT, _EXPONENT, *_LONG_INTEGERS)
 
 
-def _suspect(text: str) -> bool:
+def is_plain_number(value: object) -> bool:
+    """True for a number the standard library writes exactly as JCS does.
+
+    That is an ``int`` within ±(2^53-1), or a finite, non-integral ``float``
+    with ``1e-4 <= |x| < 1e16`` (see the module docstring).
+    """
+    if type(value) is int:
+        return abs(value) <= _INT_MAX
+    if type(value) is float:
+        return (
+            not value.is_integer()
+            and math.isfinite(value)
+            and _PLAIN_FLOAT_MIN <= abs(value) < _PLAIN_FLOAT_MAX
+        )
+    return False
+
+
+def _suspect(text: str, numbers_checked: bool = False) -> bool:
     """True when ``text`` might not be the JCS form of what it encodes."""
     if text[:1] in "-0123456789":  # a bare top-level number
         return True
     if not text.isascii() and _LATE_CHARACTER.search(text):
         return True
+    if numbers_checked:
+        return False
     return any(p.search(text) for p in _SCANS)
 
 
-def dumps_json(value: Any) -> bytes:
+def dumps_json(value: Any, *, numbers_checked: bool = False) -> bytes:
     """`dumps` for JSON data: every mapping key is already a string.
 
     This is the overlay's case (documents built by Grid or decoded from JSON).
@@ -109,6 +128,10 @@ def dumps_json(value: Any) -> bytes:
     sends anything that might differ from JCS to the reference implementation,
     so the bytes are always the reference bytes. Unlike `dumps`, a mapping with
     non-string keys is not refused here; callers pass JSON data only.
+
+    ``numbers_checked`` is for a caller that built the document and checked
+    every number in it with `is_plain_number`: the scan for numbers is skipped
+    (strings and keys are still checked). A wrong claim gives wrong bytes.
     """
     try:
         text = json.dumps(
@@ -116,7 +139,7 @@ def dumps_json(value: Any) -> bytes:
         )
     except (TypeError, ValueError, RecursionError):
         return rfc8785.dumps(value)
-    if _suspect(text):
+    if _suspect(text, numbers_checked):
         return rfc8785.dumps(value)
     try:
         return text.encode("utf-8")

@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from grid.core import canonical
@@ -27,7 +28,7 @@ from grid.core.overlay_structure import (
     check_envelope_structure,
     check_overlay_structure,
 )
-from grid.core.scoring import RankedCandidate, ScoreBreakdown
+from grid.core.scoring import AdmissionState, RankedCandidate, ScoreBreakdown, SelectionTier
 
 SCHEMA_VERSION = "1.0.0"
 """The envelope schema version this renderer writes."""
@@ -48,6 +49,7 @@ __all__ = [
     "Verdict",
     "build_envelope",
     "build_overlay",
+    "build_overlay_and_envelope",
     "candidate_document",
     "canonical_digest",
     "format_timestamp",
@@ -71,6 +73,11 @@ def json_number(value: float) -> float | int:
     return int(value) if value.is_integer() else value
 
 
+_WIRE_NAMES: dict[StrEnum, str] = {
+    member: member.value for enum in (AdmissionState, SelectionTier) for member in enum
+}
+"""Each state's wire name; a dict lookup is several times cheaper than ``.value``."""
+
 _BREAKDOWN_KEYS = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
 
 
@@ -92,6 +99,8 @@ class _Shared:
 
     breakdowns: dict[int, dict[str, float | int]] = field(default_factory=dict)
     prefixes: dict[tuple[str, str], int] = field(default_factory=dict)
+    plain_numbers: bool = True
+    """Every number so far passes `canonical.is_plain_number`."""
 
 
 def _candidate_document(ranked: RankedCandidate, shared: _Shared) -> dict[str, Any]:
@@ -112,15 +121,19 @@ def _candidate_document(ranked: RankedCandidate, shared: _Shared) -> dict[str, A
         "cluster": cluster,
         "fresh": candidate.fresh,
         "stable_id": stable_id_at(prefix, site, cluster),
-        "admission_state": evaluation.admission.value,
-        "selection_tier": evaluation.tier.value,
+        "admission_state": _WIRE_NAMES[evaluation.admission],
+        "selection_tier": _WIRE_NAMES[evaluation.tier],
         "rank": ranked.rank,
     }
+    if not canonical.is_plain_number(ranked.rank):
+        shared.plain_numbers = False
     breakdown = evaluation.breakdown
     if breakdown is not None:
         wire = shared.breakdowns.get(id(breakdown))
         if wire is None:
             wire = shared.breakdowns[id(breakdown)] = _breakdown_document(breakdown)
+            if not all(map(canonical.is_plain_number, wire.values())):
+                shared.plain_numbers = False
         document["score"] = wire["total"]
         document["score_breakdown"] = dict(wire)
     credential = candidate.credential
@@ -151,7 +164,16 @@ def build_overlay(
 
     ``ranked`` must already be in rank order 0..n-1 (as `scoring.rank` returns).
     """
-    shared = _Shared()
+    return _build_overlay(network, local_site, ranked, generated_at, _Shared())
+
+
+def _build_overlay(
+    network: str,
+    local_site: str,
+    ranked: Sequence[RankedCandidate],
+    generated_at: datetime,
+    shared: _Shared,
+) -> dict[str, Any]:
     return {
         "network": network,
         "local_site": local_site,
@@ -160,18 +182,44 @@ def build_overlay(
     }
 
 
+def build_overlay_and_envelope(
+    network: str,
+    local_site: str,
+    ranked: Sequence[RankedCandidate],
+    generated_at: datetime,
+    scope: Scope,
+    provenance: Provenance,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`build_overlay`, then `build_envelope` of it: the same two documents.
+
+    Every number in the overlay is made here and checked as it is made
+    (`canonical.is_plain_number`), so the digest's canonical serialisation
+    skips its scan for numbers; any other number takes the full path.
+    """
+    shared = _Shared()
+    overlay = _build_overlay(network, local_site, ranked, generated_at, shared)
+    digest = _digest(overlay, numbers_checked=shared.plain_numbers)
+    return overlay, _envelope(overlay, scope, provenance, digest)
+
+
 def canonical_digest(overlay: Mapping[str, Any]) -> str:
     """Lowercase-hex SHA-256 of the JCS form of ``{candidates, local_site, network}``.
 
     ``overlay`` is JSON data (string keys), as built by `build_overlay` or decoded
     from a file; the canonical bytes are exactly RFC 8785's (`grid.core.canonical`).
     """
+    return _digest(overlay, numbers_checked=False)
+
+
+def _digest(overlay: Mapping[str, Any], *, numbers_checked: bool) -> str:
     content = {
         "candidates": overlay["candidates"],
         "local_site": overlay["local_site"],
         "network": overlay["network"],
     }
-    return hashlib.sha256(canonical.dumps_json(content)).hexdigest()
+    return hashlib.sha256(
+        canonical.dumps_json(content, numbers_checked=numbers_checked)
+    ).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -223,7 +271,12 @@ def build_envelope(
     overlay: Mapping[str, Any], scope: Scope, provenance: Provenance
 ) -> dict[str, Any]:
     """``grid-overlay.json``: the overlay with revision, digest, scope and provenance."""
-    digest = canonical_digest(overlay)
+    return _envelope(overlay, scope, provenance, canonical_digest(overlay))
+
+
+def _envelope(
+    overlay: Mapping[str, Any], scope: Scope, provenance: Provenance, digest: str
+) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "revision": {"kind": "content_addressed", "algorithm": "sha256", "value": digest},

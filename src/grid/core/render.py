@@ -26,8 +26,7 @@ from grid.core.overlay import (
     CANDIDATES_MAX,
     Provenance,
     Scope,
-    build_envelope,
-    build_overlay,
+    build_overlay_and_envelope,
 )
 from grid.core.phases import ProviderPhase
 from grid.core.resources import SITE_LABEL, GridNetwork, GridSite, InferenceProvider
@@ -511,7 +510,6 @@ def render(
     )
     local_site = local_site_name or site
     evaluated = evaluate_network(inputs, network, local_site, site, signals, candidates_max)
-    overlay = build_overlay(network.name, local_site, evaluated.kept, now)
     scope = Scope(network.name, gateway, resolved_namespace, local_site)
     provenance = Provenance(
         producer_version=producer_version,
@@ -520,10 +518,9 @@ def render(
         source_generation=network.metadata.generation,
         rendered_at=now,
     )
+    overlay, envelope = build_overlay_and_envelope(
+        network.name, local_site, evaluated.kept, now, scope, provenance
+    )
     return Rendered(
-        network=network,
-        scope=scope,
-        overlay=overlay,
-        envelope=build_envelope(overlay, scope, provenance),
-        evaluated=evaluated,
+        network=network, scope=scope, overlay=overlay, envelope=envelope, evaluated=evaluated
     )

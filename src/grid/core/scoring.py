@@ -276,7 +276,13 @@ def provider_candidates(
         "credential": credential,
         "kind": kind,
     }
-    return tuple(_built(CandidateInput, {"name": model, **shared}) for model in models)
+    new, set_state = object.__new__, object.__setattr__
+    made = []
+    for model in models:
+        candidate = new(CandidateInput)  # _built, inline: this runs per candidate
+        set_state(candidate, "__dict__", {"name": model, **shared})
+        made.append(candidate)
+    return tuple(made)
 
 
 @dataclass(frozen=True)
