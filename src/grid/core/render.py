@@ -379,10 +379,15 @@ def _check_duplicates(drafts: Sequence[_Draft]) -> None:
     model), so only drafts whose route another draft shares can collide; the
     others are skipped without changing which collision is reported first.
     """
-    routes = Counter(_route(d.candidates[0]) for d in drafts if d.candidates)
+    routes = [
+        (c.kind, c.site, c.cluster) for c in (d.candidates[0] for d in drafts if d.candidates)
+    ]
+    if len(set(routes)) == len(routes):
+        return  # every provider has a route of its own
+    shared = {route for route, n in Counter(routes).items() if n > 1}
     seen: dict[tuple[str, str, str, str], str] = {}
     for draft in drafts:
-        if not draft.candidates or routes[_route(draft.candidates[0])] < 2:
+        if not draft.candidates or _route(draft.candidates[0]) not in shared:
             continue
         owner = draft.provider.metadata.name
         for c in draft.candidates:

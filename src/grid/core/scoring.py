@@ -263,7 +263,8 @@ def provider_candidates(
     The same values as calling the constructor per model, built without the
     frozen ``__init__`` (see `_built`): a render builds one per (provider, model).
     """
-    shared = {
+    state = {
+        "name": "",
         "site": site,
         "cluster": cluster,
         "provider": provider,
@@ -279,8 +280,10 @@ def provider_candidates(
     new, set_state = object.__new__, object.__setattr__
     made = []
     for model in models:
+        own = state.copy()
+        own["name"] = model
         candidate = new(CandidateInput)  # _built, inline: this runs per candidate
-        set_state(candidate, "__dict__", {"name": model, **shared})
+        set_state(candidate, "__dict__", own)
         made.append(candidate)
     return tuple(made)
 
@@ -445,6 +448,9 @@ def admission_state(signals: SignalValues, thresholds: AdmissionThresholds) -> A
     return AdmissionState.NEW_AND_EXISTING
 
 
+_NONE_MISSING: frozenset[str] = frozenset()
+"""Shared by every complete set of signals (an empty frozenset is not a singleton)."""
+
 _SIGNAL_ORDER = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
 
 
@@ -498,7 +504,7 @@ def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalS
         )
     else:
         state = dict(zip(_SIGNAL_ORDER, raw, strict=True))
-        state["missing"] = frozenset()
+        state["missing"] = _NONE_MISSING
     # SignalScores(**state), without the frozen __init__ (see `_built`).
     return _built(SignalScores, state)
 
