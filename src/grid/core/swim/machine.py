@@ -39,6 +39,7 @@ dead when its dynamic suspicion timeout expires (`grid.core.swim.suspicion`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -134,6 +135,7 @@ class SwimMachine:
         self._epoch = 0
         self._seeds: tuple[str, ...] = ()
         self._gossip_armed = False
+        self._gossip_phase = 0.0
         self._introductions = Introductions()
 
     # -- views -------------------------------------------------------------
@@ -202,6 +204,7 @@ class SwimMachine:
         self.status = NodeStatus.JOINED
         self._epoch += 1
         self._gossip_armed = False
+        self._gossip_phase = now + self._rng.uniform(0.0, self.config.gossip_interval_s)
         self._seeds = tuple(seed for seed in seeds if seed != self.address)
         view.gossip(Alive(self.node_id, self.address, view.incarnation))
         cfg = self.config
@@ -399,7 +402,9 @@ class SwimMachine:
         """Schedule the next gossip tick when news waits and none is pending.
 
         The tick only runs while the queue holds something: a quiet member
-        sets no gossip timers at all.
+        sets no gossip timers at all. Ticks keep one phase (drawn at join), so
+        news waits half an interval for the next one on average, as with a
+        free-running ticker, rather than a whole interval.
         """
         interval = self.config.gossip_interval_s
         if self._gossip_armed or interval <= 0 or self._members.live_count == 0:
@@ -407,7 +412,11 @@ class SwimMachine:
         if not (self._view.gossip_queue or self._introductions):
             return
         self._gossip_armed = True
-        out.append(Schedule(GossipTick(self._epoch), now + interval))
+        phase = self._gossip_phase
+        at = phase + math.ceil((now - phase) / interval) * interval
+        if at <= now + TIMER_TOLERANCE_S:
+            at += interval
+        out.append(Schedule(GossipTick(self._epoch), at))
 
     def _on_probe_tick(self, timer: ProbeTick, now: float) -> list[Effect]:
         out: list[Effect] = []
