@@ -357,3 +357,59 @@ def test_verify_never_raises_on_mutated_envelopes(data: st.DataObject) -> None:
     assert verdict.verdict in {"accept", "reject"}
     if verdict.verdict == "accept":
         assert verdict.revision == canonical_digest(envelope["overlay"])
+
+
+NAMES = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=6
+) | st.sampled_from(['a"b', "c\\d", "e\nf", "\x00", "\x7f", "\u2028", "\ue000", "\U0001f600"])
+
+
+@st.composite
+def rendered_candidates(draw: st.DrawFn) -> list[CandidateInput]:
+    out = []
+    for i in range(draw(st.integers(min_value=0, max_value=6))):
+        ratio = st.none() | st.floats(min_value=0, max_value=1)
+        credential = draw(
+            st.none()
+            | st.builds(
+                CredentialRef, st.sampled_from(["bearer_token", "api_key"]), NAMES, NAMES, NAMES
+            )
+        )
+        out.append(
+            CandidateInput(
+                name=draw(NAMES),
+                site=draw(st.sampled_from(["east", "west", "é"])),
+                cluster=f"c{i}",
+                provider=f"p{i}",
+                backend_kind=draw(st.sampled_from(list(BackendKind))),
+                geography=EAST,
+                signals=SignalValues(
+                    queue_depth=draw(ratio),
+                    kv_cache_utilization=draw(ratio),
+                    prefix_cache_hit_ratio=draw(ratio),
+                    p99_latency_ms=draw(st.none() | st.floats(min_value=0, max_value=1e6)),
+                ),
+                fresh=draw(st.booleans()),
+                credential=credential,
+            )
+        )
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(rendered_candidates(), st.booleans(), NAMES, NAMES)
+def test_one_step_digest_is_the_jcs_digest(
+    candidates: list[CandidateInput], enabled: bool, network: str, local_site: str
+) -> None:
+    # The one-step build writes each candidate's canonical text itself; it must
+    # be exactly RFC 8785's, for any names, credentials and scores.
+    context = ScoringContext("east", EAST, ScoringConfig(enabled=enabled))
+    ranked = score_candidates(candidates, context).ranked
+    provenance = Provenance("0.1.0", "n", None, None, T0)
+    scope = Scope(network, "edge", "ns", local_site)
+    overlay, envelope = build_overlay_and_envelope(
+        network, local_site, ranked, T0, scope, provenance
+    )
+    content = {k: overlay[k] for k in ("candidates", "local_site", "network")}
+    assert envelope["revision"]["value"] == hashlib.sha256(rfc8785.dumps(content)).hexdigest()
+    assert envelope == build_envelope(overlay, scope, provenance)

@@ -134,8 +134,15 @@ def dumps_json(value: Any, *, numbers_checked: bool = False) -> bytes:
     (strings and keys are still checked). A wrong claim gives wrong bytes.
     """
     try:
+        # No circular-reference bookkeeping: a cycle ends in RecursionError
+        # instead of ValueError, and either way the reference decides.
         text = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            value,
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+            check_circular=False,
         )
     except (TypeError, ValueError, RecursionError):
         return rfc8785.dumps(value)

@@ -14,6 +14,7 @@ provenance never enter it, so identical state gives identical revisions.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -101,6 +102,10 @@ class _Shared:
     prefixes: dict[tuple[str, str], int] = field(default_factory=dict)
     plain_numbers: bool = True
     """Every number so far passes `canonical.is_plain_number`."""
+    texts: list[str] | None = None
+    """The canonical text of each candidate so far, when asked for (see `_canonical_candidate`);
+    ``None`` once a candidate holds anything that writer does not know."""
+    breakdown_texts: dict[int, str] = field(default_factory=dict)
 
 
 def _candidate_document(ranked: RankedCandidate, shared: _Shared) -> dict[str, Any]:
@@ -146,7 +151,82 @@ def _candidate_document(ranked: RankedCandidate, shared: _Shared) -> dict[str, A
                 "key": credential.secret_key,
             },
         }
+    if shared.texts is not None:
+        _add_canonical_text(document, breakdown, shared)
     return document
+
+
+_encode = json.encoder.encode_basestring
+"""The string escaper of ``json.dumps(ensure_ascii=False)``: exactly JCS's escapes."""
+
+
+def _add_canonical_text(
+    document: dict[str, Any], breakdown: ScoreBreakdown | None, shared: _Shared
+) -> None:
+    """Append the candidate's canonical text to ``shared.texts`` (or give up on them)."""
+    assert shared.texts is not None
+    breakdown_text = None
+    if breakdown is not None:
+        breakdown_text = shared.breakdown_texts.get(id(breakdown))
+        if breakdown_text is None:
+            breakdown_text = shared.breakdown_texts[id(breakdown)] = _canonical_breakdown(
+                document["score_breakdown"]
+            )
+    try:
+        text = _canonical_candidate(document, breakdown_text)
+    except (TypeError, KeyError):
+        text = None
+    if text is None:
+        shared.texts = None
+    else:
+        shared.texts.append(text)
+
+
+def _canonical_breakdown(wire: Mapping[str, float | int]) -> str:
+    """The JCS text of a ``score_breakdown`` whose numbers are all plain."""
+    return (
+        f'{{"cost":{wire["cost"]!r},"kv_cache":{wire["kv_cache"]!r},'
+        f'"latency":{wire["latency"]!r},"locality":{wire["locality"]!r},'
+        f'"prefix_cache":{wire["prefix_cache"]!r},"queue_depth":{wire["queue_depth"]!r},'
+        f'"total":{wire["total"]!r}}}'
+    )
+
+
+def _canonical_candidate(document: Mapping[str, Any], breakdown_text: str | None) -> str | None:
+    """The JCS text of a `_candidate_document`, keys in order, or ``None`` if unsure.
+
+    What ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``
+    writes, which is the JCS text when every number is plain
+    (`canonical.is_plain_number`, checked by the caller) and the text encodes
+    as UTF-8 (also checked by the caller); the keys are fixed ASCII names.
+    Anything else (another field, a non-boolean ``fresh``) answers ``None``.
+    """
+    fresh = document["fresh"]
+    credential = document.get("credential")
+    expected = 9 + (0 if breakdown_text is None else 2) + (0 if credential is None else 1)
+    if (fresh is not True and fresh is not False) or len(document) != expected:
+        return None
+    enc = _encode
+    score = ""
+    if breakdown_text is not None:
+        score = f',"score":{document["score"]!r},"score_breakdown":{breakdown_text}'
+    secret = ""
+    if credential is not None:
+        ref = credential["secretRef"]
+        if len(credential) != 2 or len(ref) != 3:
+            return None
+        secret = (
+            f',"credential":{{"secretRef":{{"key":{enc(ref["key"])},"name":{enc(ref["name"])},'
+            f'"namespace":{enc(ref["namespace"])}}},"strategy":{enc(credential["strategy"])}}}'
+        )
+    return (
+        f'{{"admission_state":{enc(document["admission_state"])},'
+        f'"cluster":{enc(document["cluster"])}{secret},'
+        f'"fresh":{"true" if fresh else "false"},"kind":{enc(document["kind"])},'
+        f'"name":{enc(document["name"])},"rank":{document["rank"]!r}{score},'
+        f'"selection_tier":{enc(document["selection_tier"])},"site":{enc(document["site"])},'
+        f'"stable_id":{enc(document["stable_id"])}}}'
+    )
 
 
 def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
@@ -193,13 +273,33 @@ def build_overlay_and_envelope(
     """`build_overlay`, then `build_envelope` of it: the same two documents.
 
     Every number in the overlay is made here and checked as it is made
-    (`canonical.is_plain_number`), so the digest's canonical serialisation
-    skips its scan for numbers; any other number takes the full path.
+    (`canonical.is_plain_number`), and each candidate's canonical text is
+    written as its document is built, each shared score breakdown once. When
+    every number is plain that text is the digest's input; otherwise (or for
+    text that does not encode as UTF-8) the digest takes the full path of
+    `canonical_digest`. Tests hold both to the `rfc8785` reference.
     """
-    shared = _Shared()
+    shared = _Shared(texts=[])
     overlay = _build_overlay(network, local_site, ranked, generated_at, shared)
-    digest = _digest(overlay, numbers_checked=shared.plain_numbers)
+    digest = _digest_of_texts(network, local_site, shared)
+    if digest is None:
+        digest = _digest(overlay, numbers_checked=shared.plain_numbers)
     return overlay, _envelope(overlay, scope, provenance, digest)
+
+
+def _digest_of_texts(network: str, local_site: str, shared: _Shared) -> str | None:
+    """The digest from the candidates' canonical texts, or ``None`` when unsure."""
+    if shared.texts is None or not shared.plain_numbers:
+        return None
+    try:
+        text = (
+            f'{{"candidates":[{",".join(shared.texts)}],'
+            f'"local_site":{_encode(local_site)},"network":{_encode(network)}}}'
+        )
+        data = text.encode("utf-8")
+    except (TypeError, UnicodeEncodeError):
+        return None
+    return hashlib.sha256(data).hexdigest()
 
 
 def canonical_digest(overlay: Mapping[str, Any]) -> str:

@@ -302,6 +302,8 @@ class _View:
     signal_index: Mapping[tuple[str, str], ProviderSignals]
     geographies: Mapping[str, Geography]
     """One shared `Geography` per known site (scoring caches by identity)."""
+    ttl: int | None
+    """The network's ``staleCandidateTtlSeconds``."""
 
 
 def _draft_for(provider: InferenceProvider, view: _View) -> _Draft:
@@ -309,7 +311,7 @@ def _draft_for(provider: InferenceProvider, view: _View) -> _Draft:
     site = metadata.labels.get(SITE_LABEL) or view.default_site
     entry = view.signal_index.get((site, name))
     notes: list[str] = []
-    credential = _credential(provider, view.secrets, notes)
+    credential = _credential(provider, view.secrets, notes) if spec.auth is not None else None
     stale = (
         entry is not None
         and view.signals is not None
@@ -336,6 +338,8 @@ def _draft_for(provider: InferenceProvider, view: _View) -> _Draft:
         observed_at=entry.observed_at if entry else None,
         credential=credential,
     )
+    if spec.access_policy is None and phase is not ProviderPhase.UNAVAILABLE and view.ttl is None:
+        return _Draft(provider, candidates, None, "", tuple(notes))  # nothing can exclude it
     exclusion, detail = _pre_exclusion(provider, phase, site, entry, view)
     return _Draft(provider, candidates, exclusion, detail, tuple(notes))
 
@@ -352,7 +356,7 @@ def _pre_exclusion(
         return Exclusion.ACCESS_DENIED, access
     if phase is ProviderPhase.UNAVAILABLE:
         return Exclusion.PROVIDER_UNAVAILABLE, "status.phase is Unavailable"
-    ttl = view.network.spec.stale_candidate_ttl_seconds
+    ttl = view.ttl
     if (
         ttl is not None
         and entry is not None
@@ -416,17 +420,26 @@ def evaluate_network(
             f"the signals document is for network {signals.network!r}, not {network.name!r}",
             path="network",
         )
-    sites = {s.name: s for s in inputs.sites if s.spec.grid_network_ref == network.name}
+    name = network.name
+    sites = {s.name: s for s in inputs.sites if s.spec.grid_network_ref == name}
     index = signals.index() if signals else {}
     geographies = {name: Geography(s.spec.region, s.spec.zone) for name, s in sites.items()}
     view = _View(
-        network, local_site, default_site, sites, inputs.secrets, signals, index, geographies
+        network,
+        local_site,
+        default_site,
+        sites,
+        inputs.secrets,
+        signals,
+        index,
+        geographies,
+        network.spec.stale_candidate_ttl_seconds,
     )
     providers = sorted(
-        (p for p in inputs.providers if p.spec.grid_network_ref == network.name),
+        (p for p in inputs.providers if p.spec.grid_network_ref == name),
         key=lambda p: p.name,
     )
-    drafts = tuple(_draft_for(p, view) for p in providers)
+    drafts = tuple([_draft_for(p, view) for p in providers])
     _check_duplicates(drafts)
     context = ScoringContext(local_site, geographies.get(local_site), scoring_config(network))
     eligible = [c for d in drafts if d.exclusion is None for c in d.candidates]

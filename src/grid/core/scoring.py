@@ -485,8 +485,7 @@ def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalS
         cost = (cost if cost > 0.0 else 0.0) / config.cost_ceiling_per_million_input_tokens
         cost = 1.0 - (cost if cost < 1.0 else 1.0)
     locality = locality_score(candidate, context)
-    raw = (locality, queue, kv, prefix, latency, cost)
-    state: dict[str, Any]
+    missing = _NONE_MISSING
     if (
         locality is None
         or queue is None
@@ -495,18 +494,28 @@ def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalS
         or latency is None
         or cost is None
     ):
-        state = {
-            name: NEUTRAL_SIGNAL_SCORE if v is None else v
-            for name, v in zip(_SIGNAL_ORDER, raw, strict=True)
-        }
-        state["missing"] = frozenset(
-            name for name, v in zip(_SIGNAL_ORDER, raw, strict=True) if v is None
-        )
-    else:
-        state = dict(zip(_SIGNAL_ORDER, raw, strict=True))
-        state["missing"] = _NONE_MISSING
-    # SignalScores(**state), without the frozen __init__ (see `_built`).
-    return _built(SignalScores, state)
+        raw = (locality, queue, kv, prefix, latency, cost)
+        missing = frozenset(n for n, v in zip(_SIGNAL_ORDER, raw, strict=True) if v is None)
+        neutral = NEUTRAL_SIGNAL_SCORE
+        locality = neutral if locality is None else locality
+        queue = neutral if queue is None else queue
+        kv = neutral if kv is None else kv
+        prefix = neutral if prefix is None else prefix
+        latency = neutral if latency is None else latency
+        cost = neutral if cost is None else cost
+    # SignalScores(...), without the frozen __init__ (see `_built`).
+    return _built(
+        SignalScores,
+        {
+            "locality": locality,
+            "queue_depth": queue,
+            "kv_cache": kv,
+            "prefix_cache": prefix,
+            "latency": latency,
+            "cost": cost,
+            "missing": missing,
+        },
+    )
 
 
 def blend(scores: SignalScores, weights: ScoringWeights) -> ScoreBreakdown:
@@ -606,14 +615,10 @@ def _for_candidate(shared: Evaluation, candidate: CandidateInput) -> Evaluation:
     """``shared`` (an evaluation of an equivalent candidate) as ``candidate``'s own."""
     if shared.candidate is candidate:
         return shared
-    return Evaluation(
-        candidate,
-        shared.signal_scores,
-        shared.admission,
-        shared.tier,
-        shared.score,
-        shared.breakdown,
-    )
+    # dataclasses.replace(shared, candidate=candidate), without the frozen __init__.
+    state = vars(shared).copy()
+    state["candidate"] = candidate
+    return _built(Evaluation, state)
 
 
 class Ordering:
@@ -695,6 +700,8 @@ def order_candidates(candidates: Sequence[CandidateInput], context: ScoringConte
     last: CandidateInput | None = None
     evaluation: Evaluation | None = None
     admission, tier, score = 0, 0, 0.0
+    last_observed: datetime | None = None
+    age = 0.0
     for candidate in candidates:
         if not (
             last is not None
@@ -725,6 +732,9 @@ def order_candidates(candidates: Sequence[CandidateInput], context: ScoringConte
             evaluations.append(evaluation)
             # _evaluation_key(evaluation) + _candidate_key(candidate), inline: per candidate.
             observed = candidate.observed_at
+            if observed is not last_observed:  # a provider's models share one sample
+                last_observed = observed
+                age = -observed.timestamp() if observed is not None else 0.0
             keys.append(
                 (
                     admission,
@@ -732,7 +742,7 @@ def order_candidates(candidates: Sequence[CandidateInput], context: ScoringConte
                     score,
                     0 if candidate.fresh else 1,
                     0 if observed is not None else 1,
-                    -observed.timestamp() if observed is not None else 0.0,
+                    age,
                     candidate.site,
                     candidate.name,
                     candidate.cluster,
