@@ -23,27 +23,34 @@ The last line printed is one JSON object with every figure; its top-level
 
 from __future__ import annotations
 
-import argparse
-import gc
-import json
+import os
 import sys
-import time
-import tracemalloc
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from grid.core.overlay import (
+# Run as a script, this file's directory comes first on sys.path, where
+# bench/operator.py would shadow the standard library's `operator` module.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
+from typing import Any  # noqa: E402
+
+from grid.core.overlay import (  # noqa: E402
     CANDIDATES_MAX,
     Provenance,
     Scope,
     build_envelope,
     build_overlay,
 )
-from grid.core.render import RenderInputs, render
-from grid.core.resources import GridNetwork, GridSite, InferenceProvider
-from grid.core.scoring import BackendKind, SignalValues, score_candidates
-from grid.core.signals import ProviderSignals, SignalsDocument
+from grid.core.render import RenderInputs, render  # noqa: E402
+from grid.core.resources import GridNetwork, GridSite, InferenceProvider  # noqa: E402
+from grid.core.scoring import BackendKind, SignalValues, score_candidates  # noqa: E402
+from grid.core.signals import ProviderSignals, SignalsDocument  # noqa: E402
 
 API = "grid.praxis-proxy.io/v1alpha1"
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
