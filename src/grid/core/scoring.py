@@ -382,20 +382,6 @@ class Ranking:
     excluded: tuple[Exclusion, ...]
 
 
-def _ratio_score(ratio: float | None) -> float | None:
-    """1 - ratio, clamped to [0, 1]; ``None`` when the ratio is missing."""
-    if ratio is None:
-        return None
-    return 1.0 - min(1.0, max(0.0, ratio))
-
-
-def _ceiling_score(value: float | None, ceiling: float) -> float | None:
-    """1 - min(1, value / ceiling); ``None`` when the value is missing."""
-    if value is None:
-        return None
-    return 1.0 - min(1.0, max(0.0, value) / ceiling)
-
-
 def locality_score(candidate: CandidateInput, context: ScoringContext) -> float | None:
     """The locality signal of §4a, or ``None`` (missing) for an unknown region.
 
@@ -457,9 +443,11 @@ _SIGNAL_ORDER = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency
 def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalScores:
     """Normalise the six signals to [0, 1], substituting 0.5 for missing ones.
 
+    Queue depth and KV cache score ``1 - clamp(ratio)``, the prefix-cache hit
+    ratio ``clamp(ratio)``, latency and cost ``1 - min(1, max(0, v) / ceiling)``.
     The clamps are written out (``x if x > 0.0 else 0.0`` is exactly
-    ``max(0.0, x)``, ``x if x < 1.0 else 1.0`` exactly ``min(1.0, x)``, as in
-    `_ratio_score` and `_ceiling_score`): this runs once per provider per render.
+    ``max(0.0, x)`` and ``x if x < 1.0 else 1.0`` exactly ``min(1.0, x)``):
+    this runs once per provider per render.
     """
     config = context.config
     values = candidate.signals
