@@ -20,15 +20,10 @@ another mode. SIGTERM leaves the SWIM mesh first, then stops.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import datetime as dt
 import logging
-import os
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -64,81 +59,15 @@ from grid.operator.output import OverlayWriter, configmap_name
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
 from grid.operator.sites import SiteController
+from grid.operator.startup import (
+    StartupError,
+    check_mode,
+    new_grid_id,
+    select_network,
+    swim_key,
+)
 
 log = logging.getLogger(__name__)
-
-RUNNING_MODE = "gossip"
-"""The signal transport this process serves, fixed at start (seed 000)."""
-
-SWIM_KEY_DEFAULT_ITEM = "swim.key"
-"""Key read from the swimKeyRef Secret when the reference names none."""
-
-
-def new_grid_id() -> str:
-    """A fresh gridId: a UUIDv7, time-ordered so the oldest id sorts first."""
-    ms = int(time.time() * 1000) & ((1 << 48) - 1)
-    rand = int.from_bytes(os.urandom(10), "big")
-    rand_a, rand_b = (rand >> 62) & 0xFFF, rand & ((1 << 62) - 1)
-    return str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b))
-
-
-class StartupError(GridError):
-    """The operator cannot start; the message says what to fix."""
-
-    code = "startup_failed"
-
-
-async def select_network(store: ResourceStore, wanted: str | None) -> GridNetwork:
-    """The one GridNetwork this operator serves; refuses none or more than one.
-
-    One operator serves one GridNetwork (seed 000): with more than one in the
-    store it refuses to start rather than pick a signal mode for the process.
-    ``wanted`` (``--network``) must then name that one network.
-    """
-    networks = [GridNetwork.model_validate(o) for o in await store.list("GridNetwork")]
-    if not networks:
-        raise StartupError("no GridNetwork in the store: apply one first (grid apply -f ...)")
-    if len(networks) > 1:
-        names = ", ".join(sorted(n.name for n in networks))
-        raise StartupError(
-            f"one operator serves one GridNetwork, found {len(networks)} ({names}); "
-            "remove the others or run one operator per network with its own store"
-        )
-    network = networks[0]
-    if wanted is not None and network.name != wanted:
-        raise StartupError(f"GridNetwork {wanted!r} is not in the store (found {network.name!r})")
-    _check_mode(network)
-    return network
-
-
-def _check_mode(network: GridNetwork) -> None:
-    """Refuse a signal transport this process does not serve."""
-    if network.spec.signal_mode != RUNNING_MODE:
-        raise StartupError(
-            f"GridNetwork {network.name!r} declares signalTransport.mode: "
-            f"{network.spec.signal_mode}, which needs the signals listener; this build serves "
-            f"{RUNNING_MODE} only"
-        )
-
-
-async def swim_key(store: ResourceStore, network: GridNetwork, key_file: Path | None) -> bytes:
-    """The 32-byte SWIM key: from the swimKeyRef Secret, else ``--swim-key-file``."""
-    ref = network.spec.tls.swim_key_ref if network.spec.tls else None
-    raw: bytes | None = None
-    if ref is not None:
-        try:
-            obj = await store.get("Secret", ref.name, namespace=ref.namespace)
-            encoded = obj.get("data", {}).get(ref.key or SWIM_KEY_DEFAULT_ITEM)
-            raw = base64.b64decode(encoded, validate=True) if encoded else None
-        except (NotFound, binascii.Error, ValueError):
-            raw = None
-    if raw is None and key_file is not None:
-        raw = key_file.read_bytes()
-    if raw is None:
-        raise StartupError("no SWIM key: create the swimKeyRef Secret or pass --swim-key-file")
-    if len(raw) != 32:
-        raise StartupError("the SWIM key must be exactly 32 bytes")
-    return raw
 
 
 class Operator:
@@ -367,7 +296,7 @@ class Operator:
                 "one operator serves one GridNetwork"
             )
         network = GridNetwork.model_validate(obj)
-        _check_mode(network)
+        check_mode(network)
         self.network = network
 
     @property

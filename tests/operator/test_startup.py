@@ -13,7 +13,7 @@ import pytest
 
 from grid.adapters.store.sqlite import SqliteStore
 from grid.core.resources import GridNetwork
-from grid.operator.runtime import StartupError, select_network, swim_key
+from grid.operator.startup import StartupError, select_network, swim_key
 from grid.testing.store import InMemoryStore
 
 
@@ -119,7 +119,7 @@ def test_new_grid_ids_are_uuid7_and_sort_by_creation_time() -> None:
     import time
     import uuid
 
-    from grid.operator.runtime import new_grid_id
+    from grid.operator.startup import new_grid_id
 
     first = new_grid_id()
     deadline = time.monotonic() + 1
