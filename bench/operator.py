@@ -55,12 +55,14 @@ from grid.core.crdt.record import ProviderRecord, ProviderSignals  # noqa: E402
 from grid.core.crdt.replica import GridState  # noqa: E402
 from grid.core.crdt.snapshot import GridStateSnapshot  # noqa: E402
 from grid.core.mesh_view import OriginRecord, live_records, mesh_inputs  # noqa: E402
+from grid.core.phases import SitePhase  # noqa: E402
 from grid.core.render import render  # noqa: E402
 from grid.core.resources import API_VERSION, GridSite  # noqa: E402
 from grid.demo.mesh import DemoMesh  # noqa: E402
 from grid.demo.plan import MODEL  # noqa: E402
-from grid.operator.runtime import Operator, select_network  # noqa: E402
+from grid.operator.runtime import Operator  # noqa: E402
 from grid.operator.settings import OperatorSettings  # noqa: E402
+from grid.operator.startup import select_network  # noqa: E402
 
 SITES = ["east", "west", "central"]
 TARGET = "vllm-central"
@@ -328,6 +330,9 @@ async def reconcile_cpu(providers: int, repeat: int) -> dict[str, Any]:
         )
         operator = Operator(settings, store)
         operator.network = await select_network(store, None)
+        # Every peer site is verified (Active), as in a converged mesh: an
+        # unverified site's candidates are never rendered.
+        operator.sites.phases = {f"s{i}": SitePhase.ACTIVE for i in range(PEER_SITES + 1)}
         peers = Peers(providers, operator.replica)
         await operator.reconcile_overlays()
         envelope_text = (root / "out" / "grid-overlay.json").read_text()
