@@ -47,9 +47,10 @@ from grid.core.overlay import (  # noqa: E402
     build_envelope,
     build_overlay,
 )
+from grid.core.ranking import score_candidates  # noqa: E402
 from grid.core.render import RenderInputs, render  # noqa: E402
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider  # noqa: E402
-from grid.core.scoring import BackendKind, SignalValues, score_candidates  # noqa: E402
+from grid.core.scoring import BackendKind, SignalValues  # noqa: E402
 from grid.core.signals import ProviderSignals, SignalsDocument  # noqa: E402
 
 API = "grid.praxis-proxy.io/v1alpha1"

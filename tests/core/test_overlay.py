@@ -25,6 +25,7 @@ from grid.core.overlay import (
     canonical_digest,
     verify,
 )
+from grid.core.ranking import score_candidates
 from grid.core.scoring import (
     BackendKind,
     CandidateInput,
@@ -34,7 +35,6 @@ from grid.core.scoring import (
     ScoringContext,
     ScoringWeights,
     SignalValues,
-    score_candidates,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "overlay"

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from grid.core.ranking import ExclusionReason, order_candidates, rank, score_candidates, sort_key
 from grid.core.scoring import (
     AdmissionState,
     AdmissionThresholds,
@@ -19,7 +20,6 @@ from grid.core.scoring import (
     CandidateInput,
     CredentialRef,
     Evaluation,
-    ExclusionReason,
     Geography,
     ScoreBreakdown,
     ScoringConfig,
@@ -29,11 +29,7 @@ from grid.core.scoring import (
     SignalScores,
     SignalValues,
     evaluate,
-    order_candidates,
     provider_candidates,
-    rank,
-    score_candidates,
-    sort_key,
     with_cost,
 )
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grid.core.overlay import format_timestamp
+from grid.core.ranking import sort_key
 from grid.core.render import (
     CandidateRow,
     RenderInputs,
@@ -22,7 +23,7 @@ from grid.core.render import (
     select_gateway,
     select_network,
 )
-from grid.core.scoring import Evaluation, sort_key
+from grid.core.scoring import Evaluation
 from grid.core.signals import SignalsDocument
 
 SIGNAL_NAMES = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")

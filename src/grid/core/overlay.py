@@ -29,7 +29,8 @@ from grid.core.overlay_structure import (
     check_envelope_structure,
     check_overlay_structure,
 )
-from grid.core.scoring import AdmissionState, RankedCandidate, ScoreBreakdown, SelectionTier
+from grid.core.ranking import RankedCandidate
+from grid.core.scoring import AdmissionState, ScoreBreakdown, SelectionTier
 
 SCHEMA_VERSION = "1.0.0"
 """The envelope schema version this renderer writes."""

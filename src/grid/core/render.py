@@ -3,7 +3,7 @@
 This is the pure function behind ``grid render`` and ``grid explain``. It turns
 typed resources (GridNetwork, GridSite, InferenceProvider, core v1 Secret) and
 an optional signals document into scoring inputs, one per (provider, model),
-runs `grid.core.scoring` and builds the overlay and its envelope with
+ranks them with `grid.core.ranking` and builds the overlay and its envelope with
 `grid.core.overlay`. Nothing here reads a clock or a file: ``now`` is an input.
 
 Candidates removed before scoring keep their evaluation so that ``explain`` can
@@ -29,6 +29,7 @@ from grid.core.overlay import (
     build_overlay_and_envelope,
 )
 from grid.core.phases import ProviderPhase
+from grid.core.ranking import Ordering, RankedCandidate, Ranking, order_candidates
 from grid.core.resources import SITE_LABEL, GridNetwork, GridSite, InferenceProvider
 from grid.core.scoring import (
     AdmissionThresholds,
@@ -37,15 +38,11 @@ from grid.core.scoring import (
     CredentialRef,
     Evaluation,
     Geography,
-    Ordering,
-    RankedCandidate,
-    Ranking,
     ScoringConfig,
     ScoringContext,
     ScoringWeights,
     SignalValues,
     evaluate,
-    order_candidates,
     provider_candidates,
     with_cost,
 )
