@@ -24,6 +24,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
@@ -35,7 +36,13 @@ from grid.adapters.tls_probe import EgressListener, client_context, server_conte
 from grid.adapters.udp import parse_address
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
-from grid.core.crdt.snapshot import GatewayLaneValue, Lane, MetadataLaneValue, sorted_pairs
+from grid.core.crdt.snapshot import (
+    GatewayLaneValue,
+    GridStateSnapshot,
+    Lane,
+    MetadataLaneValue,
+    sorted_pairs,
+)
 from grid.core.duration import parse_duration
 from grid.core.lifecycle import next_network_phase
 from grid.core.mesh_view import (
@@ -54,7 +61,7 @@ from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.core.swim.members import MemberState
 from grid.core.wire.keyring import Keyring
-from grid.errors import GridError, NotFound
+from grid.errors import GridError, NotFound, ValidationError
 from grid.operator.output import OverlayWriter, configmap_name
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
@@ -94,6 +101,7 @@ class Operator:
         self.replica = GridState(settings.site, base_revision=int(time.time() * 1000))
         self.writer = OverlayWriter(store, settings.overlay_dir)
         self._dirty = asyncio.Event()
+        self._local_lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._records: dict[str, ProviderRecord | None] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -225,40 +233,63 @@ class Operator:
         self._records[provider] = record
         self._dirty.set()
 
+    async def _write_local(self, change: Callable[[GridStateSnapshot], GridStateSnapshot]) -> bool:
+        """Apply ``change`` to our snapshot and disseminate it; True when published.
+
+        Every local write goes through here under one lock, so two writers never
+        build on the same revision. Should a write still race (the node re-asserted
+        our lane meanwhile), it is dropped and retried on the next render round.
+        """
+        assert self.swim is not None
+        async with self._local_lock:
+            current = self.replica.local
+            snap = change(current)
+            if snap == current:
+                return True
+            try:
+                await self.swim.publish_snapshot(snap)
+            except ValidationError as exc:
+                log.warning("local state write raced; retrying", extra={"code": exc.code})
+                self._dirty.set()
+                return False
+            return True
+
     async def _publish_site_lanes(self) -> None:
         """Publish the metadata and gateway lanes from our GridSite, if any."""
-        assert self.swim is not None
         try:
             own = GridSite.model_validate(await self.store.get("GridSite", self.settings.site))
         except NotFound:
             return
-        snap = self.replica.local
-        snap = snap.set_lane(
-            Lane.METADATA,
-            MetadataLaneValue(
-                region=own.spec.region or "",
-                zone=own.spec.zone or "",
-                sovereignty_zone=own.spec.sovereignty_zone or "",
-                labels=sorted_pairs({**own.metadata.labels, GRID_ID_LABEL: self.grid_id}),
-            ),
+        metadata = MetadataLaneValue(
+            region=own.spec.region or "",
+            zone=own.spec.zone or "",
+            sovereignty_zone=own.spec.sovereignty_zone or "",
+            labels=sorted_pairs({**own.metadata.labels, GRID_ID_LABEL: self.grid_id}),
         )
-        egress = own.spec.egress.address if own.spec.egress else ""
-        snap = snap.set_lane(Lane.GATEWAY, GatewayLaneValue(egress_address=egress))
-        await self.swim.publish_snapshot(snap)
+        gateway = GatewayLaneValue(
+            egress_address=own.spec.egress.address if own.spec.egress else ""
+        )
+        await self._write_local(
+            lambda snap: snap.set_lane(Lane.METADATA, metadata).set_lane(Lane.GATEWAY, gateway)
+        )
 
     async def _publish_records(self) -> None:
         """Write changed own records into the local snapshot and disseminate them."""
-        assert self.swim is not None
-        snap = self.replica.local
-        held = snap.state.live_providers()
-        for name, record in self._records.items():
-            if record is None:
-                snap = snap.remove_provider(name)
-            elif held.get(name) != record:
-                snap = snap.put_provider(name, record)
-        self._records = {k: v for k, v in self._records.items() if v is not None}
-        if snap != self.replica.local:
-            await self.swim.publish_snapshot(snap)
+        records = dict(self._records)
+
+        def change(snap: GridStateSnapshot) -> GridStateSnapshot:
+            held = snap.state.live_providers()
+            for name, record in records.items():
+                if record is None:
+                    snap = snap.remove_provider(name)
+                elif held.get(name) != record:
+                    snap = snap.put_provider(name, record)
+            return snap
+
+        if await self._write_local(change):
+            for name, record in records.items():
+                if record is None and self._records.get(name) is None:
+                    self._records.pop(name, None)
 
     async def _watch(self, kind: str) -> None:
         """Follow one kind's changes; after `Expired`, start over from a fresh list."""
