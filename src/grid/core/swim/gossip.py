@@ -1,4 +1,8 @@
-"""Direct introductions: making sure every member hears our current Alive.
+"""Gossip ticks' timing, and direct introductions so every member hears our Alive.
+
+`GossipClock` times the gossip tick: armed only while news waits, always on
+one phase drawn at join, so news waits half an interval on average, as with
+memberlist's free-running ticker, while a quiet member sets no timer at all.
 
 Infection-style gossip reaches each member only with high probability. Every
 holder sends an update λ·⌈log10(n + 1)⌉ times, so now and then one member misses
@@ -17,11 +21,40 @@ ticks pay, `gossip_nodes` members per tick, well before any probe cycle ends.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 
 from grid.core.swim.members import Member, MemberState, MemberTable
 from grid.core.swim.messages import Alive, MemberUpdate
+
+TICK_TOLERANCE_S = 1e-6
+"""A tick this close to now is taken as now: the next one is a full interval on."""
+
+
+class GossipClock:
+    """When the next gossip tick is due; at most one tick is pending."""
+
+    __slots__ = ("armed", "interval_s", "phase")
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.armed = False
+        self.phase = 0.0
+
+    def restart(self, phase: float) -> None:
+        """Forget any pending tick (a new epoch) and tick on `phase` from now on."""
+        self.armed = False
+        self.phase = phase
+
+    def arm(self, now: float) -> float | None:
+        """The next tick on the phase after `now`, or None when one is pending or disabled."""
+        interval = self.interval_s
+        if self.armed or interval <= 0:
+            return None
+        self.armed = True
+        at = self.phase + math.ceil((now - self.phase) / interval) * interval
+        return at + interval if at <= now + TICK_TOLERANCE_S else at
 
 
 class Introductions:

@@ -39,7 +39,6 @@ dead when its dynamic suspicion timeout expires (`grid.core.swim.suspicion`).
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -60,7 +59,7 @@ from grid.core.swim.effects import (
     SuspicionTimeout,
     Timer,
 )
-from grid.core.swim.gossip import Introductions
+from grid.core.swim.gossip import GossipClock, Introductions
 from grid.core.swim.members import Member, MemberState
 from grid.core.swim.membership import Membership
 from grid.core.swim.messages import (
@@ -134,8 +133,7 @@ class SwimMachine:
         self._relays: dict[int, _Relay] = {}
         self._epoch = 0
         self._seeds: tuple[str, ...] = ()
-        self._gossip_armed = False
-        self._gossip_phase = 0.0
+        self._gossip = GossipClock(self.config.gossip_interval_s)
         self._introductions = Introductions()
 
     # -- views -------------------------------------------------------------
@@ -203,8 +201,7 @@ class SwimMachine:
             view.incarnation += 1
         self.status = NodeStatus.JOINED
         self._epoch += 1
-        self._gossip_armed = False
-        self._gossip_phase = now + self._rng.uniform(0.0, self.config.gossip_interval_s)
+        self._gossip.restart(now + self._rng.uniform(0.0, self.config.gossip_interval_s))
         self._seeds = tuple(seed for seed in seeds if seed != self.address)
         view.gossip(Alive(self.node_id, self.address, view.incarnation))
         cfg = self.config
@@ -399,24 +396,14 @@ class SwimMachine:
         return self._on_push_pull_tick(timer, now) if timer.epoch == self._epoch else []
 
     def _arm_gossip(self, now: float, out: list[Effect]) -> None:
-        """Schedule the next gossip tick when news waits and none is pending.
-
-        The tick only runs while the queue holds something: a quiet member
-        sets no gossip timers at all. Ticks keep one phase (drawn at join), so
-        news waits half an interval for the next one on average, as with a
-        free-running ticker, rather than a whole interval.
-        """
-        interval = self.config.gossip_interval_s
-        if self._gossip_armed or interval <= 0 or self._members.live_count == 0:
+        """Schedule the next gossip tick when news waits and none is pending."""
+        if self._members.live_count == 0:
             return
         if not (self._view.gossip_queue or self._introductions):
             return
-        self._gossip_armed = True
-        phase = self._gossip_phase
-        at = phase + math.ceil((now - phase) / interval) * interval
-        if at <= now + TIMER_TOLERANCE_S:
-            at += interval
-        out.append(Schedule(GossipTick(self._epoch), at))
+        at = self._gossip.arm(now)
+        if at is not None:
+            out.append(Schedule(GossipTick(self._epoch), at))
 
     def _on_probe_tick(self, timer: ProbeTick, now: float) -> list[Effect]:
         out: list[Effect] = []
@@ -443,7 +430,7 @@ class SwimMachine:
         Members we learned of through push-pull and owe an introduction get
         one, up to `gossip_nodes` more per tick (`grid.core.swim.gossip`).
         """
-        self._gossip_armed = False
+        self._gossip.armed = False
         out: list[Effect] = []
         cfg = self.config
         carrier = Gossip(self.node_id)
