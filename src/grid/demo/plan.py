@@ -11,6 +11,7 @@ InferenceProviders, the way each cluster holds only what runs there.
 from __future__ import annotations
 
 import base64
+import random
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,19 +30,43 @@ SITE_GEOGRAPHY: dict[str, tuple[str, str]] = {
 """Region and zone of the well-known demo sites; further sites get generated ones."""
 
 
-def free_port() -> int:
-    """A port free for both UDP and TCP on 127.0.0.1 at the time of asking."""
-    for _ in range(64):
+PORT_RANGE = (20000, 32000)
+"""Where demo ports are drawn: below Linux's default ephemeral range (32768-60999),
+so the many outgoing connections of a running mesh (scrapes, probes, push-pull)
+can never be handed a port the plan reserved for a listener."""
+
+
+class PortPicker:
+    """Hands out distinct loopback ports, each free for both TCP and UDP when drawn."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._rng = rng or random.Random()
+        self._taken: set[int] = set()
+
+    def __call__(self) -> int:
+        """A port not handed out before and bindable right now."""
+        for _ in range(256):
+            port = self._rng.randrange(*PORT_RANGE)
+            if port not in self._taken and _bindable(port):
+                self._taken.add(port)
+                return port
+        raise OSError("no free port for both UDP and TCP on 127.0.0.1")
+
+
+def _bindable(port: int) -> bool:
+    try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-            tcp.bind(("127.0.0.1", 0))
-            port = int(tcp.getsockname()[1])
+            tcp.bind(("127.0.0.1", port))
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                try:
-                    udp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            return port
-    raise OSError("no free port for both UDP and TCP on 127.0.0.1")
+                udp.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
+
+
+def free_port() -> int:
+    """One port free for both UDP and TCP on 127.0.0.1 at the time of asking."""
+    return PortPicker()()
 
 
 @dataclass(frozen=True)
@@ -104,14 +129,15 @@ _PROFILES = ("steady", "bursty")
 def plan_mesh(root: Path, site_names: list[str]) -> MeshPlan:
     """Choose ports and paths for ``site_names``; two mock providers at the first site."""
     sites: dict[str, SitePlan] = {}
+    pick_port = PortPicker()
     for i, name in enumerate(site_names):
         region, zone = SITE_GEOGRAPHY.get(name, (f"region-{i}", f"region-{i}a"))
-        site = SitePlan(name, region, zone, free_port(), free_port(), free_port(), root / name)
+        site = SitePlan(name, region, zone, pick_port(), pick_port(), pick_port(), root / name)
         count = 2 if i == 0 else 1
         for j in range(count):
             suffix = "" if count == 1 else f"-{'ab'[j]}"
             profile = _PROFILES[(i + j) % 2]
-            site.providers.append(ProviderPlan(f"vllm-{name}{suffix}", name, free_port(), profile))
+            site.providers.append(ProviderPlan(f"vllm-{name}{suffix}", name, pick_port(), profile))
         sites[name] = site
     return MeshPlan(root, sites, root / "pki")
 

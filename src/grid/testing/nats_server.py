@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from grid.demo.plan import free_port
+
 START_TIMEOUT_S = 10.0
 """How long `NatsServer.start` waits for the server to accept connections."""
 
@@ -31,13 +33,6 @@ def nats_server_binary() -> str | None:
         if found:
             return found
     return None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class NatsServer:
