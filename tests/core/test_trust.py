@@ -79,3 +79,14 @@ def test_private_key_marker_is_detected(ca: DevCA) -> None:
     assert contains_private_key(issued.key_pem)
     assert not contains_private_key(issued.cert_pem)
     assert fingerprint_pem(issued.cert_pem) == issued.fingerprint
+
+
+def test_public_chain_keeps_certificates_and_drops_key_material(ca: DevCA) -> None:
+    from grid.core.trust import public_chain_pem
+
+    issued = ca.issue_site("east")
+    bundle = issued.cert_pem + issued.key_pem + ca.cert_pem
+    chain = public_chain_pem(bundle)
+    assert not contains_private_key(chain)
+    assert chain.count("BEGIN CERTIFICATE") == 2
+    assert fingerprint_pem(chain.encode()) == issued.fingerprint

@@ -137,3 +137,13 @@ def contains_private_key(pem: bytes | str) -> bool:
     """True when a PEM blob carries private-key material and must be discarded."""
     text = pem.decode("latin-1") if isinstance(pem, bytes) else pem
     return PRIVATE_KEY_MARKER in text
+
+
+def public_chain_pem(pem: bytes) -> str:
+    """Only the certificates of a PEM bundle, re-encoded: what may be gossiped.
+
+    Whatever else the bundle holds (a private key appended by mistake, say) is
+    dropped, so the cert lane can only ever carry public material.
+    """
+    certs = x509.load_pem_x509_certificates(pem)
+    return "".join(c.public_bytes(Encoding.PEM).decode("ascii") for c in certs)

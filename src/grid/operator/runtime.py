@@ -37,6 +37,7 @@ from grid.adapters.udp import parse_address
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import (
+    CertLaneValue,
     GatewayLaneValue,
     GridStateSnapshot,
     Lane,
@@ -60,6 +61,7 @@ from grid.core.secret import Secret
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.core.swim.members import MemberState
+from grid.core.trust import public_chain_pem
 from grid.core.wire.keyring import Keyring
 from grid.errors import GridError, NotFound, ValidationError
 from grid.operator.output import OverlayWriter, configmap_name
@@ -269,9 +271,24 @@ class Operator:
         gateway = GatewayLaneValue(
             egress_address=own.spec.egress.address if own.spec.egress else ""
         )
+        cert = CertLaneValue(pem=self._public_cert_pem())
         await self._write_local(
-            lambda snap: snap.set_lane(Lane.METADATA, metadata).set_lane(Lane.GATEWAY, gateway)
+            lambda snap: (
+                snap.set_lane(Lane.METADATA, metadata)
+                .set_lane(Lane.GATEWAY, gateway)
+                .set_lane(Lane.CERT, cert)
+            )
         )
+
+    def _public_cert_pem(self) -> str:
+        """This site's public certificate chain for the cert lane ("" without --cert)."""
+        if self.settings.cert is None:
+            return ""
+        try:
+            return public_chain_pem(self.settings.cert.read_bytes())
+        except (OSError, ValueError):
+            log.warning("site certificate unreadable; cert lane left empty")
+            return ""
 
     async def _publish_records(self) -> None:
         """Write changed own records into the local snapshot and disseminate them."""
