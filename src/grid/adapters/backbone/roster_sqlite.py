@@ -11,15 +11,14 @@ committed with WAL and ``synchronous=FULL`` before `append` returns.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar, cast
 
 from grid.adapters.backbone import BackboneUnavailable, RosterEntry, RosterState
 from grid.adapters.backbone.sqlite import open_connection
+from grid.adapters.backbone.sqlite_thread import SqliteThread
 
 ROSTER_FILE = "roster.sqlite3"
 TAIL_POLL_INTERVAL_S = 0.2
@@ -43,8 +42,7 @@ class SqliteRosterLog:
     def __init__(self, path: Path, poll_interval_s: float = TAIL_POLL_INTERVAL_S) -> None:
         self.path = path
         self.poll_interval_s = poll_interval_s
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid-roster")
-        self._conn: sqlite3.Connection | None = None
+        self._db = SqliteThread("grid-roster", "roster")
 
     @classmethod
     async def open(
@@ -53,29 +51,23 @@ class SqliteRosterLog:
         """Open (creating if needed) the roster file in ``data_dir``."""
         log = cls(data_dir / ROSTER_FILE, poll_interval_s)
         try:
-            await log._run(log._connect)
+            await log._db.open(log._connect)
         except (OSError, sqlite3.Error) as exc:
             await log.close()
             raise BackboneUnavailable(f"cannot open {log.path.name}: {exc}") from exc
         return log
 
-    def _connect(self) -> None:
+    def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = open_connection(self.path)
         conn.executescript(SCHEMA)
-        self._conn = conn
+        return conn
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, fn, *args)
+            return await self._db.run(fn, *args)
         except sqlite3.Error as exc:
             raise BackboneUnavailable(f"roster store failed: {type(exc).__name__}") from exc
-
-    def _require(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise sqlite3.OperationalError("roster is closed")
-        return self._conn
 
     async def append(self, agent_id: str, state: RosterState, tenant_id: str | None) -> RosterEntry:
         """Append one entry in its own committed transaction; the table assigns the revision."""
@@ -83,7 +75,7 @@ class SqliteRosterLog:
         return RosterEntry(agent_id, tenant_id, state, revision)
 
     def _insert(self, agent_id: str, state: str, tenant_id: str | None) -> int:
-        cursor = self._require().execute(
+        cursor = self._db.conn.execute(
             "INSERT INTO roster (agent_id, tenant_id, state) VALUES (?, ?, ?)",
             (agent_id, tenant_id, state),
         )
@@ -94,7 +86,7 @@ class SqliteRosterLog:
         return [_entry(row) for row in await self._run(self._after, 0)]
 
     def _after(self, revision: int) -> list[Row]:
-        rows = self._require().execute(
+        rows = self._db.conn.execute(
             "SELECT revision, agent_id, tenant_id, state FROM roster "
             "WHERE revision > ? ORDER BY revision",
             (revision,),
@@ -112,15 +104,7 @@ class SqliteRosterLog:
 
     async def close(self) -> None:
         """Close the connection in its thread, then stop the thread."""
-        if self._conn is not None:
-            with contextlib.suppress(RuntimeError):
-                await self._run(self._close_conn)
-        self._executor.shutdown(wait=True)
-
-    def _close_conn(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        await self._db.close()
 
 
 def _entry(row: Row) -> RosterEntry:

@@ -16,11 +16,8 @@ stored batch into its records (`records`); audits are rare, ingest is hot.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -32,6 +29,7 @@ from grid.adapters.backbone import (
     StoredRecord,
     stored_records,
 )
+from grid.adapters.backbone.sqlite_thread import SqliteThread
 
 BACKBONE_FILE = "backbone.sqlite3"
 PAGE_BATCHES = 8
@@ -99,21 +97,20 @@ class SqliteBackbone:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid-backbone")
-        self._conn: sqlite3.Connection | None = None
+        self._db = SqliteThread("grid-backbone", "backbone")
 
     @classmethod
     async def open(cls, data_dir: Path) -> SqliteBackbone:
         """Open (creating if needed) the backbone file in ``data_dir``."""
         backbone = cls(data_dir / BACKBONE_FILE)
         try:
-            await backbone._run(backbone._connect)
+            await backbone._db.open(backbone._connect)
         except (OSError, sqlite3.Error) as exc:
             await backbone.close()
             raise BackboneUnavailable(f"cannot open {backbone.path.name}: {exc}") from exc
         return backbone
 
-    def _connect(self) -> None:
+    def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = open_connection(self.path)
         try:
@@ -121,16 +118,12 @@ class SqliteBackbone:
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
-
-    async def _run(self, fn: Callable[..., T], *args: object) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        return conn
 
     async def publish(self, batch: PublishBatch) -> Receipt:
         """Commit ``batch`` in one transaction; return only after the commit."""
         try:
-            return await self._run(self._write, batch)
+            return await self._db.run(self._write, batch)
         except (OSError, sqlite3.Error, RuntimeError) as exc:
             # RuntimeError: the executor was shut down by close().
             raise BackboneUnavailable(f"sqlite publish failed: {type(exc).__name__}") from exc
@@ -138,7 +131,7 @@ class SqliteBackbone:
     def _write(self, batch: PublishBatch) -> Receipt:
         # Autocommit: this one statement is the batch's whole transaction, committed
         # (WAL fsynced, synchronous=FULL) before execute returns.
-        conn = self._require()
+        conn = self._db.conn
         cursor = conn.execute(INSERT, (batch.batch_id, batch.route, batch.accepted, batch.stamped))
         if cursor.rowcount == 1:
             return Receipt(batch.batch_id, batch.accepted)
@@ -149,16 +142,11 @@ class SqliteBackbone:
             raise sqlite3.OperationalError("batch neither stored nor found")
         return Receipt(batch.batch_id, int(row[0]), duplicate=True)
 
-    def _require(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise sqlite3.OperationalError("backbone is closed")
-        return self._conn
-
     async def batches(self) -> AsyncIterator[tuple[str, Route, bytes]]:
         """Every durably published batch as ``(batch_id, route, stamped bytes)``, in order."""
         after = 0
         while True:
-            page = await self._run(self._page, after)
+            page = await self._db.run(self._page, after)
             for seq, batch_id, route, stamped in page:
                 after = seq
                 yield batch_id, cast(Route, route), bytes(stamped)
@@ -172,32 +160,19 @@ class SqliteBackbone:
                 yield batch_id, route, record
 
     def _page(self, after: int) -> list[tuple[int, str, str, bytes]]:
-        rows = (
-            self._require()
-            .execute(
-                "SELECT seq, batch_id, route, stamped FROM batches "
-                "WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, PAGE_BATCHES),
-            )
-            .fetchall()
-        )
+        rows = self._db.conn.execute(
+            "SELECT seq, batch_id, route, stamped FROM batches WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after, PAGE_BATCHES),
+        ).fetchall()
         return cast(list[tuple[int, str, str, bytes]], rows)
 
     async def pragma(self, name: str) -> object:
         """Read a PRAGMA on the writer connection, in its thread (for audits and tests)."""
-        return await self._run(self._pragma, name)
+        return await self._db.run(self._pragma, name)
 
     def _pragma(self, name: str) -> object:
-        return self._require().execute(f"PRAGMA {name}").fetchone()[0]
+        return self._db.conn.execute(f"PRAGMA {name}").fetchone()[0]
 
     async def close(self) -> None:
         """Close the connection in its thread, then stop the thread."""
-        if self._conn is not None:
-            with contextlib.suppress(RuntimeError):
-                await self._run(self._close_conn)
-        self._executor.shutdown(wait=True)
-
-    def _close_conn(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        await self._db.close()
