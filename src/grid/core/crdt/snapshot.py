@@ -26,6 +26,7 @@ from grid.core.crdt.gcounter import GCounter
 from grid.core.crdt.lww import LwwRegister
 from grid.core.crdt.orset import ORSet
 from grid.core.crdt.record import ProviderRecord
+from grid.core.trust import contains_private_key
 from grid.errors import ProtocolError
 
 
@@ -41,10 +42,6 @@ class Lane(StrEnum):
 CAPABILITY_KINDS = ("models", "tools", "agents")
 """The capability OR-Sets of the state lane."""
 
-PRIVATE_KEY_MARKER = "PRIVATE KEY"
-"""A cert-lane PEM containing this text is discarded, never stored (seed 003)."""
-
-
 class PrivateKeyRefused(ProtocolError):
     """A certificate PEM carried a private-key marker and was refused.
 
@@ -53,11 +50,6 @@ class PrivateKeyRefused(ProtocolError):
     """
 
     code = "private_key_in_cert"
-
-
-def contains_private_key(pem: str) -> bool:
-    """Whether ``pem`` carries a private-key marker (any ``... PRIVATE KEY`` block)."""
-    return PRIVATE_KEY_MARKER in pem
 
 
 Pairs = tuple[tuple[str, str], ...]
