@@ -63,7 +63,6 @@ import math  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -75,6 +74,7 @@ from typing import Any  # noqa: E402
 from grid.adapters.udp import encoded_size  # noqa: E402
 from grid.core.swim.config import SwimConfig  # noqa: E402
 from grid.core.swim.messages import BroadcastItem, Lane  # noqa: E402
+from grid.demo.plan import PortPicker  # noqa: E402
 from grid.testing.simulator import SimNode, Simulator  # noqa: E402
 
 DETECTION_TARGET = 1.0
@@ -152,22 +152,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def free_port() -> int:
-    """A port free for both TCP and UDP on 127.0.0.1 (checked, then released).
-
-    Drawn below the kernel's ephemeral range (32768 and up on Linux), so that
-    sockets other members bind to port 0 meanwhile cannot take it.
-    """
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        try:
-            with socket.socket() as tcp, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                tcp.bind(("127.0.0.1", port))
-                udp.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return port
-    raise OSError("no free port")
+free_port = PortPicker()
+"""Distinct loopback ports free for TCP and UDP, drawn below the ephemeral range."""
 
 
 async def wait_until(condition: Any, deadline_s: float, what: str) -> float:
