@@ -42,6 +42,7 @@ class Lane(StrEnum):
 CAPABILITY_KINDS = ("models", "tools", "agents")
 """The capability OR-Sets of the state lane."""
 
+
 class PrivateKeyRefused(ProtocolError):
     """A certificate PEM carried a private-key marker and was refused.
 
