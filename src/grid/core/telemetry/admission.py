@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from grid.core.telemetry.bucket import AgentBuckets
 from grid.core.telemetry.capacity import CapacityLedger, Reservation
+from grid.core.telemetry.columns import encoded_stamp, stamp_clearly_valid
 from grid.core.telemetry.refusals import (
     AgentNotRegistered,
     BatchBodyTooLarge,
@@ -136,8 +137,12 @@ class Admission:
         records = batch_records(batch)
         check_record_count(ticket.route, len(records), self.settings)
         window = ObservedWindow.around(reception.received_at_ns, self.settings)
-        validate_records(records, window, self.settings)
-        stamp_records(records, ticket.agent_id, ticket.tenant_id, reception)
+        stamp = encoded_stamp(ticket.agent_id, ticket.tenant_id, reception)
+        stamped = stamp_clearly_valid(batch, len(records), window, self.settings, stamp)
+        if stamped is None:
+            # The exact path: names the first invalid record, or stamps record by record.
+            validate_records(records, window, self.settings)
+            stamp_records(records, ticket.agent_id, ticket.tenant_id, reception)
+            stamped = batch.SerializeToString(deterministic=True)
         batch_id = batch_id_for(ticket.route, ticket.agent_id, body)
-        stamped = batch.SerializeToString(deterministic=True)
         return StampedBatch(batch_id, ticket.route, stamped, len(records))

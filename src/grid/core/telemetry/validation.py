@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter, getitem, methodcaller
 from typing import Literal
 
 from google.protobuf.message import DecodeError
@@ -102,15 +100,6 @@ def check_record_count(route: Route, count: int, settings: GatewaySettings) -> N
         raise InvalidBatch("batch holds no records")
 
 
-_RECORD_ID = attrgetter("record_id")
-_TYPE = attrgetter("type")
-_ATTRIBUTES = attrgetter("attributes")
-_OBSERVED_AT = attrgetter("observed_at")
-_SECONDS = attrgetter("seconds")
-_NANOS = attrgetter("nanos")
-_HAS_OBSERVED_AT = methodcaller("HasField", "observed_at")
-
-
 @dataclass(frozen=True)
 class ObservedWindow:
     """One request's skew/age bounds on ``observed_at``, computed once per request.
@@ -141,59 +130,12 @@ def validate_records(
 ) -> None:
     """Validate every record; raise `InvalidBatch` naming the first invalid one.
 
-    The whole batch is first checked column by column with C-level iteration (no
-    per-record Python frames). Those checks are sufficient, never looser than the
-    per-record rules: whenever one fails (or is inconclusive), the exact
-    record-by-record validation runs and names the first invalid record.
+    Record by record: the exact rules. `grid.core.telemetry.columns` decides
+    clearly valid batches without this loop.
     """
-    if _clearly_valid(records, window, settings):
-        return
     seen: set[str] = set()
     for index, record in enumerate(records):
         validate_record(index, record, window.received_at_ns, settings, seen)
-
-
-def _clearly_valid(
-    records: Sequence[AnyRecord], window: ObservedWindow, settings: GatewaySettings
-) -> bool:
-    """True only when every record certainly passes `validate_record`."""
-    if not records:
-        return True
-    ids = list(map(_RECORD_ID, records))
-    if not all(ids) or max(map(len, ids)) > settings.record_id_chars_max:
-        return False
-    if len(set(ids)) != len(ids):
-        return False
-    types = list(map(_TYPE, records))
-    if not all(types) or max(map(len, types)) > settings.type_chars_max:
-        return False
-    if not _attributes_clearly_valid(list(map(_ATTRIBUTES, records)), settings):
-        return False
-    seconds_min, seconds_max = window.seconds_min, window.seconds_max
-    if seconds_min <= 0 <= seconds_max and not all(map(_HAS_OBSERVED_AT, records)):
-        return False  # an unset observed_at reads as second 0, which is inside the window
-    observed = list(map(_OBSERVED_AT, records))
-    seconds = list(map(_SECONDS, observed))
-    if min(seconds) < seconds_min or max(seconds) > seconds_max:
-        return False
-    nanos: list[int] = list(map(_NANOS, observed))
-    return min(nanos) >= 0 and max(nanos) < NANOS
-
-
-def _attributes_clearly_valid(maps: list[AnyAttributes], settings: GatewaySettings) -> bool:
-    sizes = list(map(len, maps))
-    if max(sizes) > settings.attributes_max:
-        return False
-    keys: list[str] = list(chain.from_iterable(maps))
-    if not keys:
-        return True
-    if not all(keys) or max(map(len, keys)) > settings.attribute_key_chars_max:
-        return False
-    # Each map repeated once per key, in key order: map(getitem) yields every value
-    # without the Python-level iterator of the maps' values() views.
-    owners = chain.from_iterable(map(repeat, maps, sizes))
-    longest: int = max(map(len, map(getitem, owners, keys)))
-    return longest <= settings.attribute_value_chars_max
 
 
 def validate_record(

@@ -1,0 +1,1 @@
+"""Generated Protobuf code (do not edit; regenerate with `make proto`)."""
