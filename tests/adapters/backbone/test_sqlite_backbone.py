@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from pathlib import Path
@@ -90,13 +91,13 @@ async def test_a_failing_batch_is_stored_not_at_all(tmp_path: Path) -> None:
 async def test_writes_happen_in_one_dedicated_thread_off_the_event_loop(tmp_path: Path) -> None:
     backbone = await SqliteBackbone.open(tmp_path)
     seen: set[str] = set()
-    original = backbone._write
+    original = backbone._write_group
 
-    def spy(batch: PublishBatch):  # type: ignore[no-untyped-def]
+    def spy(batches: list[PublishBatch]):  # type: ignore[no-untyped-def]
         seen.add(threading.current_thread().name)
-        return original(batch)
+        return original(batches)
 
-    backbone._write = spy  # type: ignore[method-assign]
+    backbone._write_group = spy  # type: ignore[method-assign]
     try:
         for i in range(5):
             await backbone.publish(_batch(f"b{i}", 1))
@@ -157,3 +158,76 @@ async def test_a_second_open_of_the_file_reads_the_first_ones_batches(tmp_path: 
     finally:
         for backbone in opened:
             await backbone.close()
+
+
+async def test_concurrent_batches_commit_together_and_each_gets_its_own_receipt(
+    tmp_path: Path,
+) -> None:
+    backbone = await SqliteBackbone.open(tmp_path)
+    groups: list[int] = []
+    original = backbone._write_group
+
+    def spy(batches: list[PublishBatch]):  # type: ignore[no-untyped-def]
+        groups.append(len(batches))
+        return original(batches)
+
+    backbone._write_group = spy  # type: ignore[method-assign]
+    try:
+        await backbone.publish(_batch("b0", 1))
+        # Hold the writer thread busy while ten publishers queue up behind it.
+        gate = threading.Event()
+        busy = asyncio.ensure_future(backbone._db.run(gate.wait))
+        publishing = [
+            asyncio.ensure_future(backbone.publish(_batch(f"b{i}", i))) for i in range(10)
+        ]
+        await asyncio.sleep(0)
+        gate.set()
+        await busy
+        receipts = await asyncio.gather(*publishing)
+        rows = await _all(backbone)
+    finally:
+        await backbone.close()
+    # The ten that waited share one transaction.
+    assert groups == [1, 10]
+    assert [(r.batch_id, r.accepted, r.duplicate) for r in receipts] == [
+        ("b0", 1, True),
+        *((f"b{i}", i, False) for i in range(1, 10)),
+    ]
+    assert len(rows) == 1 + sum(range(1, 10))
+
+
+async def test_a_bad_batch_in_a_group_fails_alone(tmp_path: Path) -> None:
+    backbone = await SqliteBackbone.open(tmp_path)
+    bad = PublishBatch("bad", "events", None, 1)  # type: ignore[arg-type]
+    try:
+        outcomes = await asyncio.gather(
+            backbone.publish(_batch("b1", 1)),
+            backbone.publish(_batch("b2", 2)),
+            backbone.publish(bad),
+            backbone.publish(_batch("b3", 3)),
+            return_exceptions=True,
+        )
+        rows = await _all(backbone)
+    finally:
+        await backbone.close()
+    assert isinstance(outcomes[2], BackboneUnavailable)
+    assert [o.accepted for o in outcomes if not isinstance(o, BaseException)] == [1, 2, 3]
+    assert sorted({batch_id for batch_id, _, _ in rows}) == ["b1", "b2", "b3"]
+
+
+async def test_a_publisher_that_gives_up_does_not_disturb_the_others(tmp_path: Path) -> None:
+    backbone = await SqliteBackbone.open(tmp_path)
+    try:
+        first = asyncio.create_task(backbone.publish(_batch("b1", 1)))
+        quitter = asyncio.create_task(backbone.publish(_batch("b2", 2)))
+        stayer = asyncio.create_task(backbone.publish(_batch("b3", 3)))
+        await asyncio.sleep(0)
+        quitter.cancel()
+        assert (await first).accepted == 1 and (await stayer).accepted == 3
+        with pytest.raises(asyncio.CancelledError):
+            await quitter
+        rows = await _all(backbone)
+    finally:
+        await backbone.close()
+    # The quitter's batch may or may not be stored; it was never acknowledged.
+    assert {"b1", "b3"} <= {batch_id for batch_id, _, _ in rows}

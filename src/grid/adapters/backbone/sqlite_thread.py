@@ -33,6 +33,13 @@ class SqliteThread:
         """Run ``fn(*args)`` in the connection's thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
+    def submit(self, fn: Callable[[], object]) -> None:
+        """Queue ``fn()`` in the connection's thread without waiting for it.
+
+        Raises `RuntimeError` once the thread is stopped.
+        """
+        self._executor.submit(fn)
+
     @property
     def conn(self) -> sqlite3.Connection:
         """The connection; only for code already running in the thread."""
