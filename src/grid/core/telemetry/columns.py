@@ -27,6 +27,11 @@ Those bytes are then read with the views in ``grid.telemetry.view.v1``:
 - Attribute counts are per record: when neither the batch's total number of
   entries nor its longest record can bound them, they are read record by record.
 
+Strings are read as their UTF-8 bytes, which is cheaper than building ``str``
+objects: equal strings have equal bytes, and a string never has more characters
+than bytes, so a length within a limit in bytes is within it in characters (a
+non-ASCII value near a limit defers to the exact path).
+
 Every check is sufficient, never looser than the record-by-record rules of
 `grid.core.telemetry.validation`. When one fails or cannot decide (client
 ``origin``, an epoch ``observed_at``, fields the schema does not know...),
@@ -133,12 +138,12 @@ def _columns_clearly_valid(
     columns: RecordColumns, count: int, window: ObservedWindow, settings: GatewaySettings
 ) -> bool:
     """Identity, type, timestamp and attribute-key checks on the merged columns."""
-    ids: list[str] = list(columns.record_id)
+    ids: list[bytes] = list(columns.record_id)
     if len(ids) != count or max(map(len, ids)) > settings.record_id_chars_max:
         return False
     if len(set(ids)) != count:
         return False
-    types: list[str] = list(columns.type)
+    types: list[bytes] = list(columns.type)
     if len(types) != count or max(map(len, types)) > settings.type_chars_max:
         return False
     observed = columns.observed_at
@@ -150,5 +155,5 @@ def _columns_clearly_valid(
     nanos: list[int] = list(observed.nanos)
     if nanos and (min(nanos) < 0 or max(nanos) >= NANOS):
         return False
-    keys: list[str] = list(columns.attributes.key)
+    keys: list[bytes] = list(columns.attributes.key)
     return not keys or (all(keys) and max(map(len, keys)) <= settings.attribute_key_chars_max)

@@ -56,21 +56,23 @@ Global___TimestampColumns: _TypeAlias = TimestampColumns  # noqa: Y015
 
 @_typing.final
 class AttributeColumns(_message.Message):
-    """A map<string, string> entry's fields, as columns over every entry of every record."""
+    """A map<string, string> entry's fields, as columns over every entry of every record.
+    Strings are read as bytes: the batch was decoded (and its UTF-8 checked) already.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     KEY_FIELD_NUMBER: _builtins.int
     VALUE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def key(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def key(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     @_builtins.property
-    def value(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def value(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
-        key: _abc.Iterable[_builtins.str] | None = ...,
-        value: _abc.Iterable[_builtins.str] | None = ...,
+        key: _abc.Iterable[_builtins.bytes] | None = ...,
+        value: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -83,7 +85,7 @@ Global___AttributeColumns: _TypeAlias = AttributeColumns  # noqa: Y015
 @_typing.final
 class RecordColumns(_message.Message):
     """Event and InventoryRecord fields 1-6, as columns over every record of a batch.
-    The event payload (7) is not read.
+    The event payload (7) is not read. Strings are read as bytes, as above.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -95,7 +97,7 @@ class RecordColumns(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     ATTRIBUTES_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def record_id(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def record_id(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     @_builtins.property
     def origin(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     @_builtins.property
@@ -103,17 +105,17 @@ class RecordColumns(_message.Message):
     @_builtins.property
     def observed_at(self) -> Global___TimestampColumns: ...
     @_builtins.property
-    def type(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def type(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     @_builtins.property
     def attributes(self) -> Global___AttributeColumns: ...
     def __init__(
         self,
         *,
-        record_id: _abc.Iterable[_builtins.str] | None = ...,
+        record_id: _abc.Iterable[_builtins.bytes] | None = ...,
         origin: _abc.Iterable[_builtins.bytes] | None = ...,
         reception: _abc.Iterable[_builtins.bytes] | None = ...,
         observed_at: Global___TimestampColumns | None = ...,
-        type: _abc.Iterable[_builtins.str] | None = ...,
+        type: _abc.Iterable[_builtins.bytes] | None = ...,
         attributes: Global___AttributeColumns | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "observed_at", b"observed_at"]  # noqa: Y015
