@@ -11,7 +11,7 @@ skew/age policy is refused, never rewritten.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,7 +33,6 @@ from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import (
 Route = Literal["events", "inventory"]
 AnyBatch = EventBatch | InventoryBatch
 AnyRecord = Event | InventoryRecord
-AnyAttributes = Mapping[str, str]
 
 SUPPORTED_PROTOCOL_VERSIONS = frozenset({1})
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
