@@ -12,10 +12,10 @@ import hypothesis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grid.core.telemetry.columns import encoded_stamp, stamp_clearly_valid
+from grid.core.telemetry.columns import stamp_clearly_valid
 from grid.core.telemetry.refusals import InvalidBatch
 from grid.core.telemetry.settings import GatewaySettings
-from grid.core.telemetry.stamping import ReceptionStamp, stamp_records
+from grid.core.telemetry.stamping import ReceptionStamp, encoded_stamp, stamp_records
 from grid.core.telemetry.validation import (
     NANOS,
     AnyBatch,
@@ -125,7 +125,7 @@ def _exact(batch: AnyBatch) -> bytes | str:
 
 def _columnar(batch: AnyBatch) -> bytes | None:
     window = ObservedWindow.around(RECEPTION.received_at_ns, SETTINGS)
-    return stamp_clearly_valid(batch, len(batch_records(batch)), window, SETTINGS, STAMP)
+    return stamp_clearly_valid(batch, window, SETTINGS, STAMP)
 
 
 @settings(max_examples=600, deadline=None)
@@ -173,7 +173,7 @@ def test_inventory_batches_take_the_columnar_path_too() -> None:
     batch = inventory_batch(3)
     settings_ = GatewaySettings()
     window = ObservedWindow.around(NOW_NS, settings_)
-    stamped = stamp_clearly_valid(batch, 3, window, settings_, STAMP)
+    stamped = stamp_clearly_valid(batch, window, settings_, STAMP)
     assert stamped is not None
     records = InventoryBatch.FromString(stamped).records
     assert [r.record_id for r in records] == ["i0", "i1", "i2"]
@@ -186,9 +186,9 @@ def test_client_stamps_and_unknown_batch_fields_defer_to_the_exact_path() -> Non
     window = ObservedWindow.around(NOW_NS, GatewaySettings())
     forged = event_batch(2)
     forged.events[1].origin.agent_id = "forged"
-    assert stamp_clearly_valid(forged, 2, window, GatewaySettings(), STAMP) is None
+    assert stamp_clearly_valid(forged, window, GatewaySettings(), STAMP) is None
     extended = EventBatch.FromString(event_batch(2).SerializeToString() + b"\xf8\x06\x01")
-    assert stamp_clearly_valid(extended, 2, window, GatewaySettings(), STAMP) is None
+    assert stamp_clearly_valid(extended, window, GatewaySettings(), STAMP) is None
 
 
 def test_many_attributes_are_counted_per_record() -> None:
@@ -197,9 +197,9 @@ def test_many_attributes_are_counted_per_record() -> None:
     batch = event_batch(3)
     batch.events[2].attributes.update({"a": "1", "b": "c"})  # 3 attributes on one record
     batch.events[2].payload = b"x" * 100  # long enough that the size bound cannot decide
-    assert stamp_clearly_valid(batch, 3, window, tight, STAMP) is None
+    assert stamp_clearly_valid(batch, window, tight, STAMP) is None
     batch.events[2].attributes.pop("a")
-    assert stamp_clearly_valid(batch, 3, window, tight, STAMP) is not None
+    assert stamp_clearly_valid(batch, window, tight, STAMP) is not None
 
 
 def test_map_entries_always_encode_key_and_value() -> None:
@@ -214,5 +214,5 @@ def test_a_non_ascii_value_within_its_limit_in_characters_defers_and_is_accepted
     batch = EventBatch(protocol_version=1, schema_version=1)
     event = batch.events.add(record_id="r1", type="\u00e9\u00e9\u00e9")  # 3 characters, 6 bytes
     event.observed_at.seconds = NOW_S
-    assert stamp_clearly_valid(batch, 1, window, SETTINGS, STAMP) is None
+    assert stamp_clearly_valid(batch, window, SETTINGS, STAMP) is None
     assert isinstance(_exact(batch), bytes)

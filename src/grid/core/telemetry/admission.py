@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from grid.core.telemetry.bucket import AgentBuckets
 from grid.core.telemetry.capacity import CapacityLedger, Reservation
-from grid.core.telemetry.columns import encoded_stamp, stamp_clearly_valid
+from grid.core.telemetry.columns import stamp_clearly_valid
 from grid.core.telemetry.refusals import (
     AgentNotRegistered,
     BatchBodyTooLarge,
@@ -33,7 +33,12 @@ from grid.core.telemetry.refusals import (
 )
 from grid.core.telemetry.roster import Roster
 from grid.core.telemetry.settings import GatewaySettings
-from grid.core.telemetry.stamping import ReceptionStamp, batch_id_for, stamp_records
+from grid.core.telemetry.stamping import (
+    ReceptionStamp,
+    batch_id_for,
+    encoded_stamp,
+    stamp_records,
+)
 from grid.core.telemetry.validation import (
     ObservedWindow,
     Route,
@@ -138,7 +143,7 @@ class Admission:
         check_record_count(ticket.route, len(records), self.settings)
         window = ObservedWindow.around(reception.received_at_ns, self.settings)
         stamp = encoded_stamp(ticket.agent_id, ticket.tenant_id, reception)
-        stamped = stamp_clearly_valid(batch, len(records), window, self.settings, stamp)
+        stamped = stamp_clearly_valid(batch, window, self.settings, stamp)
         if stamped is None:
             # The exact path: names the first invalid record, or stamps record by record.
             validate_records(records, window, self.settings)

@@ -48,7 +48,6 @@ from operator import add, attrgetter
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from grid.core.telemetry.settings import GatewaySettings
-from grid.core.telemetry.stamping import ReceptionStamp
 from grid.core.telemetry.validation import (
     NANOS,
     AnyBatch,
@@ -56,7 +55,6 @@ from grid.core.telemetry.validation import (
     ObservedWindow,
     batch_records,
 )
-from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import Event
 from grid.proto_gen.grid.telemetry.view.v1.columns_pb2 import (
     BatchColumns,
     BatchFrame,
@@ -70,29 +68,15 @@ encode both fields; a test holds the runtime to it)."""
 _ATTRIBUTES = attrgetter("attributes")
 
 
-def encoded_stamp(agent_id: str, tenant_id: str, reception: ReceptionStamp) -> bytes:
-    """The encoded ``origin`` and ``reception`` fields the gateway appends to every record."""
-    stamp = Event()
-    stamp.origin.agent_id, stamp.origin.tenant_id = agent_id, tenant_id
-    stamp.reception.gateway_id = reception.gateway_id
-    stamp.reception.request_id = reception.request_id
-    received_at = stamp.reception.received_at
-    received_at.seconds, received_at.nanos = divmod(reception.received_at_ns, NANOS)
-    return stamp.SerializeToString(deterministic=True)
-
-
 def stamp_clearly_valid(
-    batch: AnyBatch,
-    count: int,
-    window: ObservedWindow,
-    settings: GatewaySettings,
-    stamp: bytes,
+    batch: AnyBatch, window: ObservedWindow, settings: GatewaySettings, stamp: bytes
 ) -> bytes | None:
     """The stamped, encoded batch when every record certainly passes validation, else None.
 
-    ``count`` is the batch's number of records (already checked against the
-    route's limit and non-zero); ``stamp`` is `encoded_stamp`'s output.
+    ``stamp`` is `grid.core.telemetry.stamping.encoded_stamp`'s output.
     """
+    decoded = batch_records(batch)
+    count = len(decoded)
     if count == 0 or len(UnknownFieldSet(batch)):
         return None  # batch fields this schema does not know: the exact path keeps them
     canonical = batch.SerializeToString(deterministic=True)
@@ -105,7 +89,7 @@ def stamp_clearly_valid(
     records: list[bytes] = list(frame.records)
     longest = max(map(len, records))
     entries = len(columns.attributes.key)
-    if not _attribute_counts_valid(batch_records(batch), entries, longest, settings):
+    if not _attribute_counts_valid(decoded, entries, longest, settings):
         return None
     if longest > settings.attribute_value_chars_max and (
         max(map(len, columns.attributes.value), default=0) > settings.attribute_value_chars_max

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from operator import attrgetter, methodcaller
 
 from grid.core.telemetry.validation import NANOS, AnyRecord, Route
-from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import Origin, Reception
+from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import Event, Origin, Reception
 
 _ORIGIN = attrgetter("origin")
 _RECEPTION = attrgetter("reception")
@@ -38,11 +38,29 @@ def stamp_records(
     clears the target first, so nothing of what the client sent in ``origin`` or
     ``reception`` (unknown fields included) survives.
     """
-    origin = Origin(agent_id=agent_id, tenant_id=tenant_id)
-    stamp = Reception(gateway_id=reception.gateway_id, request_id=reception.request_id)
-    stamp.received_at.seconds, stamp.received_at.nanos = divmod(reception.received_at_ns, NANOS)
-    deque(map(methodcaller("CopyFrom", origin), map(_ORIGIN, records)), maxlen=0)
-    deque(map(methodcaller("CopyFrom", stamp), map(_RECEPTION, records)), maxlen=0)
+    stamp = _stamp(agent_id, tenant_id, reception)
+    deque(map(methodcaller("CopyFrom", stamp.origin), map(_ORIGIN, records)), maxlen=0)
+    deque(map(methodcaller("CopyFrom", stamp.reception), map(_RECEPTION, records)), maxlen=0)
+
+
+def encoded_stamp(agent_id: str, tenant_id: str, reception: ReceptionStamp) -> bytes:
+    """The encoded ``origin`` and ``reception`` fields, as appended to a record's bytes.
+
+    A record that has neither field, followed by these bytes, decodes exactly as
+    the record `stamp_records` produces.
+    """
+    return _stamp(agent_id, tenant_id, reception).SerializeToString(deterministic=True)
+
+
+def _stamp(agent_id: str, tenant_id: str, reception: ReceptionStamp) -> Event:
+    """An Event holding only the authoritative ``origin`` and ``reception``."""
+    stamp = Event(
+        origin=Origin(agent_id=agent_id, tenant_id=tenant_id),
+        reception=Reception(gateway_id=reception.gateway_id, request_id=reception.request_id),
+    )
+    received_at = stamp.reception.received_at
+    received_at.seconds, received_at.nanos = divmod(reception.received_at_ns, NANOS)
+    return stamp
 
 
 def batch_id_for(route: Route, agent_id: str, body: bytes) -> str:
