@@ -174,9 +174,16 @@ async def test_concurrent_batches_commit_together_and_each_gets_its_own_receipt(
     backbone._write_group = spy  # type: ignore[method-assign]
     try:
         await backbone.publish(_batch("b0", 1))
-        # Hold the writer thread busy while ten publishers queue up behind it.
-        gate = threading.Event()
-        busy = asyncio.ensure_future(backbone._db.run(gate.wait))
+        # Hold the writer thread busy (once it is done with b0) while ten publishers
+        # queue up behind it.
+        entered, gate = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            entered.set()
+            gate.wait()
+
+        busy = asyncio.ensure_future(backbone._db.run(hold))
+        assert await asyncio.to_thread(entered.wait, 10)
         publishing = [
             asyncio.ensure_future(backbone.publish(_batch(f"b{i}", i))) for i in range(10)
         ]

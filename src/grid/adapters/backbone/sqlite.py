@@ -115,7 +115,11 @@ class _Waiting:
 
     batch: PublishBatch
     receipt: asyncio.Future[Receipt]
-    loop: asyncio.AbstractEventLoop
+
+
+def _unavailable(exc: Exception) -> BackboneUnavailable:
+    """The failure a publisher hears when its batch was not committed."""
+    return BackboneUnavailable(f"sqlite publish failed: {type(exc).__name__}")
 
 
 def _settle(group: list[_Waiting], outcomes: list[Receipt | BackboneUnavailable]) -> None:
@@ -163,9 +167,8 @@ class SqliteBackbone:
 
     async def publish(self, batch: PublishBatch) -> Receipt:
         """Commit ``batch`` (alone or with others waiting); return only after the commit."""
-        loop = asyncio.get_running_loop()
-        receipt: asyncio.Future[Receipt] = loop.create_future()
-        self._waiting.append(_Waiting(batch, receipt, loop))
+        receipt: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Waiting(batch, receipt))
         with self._lock:
             start, self._draining = not self._draining, True
         if start:
@@ -200,10 +203,9 @@ class SqliteBackbone:
             try:
                 outcomes = self._write_group([waiting.batch for waiting in group])
             except Exception as exc:
-                reason = f"sqlite publish failed: {type(exc).__name__}"
-                outcomes = [BackboneUnavailable(reason) for _ in group]
+                outcomes = [_unavailable(exc) for _ in group]
             with contextlib.suppress(RuntimeError):  # the event loop is already closed
-                group[0].loop.call_soon_threadsafe(_settle, group, outcomes)
+                group[0].receipt.get_loop().call_soon_threadsafe(_settle, group, outcomes)
 
     def _write_group(self, batches: list[PublishBatch]) -> list[Receipt | BackboneUnavailable]:
         """In the thread: one transaction for the group, or one per batch if that fails."""
@@ -229,7 +231,7 @@ class SqliteBackbone:
         try:
             return self._insert(conn, batch)
         except sqlite3.Error as exc:
-            return BackboneUnavailable(f"sqlite publish failed: {type(exc).__name__}")
+            return _unavailable(exc)
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, batch: PublishBatch) -> Receipt:
