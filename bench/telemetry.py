@@ -290,8 +290,10 @@ async def run_backbone(
         nats.start()
     spec = nats.url if nats is not None else "sqlite"
     data_dirs = [work / f"data-{kind}-{g}" for g in range(args.gateways)]
+    # SQLite keeps batches and roster in each data directory; JetStream in its one server.
+    stores = data_dirs if kind == "sqlite" else data_dirs[:1]
     try:
-        for data_dir in data_dirs if kind == "sqlite" else data_dirs[:1]:
+        for data_dir in stores:
             roster = await open_roster(spec, data_dir)
             for agent, _, _ in pki.agents:
                 await roster.append(agent, "registered", "bench")
@@ -320,7 +322,7 @@ async def run_backbone(
             await stop_gateway(proc)
         events = sum(counts)
         batches = []
-        for data_dir in data_dirs if kind == "sqlite" else data_dirs[:1]:
+        for data_dir in stores:
             batches += await read_batches(spec, data_dir)
         stored_events = sum(b.events for b in batches)
         if stored_events < events:
