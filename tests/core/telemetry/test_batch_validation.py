@@ -1,4 +1,4 @@
-"""Whole-batch validation and stamping agree exactly with the per-record rules."""
+"""Step 5 (columns first, then record by record) agrees exactly with the per-record rules."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grid.core.telemetry.admission import Admission
 from grid.core.telemetry.refusals import InvalidBatch
+from grid.core.telemetry.roster import Roster, RosterRecord
 from grid.core.telemetry.settings import GatewaySettings
 from grid.core.telemetry.stamping import ReceptionStamp, stamp_records
 from grid.core.telemetry.validation import (
@@ -70,20 +72,37 @@ def _reference(batch: EventBatch, received_ns: int) -> str | None:
     return None
 
 
+def _accept(batch: EventBatch, received_ns: int) -> EventBatch:
+    """Step 5 as the gateway runs it: the columnar decision, else record by record."""
+    roster = Roster()
+    roster.replay(
+        [
+            RosterRecord("agent-a", "tenant-a", "registered", 1),
+            RosterRecord("agent-a", "tenant-a", "admitted", 2),
+        ]
+    )
+    admission = Admission(SETTINGS, roster)
+    ticket = admission.admit("agent-a", "events", None, 0.0)
+    reception = ReceptionStamp("gw", received_ns, "req")
+    stamped = admission.accept(ticket, batch.SerializeToString(), reception)
+    return EventBatch.FromString(stamped.stamped)
+
+
 @settings(max_examples=400, deadline=None)
 @given(records, st.integers(0, NANOS - 1))
-def test_batch_validation_matches_the_per_record_rules(
+def test_step_5_decides_exactly_as_the_per_record_rules(
     specs: list[dict[str, object]], received_nanos: int
 ) -> None:
     batch = _batch(specs)
     received_ns = NOW_NS + received_nanos
     expected = _reference(batch, received_ns)
-    window = ObservedWindow.around(received_ns, SETTINGS)
     if expected is None:
-        validate_records(batch.events, window, SETTINGS)
+        stamped = _accept(batch, received_ns)
+        assert [e.record_id for e in stamped.events] == [e.record_id for e in batch.events]
+        assert {e.origin.agent_id for e in stamped.events} == {"agent-a"}
     else:
         with pytest.raises(InvalidBatch) as info:
-            validate_records(batch.events, window, SETTINGS)
+            _accept(batch, received_ns)
         assert info.value.message == expected
 
 
