@@ -19,6 +19,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from grid.adapters.web_site import start_site
+
 DEFAULT_METRICS_HOST = "0.0.0.0"
 DEFAULT_METRICS_PORT = 9090
 """The operator's metrics/health port (SPEC-DECISIONS §1)."""
@@ -95,16 +97,8 @@ class HealthServer:
         self, host: str = DEFAULT_METRICS_HOST, port: int = DEFAULT_METRICS_PORT
     ) -> tuple[str, int]:
         """Listen on host:port (0 picks a free port); returns the bound address."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        try:
-            await web.TCPSite(self._runner, host, port).start()
-        except OSError:
-            await self._runner.cleanup()
-            self._runner = None
-            raise
-        bound = self._runner.addresses[0]
-        return str(bound[0]), int(bound[1])
+        self._runner, bound_host, bound_port = await start_site(self.app(), host, port)
+        return bound_host, bound_port
 
     async def stop(self) -> None:
         """Stop serving."""

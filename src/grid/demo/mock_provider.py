@@ -42,6 +42,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from grid.adapters.web_site import start_site
+
 PROFILES = ("steady", "bursty", "failing")
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Bucket bounds of the latency histogram, finer than vLLM's at the low end because
@@ -281,12 +283,8 @@ class MockProvider:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Listen on host:port (0 picks a free port); returns the bound address."""
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        bound = self._runner.addresses[0]
-        return str(bound[0]), int(bound[1])
+        self._runner, bound_host, bound_port = await start_site(self.app(), host, port)
+        return bound_host, bound_port
 
     async def stop(self) -> None:
         """Stop listening and finish."""
