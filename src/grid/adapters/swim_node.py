@@ -38,7 +38,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from grid.adapters import nonce
 from grid.adapters.pushpull import PushPullServer, PushPullSettings, exchange
 from grid.adapters.timers import TimerHeap
 from grid.adapters.udp import (
@@ -171,7 +170,6 @@ class SwimNode:
         starts a new cluster.
         """
         settings = settings or SwimNodeSettings()
-        nonce.install()
         host, port = parse_address(bind)
         node = cls(keyring, settings, replica)
         endpoint = await _bind(

@@ -46,7 +46,7 @@ def test_state_items_travel_in_sealed_datagrams_and_converge() -> None:
     )
     plaintext, _, n_items = pack_datagram(Ping(1, "east", "west", items=swim_items))
     assert n_items == len(swim_items)
-    packet = ring.seal(plaintext, source=rnd.randbytes)
+    packet = ring.seal(plaintext, rnd.randbytes(12))
 
     counters = FrameCounters()
     opened = ring.open_or_drop(packet, counters)
@@ -69,7 +69,7 @@ def test_push_pull_over_the_length_prefixed_stream_converges() -> None:
             BroadcastItem(SwimLane(i.lane), i.origin, i.revision, i.payload) for i in src.items()
         )
         wire = prefix_length(
-            ring.seal(encode_stream(PushPull(src.local_origin, (), items)), source=rnd.randbytes)
+            ring.seal(encode_stream(PushPull(src.local_origin, (), items)), rnd.randbytes(12))
         )
         deframer = StreamDeframer()
         frames = deframer.feed(wire[:5]) + deframer.feed(wire[5:])
