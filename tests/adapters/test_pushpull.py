@@ -14,7 +14,6 @@ from grid.adapters.udp import TransportCounters, format_address
 from grid.core.crdt.payload import encode_lane
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.snapshot import GridStateSnapshot
-from grid.core.crdt.snapshot import Lane as CrdtLane
 from grid.core.swim.messages import Alive, BroadcastItem, Dead, Lane, PushPull
 from grid.core.wire import codec
 from grid.core.wire.frame import seal
@@ -92,7 +91,7 @@ async def test_a_state_lane_with_2000_providers_crosses_the_stream(
         snapshot = snapshot.put_provider(f"p-{i}", record)
     payload = encode_lane(snapshot.state)
     assert len(payload) > 90 * 1400  # far beyond one datagram
-    item = BroadcastItem(Lane.STATE, "client", snapshot.revision(CrdtLane.STATE), payload)
+    item = BroadcastItem(Lane.STATE, "client", snapshot.revision(Lane.STATE), payload)
     mine = PushPull("client", (), (item,))
     reply = await exchange(_address(srv), mine, Keyring(KEY), TransportCounters(), SETTINGS)
     assert reply == OURS

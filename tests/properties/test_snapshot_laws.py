@@ -16,7 +16,7 @@ from grid.core.crdt import (
     Lane,
     MetadataLaneValue,
     ProviderRecord,
-    ProviderSignals,
+    RecordSignals,
 )
 from grid.core.crdt.payload import decode_lane, decode_snapshot, encode_lane, encode_snapshot
 from grid.core.crdt.replica import GridState, LaneItem
@@ -25,7 +25,7 @@ ORIGIN = "east"
 
 ratio = st.none() | st.floats(min_value=0, max_value=1, allow_nan=False)
 signals_st = st.builds(
-    ProviderSignals,
+    RecordSignals,
     queue_depth=ratio,
     kv_cache_utilization=ratio,
     prefix_cache_hit_ratio=ratio,

@@ -50,9 +50,9 @@ from grid.adapters.udp import (
     parse_address,
     resolve_address,
 )
-from grid.core.crdt.replica import GridState, MergeOutcome
+from grid.core.crdt import sync
+from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
-from grid.core.crdt.snapshot import Lane as CrdtLane
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import (
     Deliver,
@@ -65,7 +65,7 @@ from grid.core.swim.effects import (
 )
 from grid.core.swim.machine import NodeStatus, SwimMachine
 from grid.core.swim.members import Member, MemberState
-from grid.core.swim.messages import BroadcastItem, Datagram, Lane, PushPull
+from grid.core.swim.messages import BroadcastItem, Datagram, PushPull
 from grid.core.wire import codec
 from grid.core.wire.keyring import Keyring
 from grid.errors import ProtocolError, ValidationError
@@ -292,13 +292,7 @@ class SwimNode:
             raise ValidationError("this node has no replica", path="replica")
 
         def command(now: float) -> tuple[int, list[Effect]]:
-            items = replica.update_local(snapshot)
-            effects: list[Effect] = []
-            for item in items:
-                lane = Lane(item.lane.value)
-                broadcast = BroadcastItem(lane, item.origin, item.revision, item.payload)
-                effects += self.machine.publish(broadcast, now)
-            return len(items), effects
+            return sync.publish_snapshot(replica, self.machine, snapshot, now)
 
         count: int = await self._submit(command)
         return count
@@ -415,16 +409,11 @@ class SwimNode:
         if replica is None:
             return
         try:
-            outcome = replica.apply(item)
+            _, effects = sync.merge_delivered(replica, self.machine, item, self._loop.time())
         except ProtocolError:
             self.counters.items_rejected += 1
             return
-        if outcome is MergeOutcome.REASSERTED:
-            # A peer held our own lane at a revision >= ours (we restarted):
-            # publish ours past it, like a SWIM refutation.
-            own = replica.item(replica.local_origin, CrdtLane(item.lane.value))
-            again = BroadcastItem(item.lane, own.origin, own.revision, own.payload)
-            self._carry_out(self.machine.publish(again, self._loop.time()))
+        self._carry_out(effects)
 
     def _emit(self, event: SwimEvent) -> None:
         try:

@@ -28,19 +28,19 @@ from grid.core.crdt.record import (
     PROVIDER_KINDS,
     PROVIDER_PHASES,
     ProviderRecord,
-    ProviderSignals,
+    RecordSignals,
 )
 from grid.core.crdt.snapshot import (
     CertLaneValue,
     GatewayLaneValue,
     GridStateSnapshot,
-    Lane,
     LaneValue,
     MetadataLaneValue,
     ProviderRegister,
     StateLaneValue,
     sorted_pairs,
 )
+from grid.core.swim.messages import Lane
 from grid.errors import ProtocolError, ValidationError
 from grid.proto_gen.grid.swim.v1 import state_pb2 as pb
 
@@ -239,7 +239,7 @@ def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
     if not 1 <= provider_kind <= len(PROVIDER_KINDS):
         raise _fail("payload_invalid", "provider record has an unknown provider kind")
     sig = msg.signals
-    signals = ProviderSignals(
+    signals = RecordSignals(
         **{name: getattr(sig, name) if sig.HasField(name) else None for name in SIGNAL_FIELDS}
     )
     return ProviderRecord(

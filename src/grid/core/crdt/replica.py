@@ -27,7 +27,8 @@ from grid.core.crdt.gcounter import GCounter
 from grid.core.crdt.payload import DEFAULT_LIMITS, PayloadError, PayloadLimits, decode_lane
 from grid.core.crdt.payload import encode_lane as _encode
 from grid.core.crdt.record import ProviderRecord
-from grid.core.crdt.snapshot import GridStateSnapshot, Lane, PrivateKeyRefused
+from grid.core.crdt.snapshot import GridStateSnapshot, PrivateKeyRefused
+from grid.core.swim.messages import Lane
 
 REVISION_MAX = 2**64 - 1
 """Revisions travel as uint64."""
