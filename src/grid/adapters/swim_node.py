@@ -36,7 +36,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from grid.adapters.pushpull import PushPullServer, PushPullSettings, exchange
 from grid.adapters.timers import TimerHeap
@@ -391,18 +391,21 @@ class SwimNode:
 
     def _carry_out(self, effects: list[Effect]) -> None:
         for effect in effects:
-            if isinstance(effect, Send):
-                if self._endpoint is not None:
-                    self._endpoint.send(effect.address, effect.message)
-            elif isinstance(effect, Schedule):
-                self._timers.schedule(effect.timer, effect.at)
-            elif isinstance(effect, Deliver):
-                self._merge(effect.item)
-                self._emit(effect)
-            elif isinstance(effect, Notify):
-                self._emit(effect)
-            elif isinstance(effect, PushPullRequest):
-                self._start_exchange(effect)
+            match effect:
+                case Send(address=address, message=message):
+                    if self._endpoint is not None:
+                        self._endpoint.send(address, message)
+                case Schedule(timer=timer, at=at):
+                    self._timers.schedule(timer, at)
+                case Deliver(item=item):
+                    self._merge(item)
+                    self._emit(effect)
+                case Notify():
+                    self._emit(effect)
+                case PushPullRequest():
+                    self._start_exchange(effect)
+                case _:
+                    assert_never(effect)
 
     def _merge(self, item: BroadcastItem) -> None:
         replica = self.replica

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, assert_never
 
 from google.protobuf.message import DecodeError, Message
 
@@ -201,13 +201,17 @@ def _metadata_pb(value: MetadataLaneValue) -> pb.MetadataLane:
 
 def lane_message(value: LaneValue) -> Message:
     """The state.proto message for a lane value."""
-    if isinstance(value, StateLaneValue):
-        return _state_pb(value)
-    if isinstance(value, GatewayLaneValue):
-        return _gateway_pb(value)
-    if isinstance(value, CertLaneValue):
-        return pb.CertLane(pem=value.pem)
-    return _metadata_pb(value)
+    match value:
+        case StateLaneValue():
+            return _state_pb(value)
+        case GatewayLaneValue():
+            return _gateway_pb(value)
+        case CertLaneValue(pem=pem):
+            return pb.CertLane(pem=pem)
+        case MetadataLaneValue():
+            return _metadata_pb(value)
+        case _:
+            assert_never(value)
 
 
 def encode_lane(value: LaneValue) -> bytes:
