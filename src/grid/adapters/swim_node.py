@@ -333,7 +333,7 @@ class SwimNode:
 
     def _receive(self, source: str, message: Datagram) -> None:
         if len(self._packets) >= self.settings.inbox_datagrams_max:
-            self.counters.datagrams_dropped["backlog"] += 1
+            self.counters.datagram_drops["backlog"] += 1
             return
         self._packets.append((source, message))
         self._wakeup.set()
