@@ -8,7 +8,7 @@ import pytest
 
 from grid.core.crdt import GatewayLaneValue, GridStateSnapshot, Lane, ProviderRecord, sync
 from grid.core.crdt.payload import encode_lane
-from grid.core.crdt.replica import GridState, LaneItem, MergeOutcome
+from grid.core.crdt.replica import GridState, MergeOutcome
 from grid.core.swim.machine import SwimMachine
 from grid.core.swim.messages import BroadcastItem
 from grid.errors import ProtocolError
@@ -26,11 +26,6 @@ def _joined(node_id: str) -> SwimMachine:
 
 def _write(replica: GridState) -> GridStateSnapshot:
     return replica.local.put_provider("p", _rec()).set_lane(Lane.GATEWAY, GatewayLaneValue("e:1"))
-
-
-def test_broadcast_item_carries_the_lane_item_unchanged() -> None:
-    item = LaneItem(Lane.CERT, "east", 7, b"pem")
-    assert sync.broadcast_item(item) == BroadcastItem(Lane.CERT, "east", 7, b"pem")
 
 
 def test_publish_snapshot_publishes_exactly_the_lanes_that_moved() -> None:
@@ -51,7 +46,7 @@ def test_merge_delivered_applies_a_peers_item_without_effects() -> None:
     west = GridState("west")
     item = west.update_local(west.local.add_spend("t", 3))[0]
     east, machine = GridState("east"), _joined("east")
-    outcome, effects = sync.merge_delivered(east, machine, sync.broadcast_item(item), 1.0)
+    outcome, effects = sync.merge_delivered(east, machine, item, 1.0)
     assert (outcome, effects) == (MergeOutcome.APPLIED, [])
     assert east.spend("t").value == 3
     assert machine.known_items() == []

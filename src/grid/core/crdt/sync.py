@@ -16,16 +16,11 @@ Both return the machine's effects for the caller to carry out.
 
 from __future__ import annotations
 
-from grid.core.crdt.replica import GridState, LaneItem, MergeOutcome
+from grid.core.crdt.replica import GridState, MergeOutcome
 from grid.core.crdt.snapshot import GridStateSnapshot
 from grid.core.swim.effects import Effect
 from grid.core.swim.machine import SwimMachine
 from grid.core.swim.messages import BroadcastItem
-
-
-def broadcast_item(item: LaneItem) -> BroadcastItem:
-    """The broadcast item that carries one replica lane item."""
-    return BroadcastItem(item.lane, item.origin, item.revision, item.payload)
 
 
 def publish_snapshot(
@@ -35,7 +30,7 @@ def publish_snapshot(
     items = replica.update_local(snapshot)
     effects: list[Effect] = []
     for item in items:
-        effects += machine.publish(broadcast_item(item), now)
+        effects += machine.publish(item, now)
     return len(items), effects
 
 
@@ -51,4 +46,4 @@ def merge_delivered(
     if outcome is not MergeOutcome.REASSERTED:
         return outcome, []
     own = replica.item(replica.local_origin, item.lane)
-    return outcome, machine.publish(broadcast_item(own), now)
+    return outcome, machine.publish(own, now)
