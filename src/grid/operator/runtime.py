@@ -45,7 +45,6 @@ from grid.core.crdt.snapshot import (
     sorted_pairs,
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
-from grid.core.resources.duration import parse_duration
 from grid.core.resources.lifecycle import next_network_phase
 from grid.core.resources.phases import NetworkPhase, SitePhase
 from grid.core.resources.secret import Secret
@@ -208,13 +207,10 @@ class Operator:
     async def _start_swim(self, network: GridNetwork) -> None:
         key = await swim_key(self.store, network, self.settings.swim_key_file)
         swim = network.spec.swim
-        interval_s = parse_duration(swim.probe_interval)
-        # A probe must time out within its round, so short intervals shrink it.
-        config = SwimConfig(
+        config = SwimConfig.from_spec(
             gossip_nodes=swim.gossip_nodes,
-            probe_interval_s=interval_s,
-            suspicion_timeout_s=parse_duration(swim.suspicion_timeout),
-            probe_timeout_s=min(SwimConfig().probe_timeout_s, interval_s / 2),
+            probe_interval_s=swim.probe_interval_s,
+            suspicion_timeout_s=swim.suspicion_timeout_s,
         )
         self.swim = await SwimNode.start(
             self.settings.site,
