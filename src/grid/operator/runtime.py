@@ -45,6 +45,7 @@ from grid.core.crdt.snapshot import (
     sorted_pairs,
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
+from grid.core.resources.discovery import as_member
 from grid.core.resources.secret import Secret
 from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.swim.config import SwimConfig
@@ -53,6 +54,7 @@ from grid.core.swim.members import MemberState
 from grid.core.trust import public_chain_pem
 from grid.core.wire.keyring import Keyring
 from grid.errors import NotFound, ValidationError
+from grid.operator.discovery import SiteDiscovery
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
@@ -95,6 +97,7 @@ class Operator:
         if settings.ca and settings.cert and settings.key:
             tls = client_context(settings.ca, settings.cert, settings.key)
         self.sites = SiteController(store, settings.site, tls)
+        self.discovery = SiteDiscovery(store, settings.site)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -316,9 +319,28 @@ class Operator:
                 self.members_gauge.labels(state.value).set(
                     sum(1 for s in members.values() if s is state)
                 )
-            if await self.sites.reconcile(sites, members):
+            network = self.served.network
+            assert network is not None
+            if await self.discovery.reconcile(network, sites, members, self.replica):
+                sites = await self._sites()
+            ttl = network.spec.stale_candidate_ttl_seconds
+            if await self.sites.reconcile(
+                sites,
+                members,
+                left_after_s=None if ttl is None else float(ttl),
+                certs=self._member_certs(members),
+            ):
                 self._dirty.set()
             await asyncio.sleep(self.settings.site_probe_interval_s)
+
+    def _member_certs(self, members: dict[str, MemberState]) -> dict[str, str]:
+        """Each member's gossiped certificate PEM (the replica refused any private key)."""
+        certs = {}
+        for member in members:
+            snapshot = self.replica.snapshot(member)
+            if snapshot is not None and snapshot.cert.pem:
+                certs[member] = snapshot.cert.pem
+        return certs
 
     async def _sites(self) -> list[GridSite]:
         sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
@@ -343,7 +365,7 @@ class Operator:
         if await self.served.converge_grid_id(network, self.replica):
             await self._publish_site_lanes()
         overlays = await self.overlays.render(
-            network, sites, own, secrets, self.replica, self.sites.phases
+            network, [as_member(s) for s in sites], own, secrets, self.replica, self.sites.phases
         )
         self.ready = True
         await self.served.write_status(network.name, overlays, self.sites.phases)

@@ -143,10 +143,24 @@ class GridNetworkStatus(_StatusBase):
         self.phase = NetworkPhase(transition("GridNetwork", self.phase, target))
 
 
+class SiteCapability(WireModel):
+    """One model a site offers, as its provider records gossip it."""
+
+    model: Text
+    capabilities: list[Text] = Field(default_factory=list)
+    context_window: int | None = Field(default=None, ge=0)
+    providers: list[Text] = Field(default_factory=list)
+
+
 class GridSiteStatus(_StatusBase):
     """Observed state of a GridSite."""
 
     phase: SitePhase = Field(default=SitePhase.PENDING, strict=False)
+    public_cert_pem: str | None = Field(default=None, max_length=65536)
+    """The site's public certificate chain as gossiped on its cert lane (never a key)."""
+    last_probe_time: Timestamp | None = None
+    capabilities: list[SiteCapability] = Field(default_factory=list)
+    """What the site offers: each model with its capabilities and context window."""
 
     def transition_to(self, target: str) -> None:
         """Move to `target` if the GridSite phase table allows it, else raise unchanged."""
