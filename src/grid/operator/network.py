@@ -12,6 +12,7 @@ flip (seed 000); so is a second GridNetwork in the store, or the deletion of our
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from grid.adapters.store.port import EventType, ResourceStore
 from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork
-from grid.core.resources.network_status import rendered_patch, start_patch
+from grid.core.resources.network_status import RoundOutcome, rendered_patch, start_patch
 from grid.core.resources.phases import SitePhase
 from grid.core.routing.mesh_view import GRID_ID_LABEL, converged_grid_id
 from grid.operator.startup import StartupError, check_mode, new_grid_id
@@ -90,11 +91,16 @@ class ServedNetwork:
         self.network = network
 
     async def write_status(
-        self, name: str, overlays: Sequence[Mapping[str, Any]], site_phases: Mapping[str, SitePhase]
+        self,
+        name: str,
+        overlays: Sequence[Mapping[str, Any]],
+        site_phases: Mapping[str, SitePhase],
+        outcome: RoundOutcome,
     ) -> None:
         """Write what a render round changed in network ``name``'s status, if anything."""
         fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", name))
-        patch = rendered_patch(fresh, overlays, site_phases)
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        patch = rendered_patch(fresh, overlays, site_phases, outcome, now)
         if patch:
             obj = await self.store.patch_status("GridNetwork", name, patch)
             self.network = GridNetwork.model_validate(obj)

@@ -194,6 +194,16 @@ class ProviderController:
         state = self._states.get(name)
         return state is None or state.credentials is None or state.credentials[0]
 
+    def unresolved_secrets(self) -> list[str]:
+        """``namespace/name`` of each referenced auth Secret that does not resolve."""
+        names = []
+        for state in self._states.values():
+            auth = state.provider.spec.auth
+            ref = auth.secret_ref if auth is not None else None
+            if ref is not None and state.credentials is not None and not state.credentials[0]:
+                names.append(f"{ref.namespace}/{ref.name}")
+        return sorted(set(names))
+
     async def _check_credentials(self, state: ProviderState) -> None:
         """Check that the referenced Secret and key exist; never read the value.
 

@@ -46,6 +46,7 @@ from grid.core.crdt.snapshot import (
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
 from grid.core.resources.discovery import as_member
+from grid.core.resources.network_status import RoundOutcome
 from grid.core.resources.secret import Secret
 from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.swim.config import SwimConfig
@@ -368,4 +369,10 @@ class Operator:
             network, [as_member(s) for s in sites], own, secrets, self.replica, self.sites.phases
         )
         self.ready = True
-        await self.served.write_status(network.name, overlays, self.sites.phases)
+        outcome = RoundOutcome(
+            served=self.overlays.served,
+            render_failed=tuple(self.overlays.render_failed),
+            write_failed=tuple(self.overlays.write_failed),
+            unreadable_secrets=tuple(self.providers.unresolved_secrets()),
+        )
+        await self.served.write_status(network.name, overlays, self.sites.phases, outcome)

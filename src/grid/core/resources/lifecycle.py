@@ -127,17 +127,24 @@ def next_site_phase(current: SitePhase, seen: SiteObservation) -> SitePhase:
 
 
 def next_network_phase(
-    current: NetworkPhase, *, started: bool, rendered: bool, unreachable_sites: int
+    current: NetworkPhase,
+    *,
+    started: bool,
+    rendered: bool,
+    unreachable_sites: int,
+    faults: int = 0,
 ) -> NetworkPhase:
-    """Pending -> Initializing once the mesh starts, Active once an overlay is
-    rendered, Degraded while any peer site is Unreachable."""
+    """Pending -> Initializing once the mesh starts, Active once every served
+    gateway's overlay is rendered and written, Degraded while an overlay fails,
+    a peer site is Unreachable or another fault (an unreadable Secret) holds."""
     wanted = current
+    trouble = not rendered or unreachable_sites > 0 or faults > 0
     if current is NetworkPhase.PENDING and started:
         wanted = NetworkPhase.INITIALIZING
     elif current is NetworkPhase.INITIALIZING and rendered:
         wanted = NetworkPhase.ACTIVE
-    elif current is NetworkPhase.ACTIVE and unreachable_sites > 0:
+    elif current is NetworkPhase.ACTIVE and trouble:
         wanted = NetworkPhase.DEGRADED
-    elif current is NetworkPhase.DEGRADED and unreachable_sites == 0:
+    elif current is NetworkPhase.DEGRADED and not trouble:
         wanted = NetworkPhase.ACTIVE
     return NetworkPhase(transition("GridNetwork", current, wanted))
