@@ -86,6 +86,5 @@ async def test_thirty_idle_seconds_write_no_status(tmp_path: Path, store: Counti
 async def one_second(operator: Operator, clock: list[float]) -> None:
     """One simulated second: a site round and a render round."""
     clock[0] += 1.0
-    sites = await operator._sites()
-    await operator.sites.reconcile(sites, operator.member_states())
+    await operator._site_round()
     await operator._render_round()

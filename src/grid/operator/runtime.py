@@ -27,10 +27,11 @@ import logging
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from grid.adapters.health_server import HealthServer
 from grid.adapters.store.port import Expired, ResourceStore
+from grid.adapters.swim_metrics import SwimCollector
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
 from grid.adapters.udp import parse_address
@@ -66,6 +67,12 @@ from grid.operator.startup import select_network, swim_key
 
 log = logging.getLogger(__name__)
 
+RECONCILE_LOOPS = ("sites", "render")
+"""The loops whose round durations are exported (a closed label set)."""
+RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Histogram buckets of a round, in seconds: a quiet round takes milliseconds; a
+round that waits on probe timeouts takes seconds."""
+
 
 class Operator:
     """One site's operator; `run` until `stop` is called or a task fails."""
@@ -76,6 +83,20 @@ class Operator:
         self.registry = CollectorRegistry()
         self.members_gauge = Gauge(
             "grid_swim_members", "SWIM members by state.", ["state"], registry=self.registry
+        )
+        self.reconcile_seconds = Histogram(
+            "grid_reconcile_duration_seconds",
+            "Duration of one reconcile round, by loop.",
+            ["loop"],
+            registry=self.registry,
+            buckets=RECONCILE_BUCKETS_S,
+        )
+        for loop_name in RECONCILE_LOOPS:
+            self.reconcile_seconds.labels(loop_name)
+        self.registry.register(
+            SwimCollector(
+                lambda: (self.swim.counters if self.swim else None, self.replica.counters)
+            )
         )
         self.health = HealthServer(self.registry, ready=lambda: self.ready)
         self.ready = False
@@ -314,25 +335,30 @@ class Operator:
 
     async def _site_loop(self) -> None:
         while True:
-            sites = await self._sites()
-            members = self.member_states()
-            for state in MemberState:
-                self.members_gauge.labels(state.value).set(
-                    sum(1 for s in members.values() if s is state)
-                )
-            network = self.served.network
-            assert network is not None
-            if await self.discovery.reconcile(network, sites, members, self.replica):
-                sites = await self._sites()
-            ttl = network.spec.stale_candidate_ttl_seconds
-            if await self.sites.reconcile(
-                sites,
-                members,
-                left_after_s=None if ttl is None else float(ttl),
-                certs=self._member_certs(members),
-            ):
-                self._dirty.set()
+            with self.reconcile_seconds.labels("sites").time():
+                await self._site_round()
             await asyncio.sleep(self.settings.site_probe_interval_s)
+
+    async def _site_round(self) -> None:
+        """Discover sites, then move every site's phase; marks the view dirty on change."""
+        sites = await self._sites()
+        members = self.member_states()
+        for state in MemberState:
+            self.members_gauge.labels(state.value).set(
+                sum(1 for s in members.values() if s is state)
+            )
+        network = self.served.network
+        assert network is not None
+        if await self.discovery.reconcile(network, sites, members, self.replica):
+            sites = await self._sites()
+        ttl = network.spec.stale_candidate_ttl_seconds
+        if await self.sites.reconcile(
+            sites,
+            members,
+            left_after_s=None if ttl is None else float(ttl),
+            certs=self._member_certs(members),
+        ):
+            self._dirty.set()
 
     def _member_certs(self, members: dict[str, MemberState]) -> dict[str, str]:
         """Each member's gossiped certificate PEM (the replica refused any private key)."""
@@ -348,8 +374,9 @@ class Operator:
         return [s for s in sites if s.spec.grid_network_ref == self.served.name]
 
     async def _render_round(self) -> None:
-        await self._publish_records()
-        await self.reconcile_overlays()
+        with self.reconcile_seconds.labels("render").time():
+            await self._publish_records()
+            await self.reconcile_overlays()
 
     async def reconcile_overlays(self) -> None:
         """Render every gateway this site serves; write changed overlays and status."""

@@ -192,9 +192,12 @@ def rendered_patch(
     if phase is not current:
         reason = "Rendered" if phase is NetworkPhase.ACTIVE else verdicts["Ready"][1]
         patch.update(phase=phase.value, reason=reason)
-    elif phase is NetworkPhase.DEGRADED and status is not None:
-        if status.reason != verdicts["Ready"][1]:
-            patch["reason"] = verdicts["Ready"][1]
+    elif (
+        phase is NetworkPhase.DEGRADED
+        and status is not None
+        and status.reason != verdicts["Ready"][1]
+    ):
+        patch["reason"] = verdicts["Ready"][1]
     if status is None or status.connected_sites != connected:
         patch["connectedSites"] = connected
     old = [
