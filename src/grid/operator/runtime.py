@@ -54,7 +54,6 @@ from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.core.swim.members import MemberState
 from grid.core.trust import public_chain_pem
-from grid.core.wire.keyring import Keyring
 from grid.errors import NotFound, ValidationError
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.network import ServedNetwork
@@ -63,7 +62,8 @@ from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
 from grid.operator.sites import SiteController
-from grid.operator.startup import select_network, swim_key
+from grid.operator.startup import StartupError, select_network
+from grid.operator.swim_keys import SwimKeys, tuning_change
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ class Operator:
             tls = client_context(settings.ca, settings.cert, settings.key)
         self.sites = SiteController(store, settings.site, tls)
         self.discovery = SiteDiscovery(store, settings.site)
+        self.swim_keys = SwimKeys(store, settings.swim_key_file)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -132,7 +133,7 @@ class Operator:
         await self.providers.start()
         self._tasks = [
             asyncio.create_task(self._watch(kind), name=f"watch-{kind}")
-            for kind in ("GridNetwork", "GridSite", "InferenceProvider")
+            for kind in ("GridNetwork", "GridSite", "InferenceProvider", "Secret")
         ]
         self._tasks += [
             asyncio.create_task(self._events(), name="swim-events"),
@@ -186,7 +187,7 @@ class Operator:
             self.addresses["egress"] = f"{e_host}:{e_port}"
 
     async def _start_swim(self, network: GridNetwork) -> None:
-        key = await swim_key(self.store, network, self.settings.swim_key_file)
+        keyring = await self.swim_keys.load(network)
         swim = network.spec.swim
         config = SwimConfig.from_spec(
             gossip_nodes=swim.gossip_nodes,
@@ -196,7 +197,7 @@ class Operator:
         self.swim = await SwimNode.start(
             self.settings.site,
             self.settings.swim_bind,
-            Keyring(key),
+            keyring,
             config=config,
             seeds=list(network.spec.seeds),
             advertise=self.settings.swim_advertise,
@@ -293,7 +294,11 @@ class Operator:
                     if kind == "InferenceProvider":
                         await self._sync_providers()
                     elif kind == "GridNetwork":
+                        before = self.served.network
                         self.served.on_event(event.type, event.object)
+                        self._check_tuning(before)
+                    elif kind == "Secret":
+                        await self._reload_keys()
                     elif (
                         kind == "GridSite"
                         and event.object["metadata"]["name"] == self.settings.site
@@ -303,6 +308,21 @@ class Operator:
                 return
             except Expired:
                 log.info("watch expired; listing again", extra={"kind": kind})
+
+    def _check_tuning(self, before: GridNetwork | None) -> None:
+        """Stop for a clean restart when ``spec.swim`` or ``spec.seeds`` changed."""
+        changed = tuning_change(before, self.served.network)
+        if changed is not None:
+            raise StartupError(f"GridNetwork {changed} changed; restarting to apply it")
+
+    async def _reload_keys(self) -> None:
+        """Install the swimKeyRef Secret's keyring when it changed (no restart)."""
+        network = self.served.network
+        if self.swim is None or network is None:
+            return
+        keyring = await self.swim_keys.reload(network, self.swim.keyring)
+        if keyring is not None:
+            self.swim.set_keyring(keyring)
 
     async def _own_providers(self) -> list[InferenceProvider]:
         providers = [
@@ -400,6 +420,13 @@ class Operator:
             served=self.overlays.served,
             render_failed=tuple(self.overlays.render_failed),
             write_failed=tuple(self.overlays.write_failed),
-            unreadable_secrets=tuple(self.providers.unresolved_secrets()),
+            unreadable_secrets=tuple(
+                sorted(
+                    {
+                        *self.providers.unresolved_secrets(),
+                        *filter(None, [self.swim_keys.unreadable]),
+                    }
+                )
+            ),
         )
         await self.served.write_status(network.name, overlays, self.sites.phases, outcome)

@@ -1,4 +1,4 @@
-"""Operator start-up: which GridNetwork to serve, its SWIM key, and a new gridId.
+"""Operator start-up: which GridNetwork to serve, and a new gridId.
 
 One operator serves one GridNetwork in one signal mode, read once at start
 (seed 000). These checks run before anything binds a socket, so a refusal is a
@@ -7,16 +7,13 @@ clear message and a non-zero exit, never a half-started process.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 import time
 import uuid
-from pathlib import Path
 
 from grid.adapters.store.port import ResourceStore
 from grid.core.resources import GridNetwork
-from grid.errors import GridError, NotFound
+from grid.errors import GridError
 
 RUNNING_MODE = "gossip"
 """The signal transport this process serves, fixed at start (seed 000)."""
@@ -70,23 +67,3 @@ def check_mode(network: GridNetwork) -> None:
             f"{network.spec.signal_mode}, which needs the signals listener; this build serves "
             f"{RUNNING_MODE} only"
         )
-
-
-async def swim_key(store: ResourceStore, network: GridNetwork, key_file: Path | None) -> bytes:
-    """The 32-byte SWIM key: from the swimKeyRef Secret, else ``--swim-key-file``."""
-    ref = network.spec.tls.swim_key_ref if network.spec.tls else None
-    raw: bytes | None = None
-    if ref is not None:
-        try:
-            obj = await store.get("Secret", ref.name, namespace=ref.namespace)
-            encoded = obj.get("data", {}).get(ref.key or SWIM_KEY_DEFAULT_ITEM)
-            raw = base64.b64decode(encoded, validate=True) if encoded else None
-        except (NotFound, binascii.Error, ValueError):
-            raw = None
-    if raw is None and key_file is not None:
-        raw = key_file.read_bytes()
-    if raw is None:
-        raise StartupError("no SWIM key: create the swimKeyRef Secret or pass --swim-key-file")
-    if len(raw) != 32:
-        raise StartupError("the SWIM key must be exactly 32 bytes")
-    return raw
