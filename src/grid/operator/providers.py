@@ -1,8 +1,11 @@
 """The InferenceProvider controller: health checks, metric scrapes and phases.
 
-For every InferenceProvider this site holds, one task checks health per
-``healthCheck`` and scrapes per ``metricsConfig`` (the shorter interval paces
-the loop), then:
+For every InferenceProvider this site holds, one task runs that provider's
+jobs (`grid.operator.schedule`), each on its own interval and timeout with
+jitter: the health check per ``healthCheck``, the scrape per ``metricsConfig``,
+and the re-publication of its record every ``record_refresh_s``. A slow
+endpoint only ever holds up its own job: other jobs and other providers keep
+their pace. After each job, once every declared check has run once, it:
 
 * moves the provider's phase with `grid.core.resources.lifecycle.next_provider_phase`
   and writes status only when the phase or reason changed;
@@ -21,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -31,25 +35,23 @@ from grid.adapters.scrape import ProviderScraper, ScrapeError, check_health
 from grid.adapters.store.port import ResourceStore
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import InferenceProvider
-from grid.core.resources.duration import parse_duration
 from grid.core.resources.lifecycle import ProviderObservation, next_provider_phase
 from grid.core.resources.phases import ProviderPhase
 from grid.core.resources.status import InferenceProviderStatus
 from grid.core.routing.mesh_view import record_for
+from grid.core.routing.metrics_mapping import ScrapedSignals
 from grid.errors import GridError, NotFound
+from grid.operator.schedule import Job, provider_jobs, run_every
 
 log = logging.getLogger(__name__)
 
 CREDENTIAL_CONDITION = "CredentialsResolved"
 """Condition type reporting whether the provider's auth Secret and key exist."""
 
-DEFAULT_CHECK_INTERVAL_S = 15.0
-"""Pace of a provider without a health check or metrics (re-publishing only)."""
-
 
 @dataclass
 class ProviderState:
-    """What the controller remembers about one provider between rounds."""
+    """What the controller remembers about one provider between jobs."""
 
     provider: InferenceProvider
     failures: int = 0
@@ -57,17 +59,20 @@ class ProviderState:
     scraper: ProviderScraper | None = None
     credentials: tuple[bool, str] | None = None
     """Whether the referenced Secret and key exist, and the condition reason."""
+    health_ok: bool | None = None
+    health_ran: bool = False
+    metrics_ok: bool | None = None
+    metric_healthy: bool | None = None
+    signals: RecordSignals = field(default_factory=RecordSignals)
+    scrape_ran: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
-def check_interval_s(provider: InferenceProvider, refresh_s: float) -> float:
-    """The loop period: the shorter of the health and scrape intervals, capped by refresh."""
-    intervals = [refresh_s]
-    if provider.spec.health_check is not None:
-        intervals.append(parse_duration(provider.spec.health_check.interval))
-    if provider.spec.metrics_config is not None:
-        intervals.append(parse_duration(provider.spec.metrics_config.interval))
-    return max(0.05, min(intervals))
+HealthProbe = Callable[[InferenceProvider], Awaitable[bool]]
+"""Checks one provider's health (raises nothing; a timeout is the caller's)."""
+ScrapeProbe = Callable[[ProviderState], Awaitable[ScrapedSignals]]
+"""Scrapes one provider; raises `ScrapeError`."""
 
 
 class ProviderController:
@@ -79,6 +84,10 @@ class ProviderController:
         site: str,
         on_record: Callable[[str, ProviderRecord | None], None],
         refresh_s: float,
+        *,
+        health: HealthProbe | None = None,
+        scrape: ScrapeProbe | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._store = store
         self._site = site
@@ -86,6 +95,9 @@ class ProviderController:
         self._refresh_s = refresh_s
         self._states: dict[str, ProviderState] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._health = health or self._http_health
+        self._scrape = scrape or self._http_scrape
+        self._rng = rng or random.Random()
 
     @property
     def names(self) -> set[str]:
@@ -124,70 +136,119 @@ class ProviderController:
             state.task.cancel()
 
     async def stop(self) -> None:
-        """Stop every loop and close the session."""
+        """Stop every loop, wait for them to end, and close the session."""
+        tasks = [s.task for s in self._states.values() if s.task is not None]
         for name in list(self._states):
             self._stop(name)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 
     async def _loop(self, name: str) -> None:
-        while True:
+        """Run the provider's jobs side by side until cancelled."""
+        state = self._states.get(name)
+        if state is None:
+            return
+        jobs = provider_jobs(state.provider, self._refresh_s)
+        async with asyncio.TaskGroup() as group:
+            for job in jobs:
+                group.create_task(run_every(job, self._job(name, job), self._rng))
+
+    def _job(self, name: str, job: Job) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
             state = self._states.get(name)
             if state is None:
                 return
             try:
-                await self._round(state)
-            except asyncio.CancelledError:
-                raise
+                if job.name == "health":
+                    await self._run_health(state, job.timeout_s)
+                elif job.name == "scrape":
+                    await self._run_scrape(state, job.timeout_s)
+                await self._publish(state)
             except GridError as exc:
                 log.warning("provider check failed", extra={"provider": name, "code": exc.code})
-            await asyncio.sleep(check_interval_s(state.provider, self._refresh_s))
 
-    async def _round(self, state: ProviderState) -> None:
+        return run
+
+    async def _http_health(self, provider: InferenceProvider) -> bool:
+        assert self._session is not None and provider.spec.endpoint is not None
+        result = await check_health(
+            self._session, provider.spec.endpoint, provider.spec.health_check
+        )
+        return result.healthy
+
+    async def _http_scrape(self, state: ProviderState) -> ScrapedSignals:
         assert self._session is not None
-        provider = state.provider
-        spec = provider.spec
-        health_ok: bool | None = None
-        if spec.health_check is not None and spec.endpoint is not None:
-            result = await check_health(self._session, spec.endpoint, spec.health_check)
-            health_ok = result.healthy
-        signals, metrics_ok, metric_healthy = RecordSignals(), None, None
-        if spec.metrics_config is not None and (spec.metrics_config.endpoint or spec.endpoint):
-            if state.scraper is None:
-                state.scraper = ProviderScraper(
-                    self._session, spec.endpoint or "", spec.metrics_config
-                )
-            try:
-                scraped = await state.scraper.scrape()
-                v = scraped.values
-                signals = RecordSignals(
-                    queue_depth=v.queue_depth,
-                    kv_cache_utilization=v.kv_cache_utilization,
-                    prefix_cache_hit_ratio=v.prefix_cache_hit_ratio,
-                    p99_latency_ms=v.p99_latency_ms,
-                )
-                metrics_ok, metric_healthy = True, scraped.healthy
-            except ScrapeError as exc:
-                metrics_ok = False
-                log.info("scrape failed", extra={"provider": provider.name, "reason": exc.reason})
-        await self._check_credentials(state)
-        state.failures = state.failures + 1 if health_ok is False else 0
-        seen = ProviderObservation(health_ok, metrics_ok, state.failures)
-        phase = await self._update_phase(state, seen)
-        healthy = record_health(phase, health_ok, metric_healthy)
-        if not self.credentials_ok(provider.name):
-            healthy = False  # no site may route to it until its Secret resolves
-        state.provider = provider.model_copy(
-            update={
-                "status": (provider.status or InferenceProviderStatus()).model_copy(
-                    update={"phase": phase, "reason": phase_reason(phase, seen)}
-                )
-            }
+        spec = state.provider.spec
+        if state.scraper is None:
+            assert spec.metrics_config is not None
+            state.scraper = ProviderScraper(self._session, spec.endpoint or "", spec.metrics_config)
+        return await state.scraper.scrape()
+
+    async def _run_health(self, state: ProviderState, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                ok = await self._health(state.provider)
+        except TimeoutError:
+            ok = False
+        state.health_ok, state.health_ran = ok, True
+        state.failures = state.failures + 1 if not ok else 0
+
+    async def _run_scrape(self, state: ProviderState, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                scraped = await self._scrape(state)
+        except (ScrapeError, TimeoutError) as exc:
+            state.metrics_ok = False
+            reason = exc.reason if isinstance(exc, ScrapeError) else "timeout"
+            log.info("scrape failed", extra={"provider": state.provider.name, "reason": reason})
+        else:
+            v = scraped.values
+            state.signals = RecordSignals(
+                queue_depth=v.queue_depth,
+                kv_cache_utilization=v.kv_cache_utilization,
+                prefix_cache_hit_ratio=v.prefix_cache_hit_ratio,
+                p99_latency_ms=v.p99_latency_ms,
+            )
+            state.metrics_ok, state.metric_healthy = True, scraped.healthy
+        state.scrape_ran = True
+
+    def _checked(self, state: ProviderState) -> bool:
+        """Whether every declared check has run once (before that, nothing is judged)."""
+        jobs = {j.name for j in provider_jobs(state.provider, self._refresh_s)}
+        return ("health" not in jobs or state.health_ran) and (
+            "scrape" not in jobs or state.scrape_ran
         )
-        state.record = record_for(
-            state.provider, self._site, signals=signals, healthy=healthy, observed_at_s=time.time()
-        )
-        self._on_record(provider.name, state.record)
+
+    async def _publish(self, state: ProviderState) -> None:
+        """Judge the phase from the latest results and hand the record on."""
+        if not self._checked(state):
+            return
+        async with state.lock:
+            provider = state.provider
+            await self._check_credentials(state)
+            metrics_ok = state.metrics_ok if state.scrape_ran else None
+            health_ok = state.health_ok if state.health_ran else None
+            seen = ProviderObservation(health_ok, metrics_ok, state.failures)
+            phase = await self._update_phase(state, seen)
+            healthy = record_health(phase, health_ok, state.metric_healthy)
+            if not self.credentials_ok(provider.name):
+                healthy = False  # no site may route to it until its Secret resolves
+            state.provider = state.provider.model_copy(
+                update={
+                    "status": (state.provider.status or InferenceProviderStatus()).model_copy(
+                        update={"phase": phase, "reason": phase_reason(phase, seen)}
+                    )
+                }
+            )
+            state.record = record_for(
+                state.provider,
+                self._site,
+                signals=state.signals,
+                healthy=healthy,
+                observed_at_s=time.time(),
+            )
+            self._on_record(provider.name, state.record)
 
     def credentials_ok(self, name: str) -> bool:
         """False when the provider's auth Secret or key is missing: it is not routed."""
