@@ -160,3 +160,24 @@ async def test_a_graceful_leave_is_left_at_once(store: Any) -> None:
     assert controller.phases["west"] is SitePhase.LEFT
     (site,) = await sites(store)
     assert site.status is not None and site.status.reason == "LeftMesh"
+
+
+async def test_the_site_status_shows_what_its_records_offer_and_only_rewrites_changes(
+    store: Any,
+) -> None:
+    replica = GridState("east")
+    gossip(replica, "west", "127.0.0.1:9")
+    await SiteDiscovery(store, "east").reconcile(
+        network(), [], {"west": MemberState.ALIVE}, replica
+    )
+    controller = SiteController(store, "east", None, clock=Clock())
+    offer = [{"model": "llama", "capabilities": ["chat"], "providers": ["p"]}]
+    members = {"west": MemberState.ALIVE}
+    await controller.reconcile(await sites(store), members, offers={"west": offer})
+    (site,) = await sites(store)
+    assert site.status is not None
+    assert [c.model for c in site.status.capabilities] == ["llama"]
+    writes = store.writes("GridSite")
+    await controller.reconcile(await sites(store), members, offers={"west": offer})
+    await controller.reconcile(await sites(store), members, offers={"west": offer})
+    assert store.writes("GridSite") == writes + 1  # Discovered -> Connecting only

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
@@ -46,9 +47,10 @@ from grid.core.crdt.snapshot import (
     sorted_pairs,
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
-from grid.core.resources.discovery import as_member
+from grid.core.resources.discovery import as_member, member_of
 from grid.core.resources.network_status import RoundOutcome
 from grid.core.resources.secret import Secret
+from grid.core.resources.site_offers import site_capabilities
 from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
@@ -279,7 +281,8 @@ class Operator:
                     snap = snap.remove_provider(name)
                 elif held.get(name) != record:
                     snap = snap.put_provider(name, record)
-            return snap
+            models = {m for r in snap.state.live_providers().values() for m in r.models}
+            return snap.sync_capability("models", models)
 
         if await self._write_local(change):
             for name, record in records.items():
@@ -377,8 +380,16 @@ class Operator:
             members,
             left_after_s=None if ttl is None else float(ttl),
             certs=self._member_certs(members),
+            offers=self._member_offers(sites),
         ):
             self._dirty.set()
+
+    def _member_offers(self, sites: list[GridSite]) -> dict[str, list[dict[str, Any]]]:
+        """What each site's records offer (``status.capabilities``), ours included."""
+        by_origin: dict[str, list[ProviderRecord]] = {}
+        for origin, _pid, record in self.replica.providers():
+            by_origin.setdefault(origin, []).append(record)
+        return {member_of(s): site_capabilities(by_origin.get(member_of(s), [])) for s in sites}
 
     def _member_certs(self, members: dict[str, MemberState]) -> dict[str, str]:
         """Each member's gossiped certificate PEM (the replica refused any private key)."""

@@ -22,6 +22,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from grid.adapters.store.port import ResourceStore
 from grid.adapters.tls_probe import PROBE_TIMEOUT_S, probe
@@ -29,6 +30,7 @@ from grid.core.resources import GridSite
 from grid.core.resources.discovery import discovery_enabled, member_of
 from grid.core.resources.lifecycle import Probe, SiteObservation, departed, next_site_phase
 from grid.core.resources.phases import SitePhase
+from grid.core.resources.status import GridSiteStatus
 from grid.core.swim.members import MemberState
 from grid.core.trust import normalize_fingerprint
 from grid.errors import ValidationError
@@ -42,6 +44,12 @@ _REASONS = {
     SitePhase.UNREACHABLE: "ProbeFailed",
     SitePhase.LEFT: "LeftMesh",
 }
+
+
+def _offered(status: GridSiteStatus | None) -> list[dict[str, Any]]:
+    if status is None:
+        return []
+    return [c.model_dump(by_alias=True, exclude_none=True) for c in status.capabilities]
 
 
 class SiteController:
@@ -71,13 +79,15 @@ class SiteController:
         *,
         left_after_s: float | None = None,
         certs: Mapping[str, str] | None = None,
+        offers: Mapping[str, list[dict[str, Any]]] | None = None,
     ) -> bool:
         """One round over every site; True when any phase changed.
 
         ``left_after_s`` is the network's ``staleCandidateTtlSeconds`` (None: the
-        300 s default); ``certs`` each member's gossiped certificate PEM, shown in
-        the site's status. Sites are reconciled concurrently, so a round takes
-        one probe timeout at most however many peers are black-holed.
+        300 s default); ``certs`` each member's gossiped certificate PEM and
+        ``offers`` what its records offer, both shown in the site's status.
+        Sites are reconciled concurrently, so a round takes one probe timeout
+        at most however many peers are black-holed.
         """
         now = self._clock()
         for member, state in members.items():
@@ -89,7 +99,10 @@ class SiteController:
             del self._dead_since[gone]
         changed = False
         phases = await asyncio.gather(
-            *(self._reconcile_one(site, members, left_after_s, certs or {}) for site in sites)
+            *(
+                self._reconcile_one(site, members, left_after_s, certs or {}, offers)
+                for site in sites
+            )
         )
         for site, phase in zip(sites, phases, strict=True):
             name = member_of(site)
@@ -124,6 +137,7 @@ class SiteController:
         members: dict[str, MemberState],
         left_after_s: float | None,
         certs: Mapping[str, str],
+        offers: Mapping[str, list[dict[str, Any]]] | None,
     ) -> SitePhase:
         member = member_of(site)
         current = self.phases.get(member, site.phase)
@@ -152,6 +166,9 @@ class SiteController:
         pem = certs.get(member)
         if pem and (status is None or status.public_cert_pem != pem):
             patch["publicCertPem"] = pem
+        offer = None if offers is None else offers.get(member, [])
+        if offer is not None and _offered(status) != offer:
+            patch["capabilities"] = offer
         if patch:
             patch["observedGeneration"] = site.metadata.generation
             await self._store.patch_status("GridSite", site.name, patch)

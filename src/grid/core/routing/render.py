@@ -14,7 +14,7 @@ show every candidate, including excluded ones, with the reason.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -35,6 +35,7 @@ from grid.core.routing.candidate_draft import (
     check_duplicates,
     draft_for,
 )
+from grid.core.routing.capability import provider_with_capability
 from grid.core.routing.ranking import Ordering, RankedCandidate, Ranking, order_candidates
 from grid.core.routing.scoring import (
     AdmissionThresholds,
@@ -75,6 +76,13 @@ class RenderInputs:
     sites: Sequence[GridSite] = ()
     providers: Sequence[InferenceProvider] = ()
     secrets: Sequence[Secret] = ()
+
+    def restricted(self, capability: str | None) -> RenderInputs:
+        """These inputs with every model lacking ``capability`` removed (same for None)."""
+        if capability is None:
+            return self
+        kept = [provider_with_capability(p, capability) for p in self.providers]
+        return replace(self, providers=tuple(p for p in kept if p is not None))
 
 
 @dataclass(frozen=True)
@@ -323,6 +331,7 @@ def render(
     signals: SignalsDocument | None = None,
     producer_version: str = __version__,
     candidates_max: int | None = CANDIDATES_MAX,
+    capability: str | None = None,
 ) -> Rendered:
     """Render the overlay and envelope for ``gateway`` (``grid render``).
 
@@ -331,7 +340,9 @@ def render(
     ``generated_at`` and ``rendered_at``; it never changes the revision.
     ``candidates_max`` keeps the top-ranked candidates only (default 1,024, the
     §5 limit, so the overlay always verifies); ``None`` keeps every candidate.
+    ``capability`` keeps only models that declare it (`RenderInputs.restricted`).
     """
+    inputs = inputs.restricted(capability)
     network, local_site_name, resolved_namespace = select_gateway(
         inputs.networks, gateway, namespace
     )
