@@ -36,8 +36,8 @@ from grid.core.resources import (
     InferenceProvider,
 )
 from grid.core.resources.secret import Secret
+from grid.core.routing.candidate import BackendKind, SignalValues
 from grid.core.routing.render import RenderInputs
-from grid.core.routing.scoring import BackendKind, SignalValues
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
 from grid.errors import ValidationError
 

@@ -5,8 +5,9 @@ locality tier, the blended score). This module turns a set of those judgements
 into an order: it drops unhealthy and admission-``excluded`` candidates, sorts
 the survivors and numbers them. It is separate because the order is a property
 of the whole set, not of one candidate. Renders rank thousands of candidates, so
-one evaluation is shared by every model of a provider and the ranked records
-are built only as far as a caller reads them (see `order_candidates`).
+candidates come in groups (one provider's models, as `candidate_draft` drafts
+them), each group is evaluated once, and the ranked records are built only as
+far as a caller reads them (see `order_candidates`).
 
 The sort is admission, tier, score (descending), freshness (fresh first, then
 the newer ``observed_at``; no sample is oldest), then ``(site, name, cluster)``.
@@ -18,27 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from enum import StrEnum
 from functools import cached_property
 
+from grid.core.routing.candidate import CandidateInput, ExclusionReason
 from grid.core.routing.scoring import (
     AdmissionState,
-    BackendKind,
-    CandidateInput,
     Evaluation,
     ScoringContext,
     SelectionTier,
     evaluate,
 )
-
-
-class ExclusionReason(StrEnum):
-    """Why the scoring engine removed a candidate from the overlay."""
-
-    UNHEALTHY = "unhealthy"
-    ADMISSION_EXCLUDED = "admission_excluded"
-
 
 _ADMISSION_ORDER = {
     AdmissionState.NEW_AND_EXISTING: 0,
@@ -62,8 +52,11 @@ class RankedCandidate:
 
 
 @dataclass(frozen=True)
-class Exclusion:
-    """An evaluated candidate that the engine removed, and why."""
+class ExcludedCandidate:
+    """An evaluated candidate that ranking removed, and why.
+
+    ``reason`` is ``unhealthy`` or ``admission_excluded``.
+    """
 
     evaluation: Evaluation
     reason: ExclusionReason
@@ -74,7 +67,7 @@ class Ranking:
     """The result of scoring: ranked survivors and the excluded candidates."""
 
     ranked: tuple[RankedCandidate, ...]
-    excluded: tuple[Exclusion, ...]
+    excluded: tuple[ExcludedCandidate, ...]
 
 
 SortKey = tuple[int, int, float, int, int, float, str, str, str]
@@ -159,7 +152,7 @@ class Ordering:
     def ranking(self) -> Ranking:
         """Every ranked candidate and every exclusion."""
         excluded = tuple(
-            Exclusion(shared.for_candidate(candidate), reason)
+            ExcludedCandidate(shared.for_candidate(candidate), reason)
             for candidate, shared, reason in self._excluded
         )
         return Ranking(ranked=self.top(), excluded=excluded)
@@ -173,76 +166,38 @@ def rank(evaluations: Iterable[Evaluation]) -> tuple[RankedCandidate, ...]:
 
 
 def score_candidates(candidates: Sequence[CandidateInput], context: ScoringContext) -> Ranking:
-    """Evaluate, exclude (unhealthy, then admission ``excluded``) and rank."""
-    return order_candidates(candidates, context).ranking
+    """Evaluate each candidate, exclude (unhealthy, then admission ``excluded``) and rank."""
+    return order_candidates([(candidate,) for candidate in candidates], context).ranking
 
 
-def order_candidates(candidates: Sequence[CandidateInput], context: ScoringContext) -> Ordering:
-    """`score_candidates`, with the records built on demand (see `Ordering`).
+def order_candidates(
+    groups: Iterable[Sequence[CandidateInput]], context: ScoringContext
+) -> Ordering:
+    """`score_candidates` over groups of candidates, records built on demand (`Ordering`).
 
-    The result is exactly `evaluate` of each candidate and `rank` of the
-    survivors. An evaluation depends only on the candidate's site, backend
-    kind, geography and signals, which every model of one provider shares, so
-    it (and its part of the sort key) is computed once per such group: a
-    renderer passes one geography and one signals instance per provider, and
-    equal values in distinct objects merely miss this per-call cache. The
-    candidates keep those objects alive for the whole call, so no id is reused.
-    Consecutive candidates of one group (a provider's models) skip the lookup.
+    The candidates of one group share site, backend kind, geography and signals
+    (one provider's models, as `grid.core.routing.candidate.provider_candidates`
+    makes them), and an evaluation depends on nothing else, so each group is
+    evaluated once and every member shares the result. Within that contract
+    the result is exactly `evaluate` of each candidate and `rank` of the
+    survivors.
     """
-    shared: dict[tuple[str, BackendKind, int, int], tuple[Evaluation, _EvaluationKey]] = {}
     kept: list[CandidateInput] = []
     evaluations: list[Evaluation] = []
     keys: list[SortKey] = []
     excluded: list[tuple[CandidateInput, Evaluation, ExclusionReason]] = []
-    last: CandidateInput | None = None
-    evaluation: Evaluation | None = None
-    admission, tier, score = 0, 0, 0.0
-    last_observed: datetime | None = None
-    age = 0.0
-    for candidate in candidates:
-        if not (
-            last is not None
-            and candidate.signals is last.signals
-            and candidate.geography is last.geography
-            and candidate.backend_kind is last.backend_kind
-            and candidate.site == last.site
-        ):
-            group = (
-                candidate.site,
-                candidate.backend_kind,
-                id(candidate.geography),
-                id(candidate.signals),
-            )
-            known = shared.get(group)
-            if known is None:
-                first = evaluate(candidate, context)
-                known = shared[group] = (first, _evaluation_key(first))
-            evaluation, (admission, tier, score) = known
-            last = candidate
-        assert evaluation is not None
-        if not candidate.healthy:
-            excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))
-        elif evaluation.admission is AdmissionState.EXCLUDED:
-            excluded.append((candidate, evaluation, ExclusionReason.ADMISSION_EXCLUDED))
-        else:
-            kept.append(candidate)
-            evaluations.append(evaluation)
-            # _evaluation_key(evaluation) + _candidate_key(candidate), inline: per candidate.
-            observed = candidate.observed_at
-            if observed is not last_observed:  # a provider's models share one sample
-                last_observed = observed
-                age = -observed.timestamp() if observed is not None else 0.0
-            keys.append(
-                (
-                    admission,
-                    tier,
-                    score,
-                    0 if candidate.fresh else 1,
-                    0 if observed is not None else 1,
-                    age,
-                    candidate.site,
-                    candidate.name,
-                    candidate.cluster,
-                )
-            )
+    for group in groups:
+        if not group:
+            continue
+        evaluation = evaluate(group[0], context)
+        shared_key = _evaluation_key(evaluation)
+        for candidate in group:
+            if not candidate.healthy:
+                excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))
+            elif evaluation.admission is AdmissionState.EXCLUDED:
+                excluded.append((candidate, evaluation, ExclusionReason.ADMISSION_EXCLUDED))
+            else:
+                kept.append(candidate)
+                evaluations.append(evaluation)
+                keys.append(shared_key + _candidate_key(candidate))
     return Ordering(kept, evaluations, keys, excluded)
