@@ -11,7 +11,7 @@ says why a candidate is left out of the overlay, whichever step decides it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -109,13 +109,7 @@ def with_cost(values: SignalValues, cost: float | None) -> SignalValues:
     """
     if cost is None or values.cost_per_million_input_tokens is not None:
         return values
-    return SignalValues(
-        queue_depth=values.queue_depth,
-        kv_cache_utilization=values.kv_cache_utilization,
-        prefix_cache_hit_ratio=values.prefix_cache_hit_ratio,
-        p99_latency_ms=values.p99_latency_ms,
-        cost_per_million_input_tokens=cost,
-    )
+    return replace(values, cost_per_million_input_tokens=cost)
 
 
 def provider_candidates(

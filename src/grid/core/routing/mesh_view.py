@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from grid.core.crdt.record import ProviderRecord
@@ -71,13 +71,7 @@ def record_for(
     match_labels = policy.site_selector.match_labels if policy is not None else {}
     cost = provider.spec.cost.per_million_input_tokens if provider.spec.cost else None
     if signals.cost_per_million_input_tokens is None and cost is not None:
-        signals = RecordSignals(
-            queue_depth=signals.queue_depth,
-            kv_cache_utilization=signals.kv_cache_utilization,
-            prefix_cache_hit_ratio=signals.prefix_cache_hit_ratio,
-            p99_latency_ms=signals.p99_latency_ms,
-            cost_per_million_input_tokens=cost,
-        )
+        signals = replace(signals, cost_per_million_input_tokens=cost)
     return ProviderRecord(
         name=provider.name,
         cluster=provider.cluster,

@@ -32,6 +32,11 @@ SIGNAL_NAMES = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency"
 """The six signals in their fixed order (weights, scores and breakdowns follow it)."""
 
 
+def _in_signal_order(values: object) -> tuple[float, ...]:
+    """The six signal-named attributes of ``values`` in `SIGNAL_NAMES` order."""
+    return tuple(getattr(values, name) for name in SIGNAL_NAMES)
+
+
 class AdmissionState(StrEnum):
     """Whether a candidate may take new sessions, only existing ones, or none."""
 
@@ -71,16 +76,9 @@ class ScoringWeights:
         if sum(values) <= 0:
             raise ValueError("scoring weights must not all be zero")
 
-    def as_tuple(self) -> tuple[float, float, float, float, float, float]:
-        """The weights in signal order: locality, queue, kv, prefix, latency, cost."""
-        return (
-            self.locality,
-            self.queue_depth,
-            self.kv_cache,
-            self.prefix_cache,
-            self.latency,
-            self.cost,
-        )
+    def as_tuple(self) -> tuple[float, ...]:
+        """The weights in signal order (`SIGNAL_NAMES`)."""
+        return _in_signal_order(self)
 
 
 @dataclass(frozen=True)
@@ -142,16 +140,9 @@ class SignalScores:
     cost: float
     missing: frozenset[str] = frozenset()
 
-    def as_tuple(self) -> tuple[float, float, float, float, float, float]:
-        """The scores in signal order: locality, queue, kv, prefix, latency, cost."""
-        return (
-            self.locality,
-            self.queue_depth,
-            self.kv_cache,
-            self.prefix_cache,
-            self.latency,
-            self.cost,
-        )
+    def as_tuple(self) -> tuple[float, ...]:
+        """The scores in signal order (`SIGNAL_NAMES`)."""
+        return _in_signal_order(self)
 
 
 @dataclass(frozen=True)
