@@ -36,7 +36,7 @@ from grid.core.resources import (
     InferenceProvider,
 )
 from grid.core.resources.secret import Secret
-from grid.core.routing.candidate import BackendKind, SignalValues
+from grid.core.routing.candidate import SignalValues
 from grid.core.routing.render import RenderInputs
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
 from grid.errors import ValidationError
@@ -180,7 +180,7 @@ def _entry(record: ProviderRecord) -> ProviderSignals:
         name=record.name,
         cluster=record.cluster,
         site=record.site,
-        backend_kind=BackendKind(record.backend_kind),
+        backend_kind=record.backend_kind,
         models=record.models,
         healthy=record.healthy,
         observed_at=datetime.fromtimestamp(record.observed_at, UTC),
