@@ -75,8 +75,8 @@ SortKey = tuple[int, int, float, int, int, float, str, str, str]
 _EvaluationKey = tuple[int, int, float]
 """The part of a `SortKey` an `Evaluation` decides: admission, tier, score."""
 
-_CandidateKey = tuple[int, int, float, str, str, str]
-"""The part of a `SortKey` a `CandidateInput` decides: freshness, sample, identity."""
+_SampleKey = tuple[int, int, float, str]
+"""The part of a `SortKey` a provider's sample decides: freshness, its age, the site."""
 
 
 def _evaluation_key(evaluation: Evaluation) -> _EvaluationKey:
@@ -89,16 +89,14 @@ def _evaluation_key(evaluation: Evaluation) -> _EvaluationKey:
     )
 
 
-def _candidate_key(candidate: CandidateInput) -> _CandidateKey:
-    """Fresh first, then the newer sample (none is oldest), then the tie-break."""
+def _sample_key(candidate: CandidateInput) -> _SampleKey:
+    """Fresh first, then the newer sample (none is oldest), then the site."""
     observed = candidate.observed_at
     return (
         0 if candidate.fresh else 1,
         0 if observed is not None else 1,
         -observed.timestamp() if observed is not None else 0.0,
         candidate.site,
-        candidate.name,
-        candidate.cluster,
     )
 
 
@@ -108,7 +106,10 @@ def sort_key(evaluation: Evaluation) -> SortKey:
     With scoring off the score component is a constant, so it never decides.
     A candidate without ``observed_at`` sorts after every candidate that has one.
     """
-    return _evaluation_key(evaluation) + _candidate_key(evaluation.candidate)
+    candidate = evaluation.candidate
+    return (
+        _evaluation_key(evaluation) + _sample_key(candidate) + (candidate.name, candidate.cluster)
+    )
 
 
 class Ordering:
@@ -175,12 +176,11 @@ def order_candidates(
 ) -> Ordering:
     """`score_candidates` over groups of candidates, records built on demand (`Ordering`).
 
-    The candidates of one group share site, backend kind, geography and signals
-    (one provider's models, as `grid.core.routing.candidate.provider_candidates`
-    makes them), and an evaluation depends on nothing else, so each group is
-    evaluated once and every member shares the result. Within that contract
-    the result is exactly `evaluate` of each candidate and `rank` of the
-    survivors.
+    The candidates of one group differ in their model name only (one provider's
+    models, as `grid.core.routing.candidate.provider_candidates` makes them), so
+    each group is evaluated once, its part of the sort key is computed once,
+    and every member shares both. Within that contract the result is exactly
+    `evaluate` of each candidate and `rank` of the survivors.
     """
     kept: list[CandidateInput] = []
     evaluations: list[Evaluation] = []
@@ -190,7 +190,7 @@ def order_candidates(
         if not group:
             continue
         evaluation = evaluate(group[0], context)
-        shared_key = _evaluation_key(evaluation)
+        shared_key = _evaluation_key(evaluation) + _sample_key(group[0])
         for candidate in group:
             if not candidate.healthy:
                 excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))
@@ -199,5 +199,5 @@ def order_candidates(
             else:
                 kept.append(candidate)
                 evaluations.append(evaluation)
-                keys.append(shared_key + _candidate_key(candidate))
+                keys.append((*shared_key, candidate.name, candidate.cluster))
     return Ordering(kept, evaluations, keys, excluded)

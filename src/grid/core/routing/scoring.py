@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from operator import attrgetter, mul
 
 from grid.core.routing.candidate import BackendKind, CandidateInput, Geography, SignalValues
 
@@ -32,9 +33,8 @@ SIGNAL_NAMES = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency"
 """The six signals in their fixed order (weights, scores and breakdowns follow it)."""
 
 
-def _in_signal_order(values: object) -> tuple[float, ...]:
-    """The six signal-named attributes of ``values`` in `SIGNAL_NAMES` order."""
-    return tuple(getattr(values, name) for name in SIGNAL_NAMES)
+_in_signal_order = attrgetter(*SIGNAL_NAMES)
+"""The six signal-named attributes of a record, as a tuple in `SIGNAL_NAMES` order."""
 
 
 class AdmissionState(StrEnum):
@@ -289,13 +289,19 @@ _SIGNAL_RULES: tuple[tuple[str, _SignalRule], ...] = (
 """Each signal (in `SIGNAL_NAMES` order) and the rule scoring it, ``None`` when missing."""
 
 
+_NONE_MISSING: frozenset[str] = frozenset()
+"""Shared by every complete set of signals (an empty frozenset is not a singleton)."""
+
+
 def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalScores:
     """Normalise the six signals to [0, 1] by `_SIGNAL_RULES`, 0.5 for missing ones."""
     raw = [rule(candidate, context) for _, rule in _SIGNAL_RULES]
-    missing = frozenset(n for n, v in zip(SIGNAL_NAMES, raw, strict=True) if v is None)
-    locality, queue, kv, prefix, latency, cost = (
+    missing = _NONE_MISSING
+    if None in raw:
+        missing = frozenset(n for n, v in zip(SIGNAL_NAMES, raw, strict=True) if v is None)
+    locality, queue, kv, prefix, latency, cost = [
         NEUTRAL_SIGNAL_SCORE if v is None else v for v in raw
-    )
+    ]
     return SignalScores(locality, queue, kv, prefix, latency, cost, missing)
 
 
@@ -303,9 +309,9 @@ def blend(scores: SignalScores, weights: ScoringWeights) -> ScoreBreakdown:
     """The weighted mean Σwᵢsᵢ/Σwᵢ with each contribution wᵢsᵢ/Σwᵢ."""
     w = weights.as_tuple()
     d = sum(w)
-    parts = [wi * si for wi, si in zip(w, scores.as_tuple(), strict=True)]
-    locality, queue, kv, prefix, latency, cost = (part / d for part in parts)
-    return ScoreBreakdown(locality, queue, kv, prefix, latency, cost, total=sum(parts) / d)
+    parts = list(map(mul, w, scores.as_tuple()))
+    locality, queue, kv, prefix, latency, cost = [part / d for part in parts]
+    return ScoreBreakdown(locality, queue, kv, prefix, latency, cost, sum(parts) / d)
 
 
 def evaluate(candidate: CandidateInput, context: ScoringContext) -> Evaluation:
