@@ -11,7 +11,7 @@ rest appear in ``grid explain`` as ``candidate_limit``).
 Three paths are measured (see `scenarios`): ``render`` (the pure function behind
 ``grid render``, from resources), ``render_uncapped`` (the same, keeping every
 ranked candidate; such an overlay is past the verify limit) and ``operator``
-(from `CandidateInput` values to the envelope, as the operator re-renders).
+(from the per-provider candidate groups to the envelope, as the operator re-renders).
 For each, measured in the same run:
 * time: best-of-N process CPU time of the path divided by best-of-N `json.dumps`
   of its final envelope, interleaved;
@@ -188,9 +188,9 @@ def scenarios(
 
     * ``render``: `grid render`'s pure function from resources, top 1,024 kept;
     * ``render_uncapped``: the same with every ranked candidate kept;
-    * ``operator``: what the operator runs each time state changes, from
-      `CandidateInput` values it already holds (built from its replica) to the
-      envelope: scoring, sort, overlay, JCS digest, top 1,024 kept.
+    * ``operator``: what the operator runs each time state changes, from the
+      candidate groups it already holds (one per provider, built from its
+      replica) to the envelope: scoring, sort, overlay, JCS digest, top 1,024 kept.
     """
 
     def do_render(limit: int | None) -> Callable[[], dict[str, Any]]:
