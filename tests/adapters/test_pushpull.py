@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -19,6 +19,7 @@ from grid.core.swim.messages import Alive, BroadcastItem, Dead, Lane, PushPull
 from grid.core.wire import codec
 from grid.core.wire.frame import seal
 from grid.core.wire.keyring import Keyring
+from grid.testing.poll import eventually
 
 KEY = bytes(range(32))
 WRONG_KEY = bytes(range(1, 33))
@@ -28,16 +29,6 @@ OURS = PushPull(
     (Alive("server", "127.0.0.1:1", 4), Dead("gone", "127.0.0.1:2", 1, "gone")),
     (BroadcastItem(Lane.METADATA, "server", 2, b"meta"),),
 )
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Poll `condition` until it holds; fail after `timeout_s`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.005)
 
 
 class Recorder:
@@ -130,7 +121,9 @@ async def test_bad_frames_are_dropped_and_counted_and_the_server_keeps_serving(
         assert await _send_raw(srv, data) == b""
     await _send_raw(srv, length[:2])  # closed inside the length prefix
     dropped = srv.counters.streams_dropped
-    await wait_for(lambda: sum(dropped.values()) == len(cases) + 1)
+    await eventually(
+        lambda: sum(dropped.values()) == len(cases) + 1, "sum(dropped.values()) == len(cases) + 1"
+    )
     assert {reason: dropped[reason] for reason in cases} == {
         **dict.fromkeys(cases, 1),
         "truncated": 2,
@@ -158,7 +151,7 @@ async def test_connections_beyond_the_limit_are_refused_as_busy() -> None:
     await srv.start("127.0.0.1", 0)
     try:
         _, holder = await asyncio.open_connection("127.0.0.1", srv.port)
-        await wait_for(lambda: srv._active == 1)
+        await eventually(lambda: srv._active == 1, "srv._active == 1")
         reader, extra = await asyncio.open_connection("127.0.0.1", srv.port)
         assert await asyncio.wait_for(reader.read(), 5) == b""
         assert srv.counters.streams_dropped["busy"] == 1
@@ -175,7 +168,10 @@ async def test_exchange_with_a_wrong_key_or_a_closed_port_fails_quietly(
     srv, recorder = server
     counters = TransportCounters()
     assert await exchange(_address(srv), OURS, Keyring(WRONG_KEY), counters, SETTINGS) is None
-    await wait_for(lambda: srv.counters.streams_dropped["auth_failed"] == 1)
+    await eventually(
+        lambda: srv.counters.streams_dropped["auth_failed"] == 1,
+        "srv.counters.streams_dropped['auth_failed'] == 1",
+    )
     assert recorder.received == []
     assert counters.streams_dropped["truncated"] == 1  # the server hung up
     closed = PushPullServer(Keyring(KEY), TransportCounters(), Recorder(), SETTINGS)

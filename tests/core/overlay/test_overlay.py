@@ -34,6 +34,7 @@ from grid.core.routing.candidate import (
 )
 from grid.core.routing.ranking import score_candidates
 from grid.core.routing.scoring import ScoringConfig, ScoringContext, ScoringWeights
+from grid.testing.strategies import json_values
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "overlay"
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -262,7 +263,7 @@ def test_check_order_structure_before_schema_version_before_digest() -> None:
     del envelope["schema_version"]
     envelope["overlay"]["candidates"][0]["fresh"] = False  # also a digest mismatch
     assert verify(envelope).reason == "missing_schema_version"
-    envelope["overlay"]["candidates"][0]["rank"] = 7  # and now malformed
+    envelope["overlay"]["candidates"][0]["rank"] = -1  # and now malformed
     assert verify(envelope).reason == "malformed_structure"
 
 
@@ -319,13 +320,7 @@ def test_fixture_verdict(name: str) -> None:
         assert verdict.revision == canonical_digest(document.get("overlay", document))
 
 
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
+JSON_VALUES = json_values()
 
 
 @settings(max_examples=200, deadline=None)
