@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from grid.core.routing import scoring
 from grid.core.routing.candidate import (
     BackendKind,
     CandidateInput,
@@ -530,3 +531,11 @@ def test_with_cost_fills_only_a_missing_cost() -> None:
     assert with_cost(observed, None) is observed
     priced = SignalValues(cost_per_million_input_tokens=1.0)
     assert with_cost(priced, 2.5) is priced
+
+
+def test_the_signal_table_follows_the_one_signal_order() -> None:
+    # signal_scores fills SignalScores positionally from the table, so the table,
+    # SIGNAL_NAMES and the record fields must name the signals in one order.
+    assert tuple(name for name, _ in scoring._SIGNAL_RULES) == scoring.SIGNAL_NAMES
+    assert tuple(f.name for f in fields(scoring.SignalScores))[:6] == scoring.SIGNAL_NAMES
+    assert tuple(f.name for f in fields(scoring.ScoreBreakdown))[:6] == scoring.SIGNAL_NAMES

@@ -298,7 +298,7 @@ def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalS
     raw = [rule(candidate, context) for _, rule in _SIGNAL_RULES]
     missing = _NONE_MISSING
     if None in raw:
-        missing = frozenset(n for n, v in zip(SIGNAL_NAMES, raw, strict=True) if v is None)
+        missing = frozenset(n for (n, _), v in zip(_SIGNAL_RULES, raw, strict=True) if v is None)
     locality, queue, kv, prefix, latency, cost = [
         NEUTRAL_SIGNAL_SCORE if v is None else v for v in raw
     ]
