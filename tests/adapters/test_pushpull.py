@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from grid.adapters.pushpull import PushPullServer, PushPullSettings, exchange, seal_frame
+from grid.adapters.pushpull import PushPullServer, PushPullSettings, exchange
 from grid.adapters.udp import TransportCounters, format_address
 from grid.core.crdt.payload import encode_lane
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.snapshot import GridStateSnapshot
-from grid.core.crdt.snapshot import Lane as CrdtLane
 from grid.core.swim.messages import Alive, BroadcastItem, Dead, Lane, PushPull
 from grid.core.wire import codec
+from grid.core.wire.codec import prefix_length
 from grid.core.wire.frame import seal
 from grid.core.wire.keyring import Keyring
 from grid.testing.poll import eventually
@@ -83,7 +83,7 @@ async def test_a_state_lane_with_2000_providers_crosses_the_stream(
         snapshot = snapshot.put_provider(f"p-{i}", record)
     payload = encode_lane(snapshot.state)
     assert len(payload) > 90 * 1400  # far beyond one datagram
-    item = BroadcastItem(Lane.STATE, "client", snapshot.revision(CrdtLane.STATE), payload)
+    item = BroadcastItem(Lane.STATE, "client", snapshot.revision(Lane.STATE), payload)
     mine = PushPull("client", (), (item,))
     reply = await exchange(_address(srv), mine, Keyring(KEY), TransportCounters(), SETTINGS)
     assert reply == OURS
@@ -114,8 +114,8 @@ async def test_bad_frames_are_dropped_and_counted_and_the_server_keeps_serving(
         "truncated": length + body[: len(body) // 2],
         "bad_magic": length + b"XXXX" + body[4:],
         "unknown_version": length + b"GRID\x07" + body[5:],
-        "auth_failed": seal_frame(Keyring(WRONG_KEY), codec.encode_stream(OURS)),
-        "malformed": seal_frame(Keyring(KEY), os.urandom(64)),
+        "auth_failed": prefix_length(Keyring(WRONG_KEY).seal(codec.encode_stream(OURS))),
+        "malformed": prefix_length(Keyring(KEY).seal(os.urandom(64))),
     }
     for data in cases.values():
         assert await _send_raw(srv, data) == b""

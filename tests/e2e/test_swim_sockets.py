@@ -19,10 +19,9 @@ import pytest
 
 from grid.adapters.swim_node import SwimNode, SwimNodeSettings
 from grid.adapters.udp import parse_address
-from grid.core.crdt.record import ProviderRecord, ProviderSignals
+from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
-from grid.core.crdt.snapshot import Lane as CrdtLane
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, EventKind, Notify
 from grid.core.swim.members import MemberState
@@ -148,7 +147,7 @@ def big_snapshot(origin: str, providers: int) -> GridStateSnapshot:
             models=("llama-3.1-8b-instruct",),
             healthy=True,
             observed_at=1_700_000_000.0,
-            signals=ProviderSignals(queue_depth=0.25, kv_cache_utilization=0.5),
+            signals=RecordSignals(queue_depth=0.25, kv_cache_utilization=0.5),
         )
         snapshot = snapshot.put_provider(f"provider-{i:04d}", record)
     return snapshot.add_capability("models", "llama-3.1-8b-instruct")
@@ -336,12 +335,12 @@ async def test_a_restarted_site_reasserts_its_own_lane_above_what_peers_hold(
     ]
     await eventually(lambda: full_membership(nodes), "full_membership(nodes)", timeout_s=DEADLINE_S)
     await first.publish_snapshot(big_snapshot("site-0", 3))
-    published = replicas[0].local.revision(CrdtLane.STATE)
+    published = replicas[0].local.revision(Lane.STATE)
 
     def peers_hold(revision: int) -> bool:
         for replica in replicas[1:]:
             snapshot = replica.snapshot("site-0")
-            if snapshot is None or snapshot.revision(CrdtLane.STATE) != revision:
+            if snapshot is None or snapshot.revision(Lane.STATE) != revision:
                 return False
         return True
 
@@ -351,8 +350,8 @@ async def test_a_restarted_site_reasserts_its_own_lane_above_what_peers_hold(
     reborn = GridState("site-0")
     await start_node("site-0", seeds=nodes[1:2], replica=reborn)
     await eventually(
-        lambda: reborn.local.revision(CrdtLane.STATE) == published + 1,
-        "reborn.local.revision(CrdtLane.STATE) == published + 1",
+        lambda: reborn.local.revision(Lane.STATE) == published + 1,
+        "reborn.local.revision(Lane.STATE) == published + 1",
         timeout_s=DEADLINE_S,
     )
     assert len(reborn.local.state.live_providers()) == 3  # our old state, joined
