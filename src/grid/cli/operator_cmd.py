@@ -32,7 +32,7 @@ _PATH = click.Path(path_type=Path, dir_okay=False, exists=True)
 
 
 async def _serve(settings: OperatorSettings) -> None:
-    store = await open_store(settings.store)
+    store = await open_store(settings.store, kubeconfig=settings.kubeconfig)
     operator = Operator(settings, store)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -54,6 +54,12 @@ async def _serve(settings: OperatorSettings) -> None:
     default=DEFAULT_STORE,
     show_default=True,
     help="Resource store: sqlite:PATH or kubernetes.",
+)
+@click.option(
+    "--kubeconfig",
+    envvar="GRID_KUBECONFIG",
+    type=_PATH,
+    help="Kubeconfig for --store kubernetes (default: KUBECONFIG, in-cluster, ~/.kube/config).",
 )
 @click.option(
     "--network", envvar="GRID_NETWORK", help="GridNetwork to serve (default: the only one)."

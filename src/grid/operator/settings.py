@@ -22,6 +22,9 @@ class OperatorSettings:
     """This operator's site: the GridSite it speaks for and the SWIM member name."""
     store: str = DEFAULT_STORE
     """Resource store URL: ``sqlite:PATH`` (embedded) or ``kubernetes``."""
+    kubeconfig: Path | None = None
+    """Kubeconfig for ``--store kubernetes``; absent means ``KUBECONFIG``, then the
+    in-cluster service account, then ``~/.kube/config``."""
     network: str | None = None
     """The GridNetwork to serve; absent means the only one in the store."""
     swim_bind: str = DEFAULT_SWIM_BIND

@@ -215,7 +215,9 @@ class KubeClient:
             attempt += 1
             await asyncio.sleep(delay)
 
-    async def stream(self, path: str, *, what: str, query: Mapping[str, str]) -> AsyncIterator[Obj]:
+    async def stream(
+        self, path: str, *, what: str, query: Mapping[str, str]
+    ) -> AsyncGenerator[Obj, None]:
         """The JSON lines of a watch; ends when the server closes the stream.
 
         A non-2xx answer raises as `request` does (410 as `Gone`); a dropped
