@@ -191,6 +191,8 @@ class KubeApiEmulator:
         self.bookmark_interval_s = bookmark_interval_s
         self.audit: Counter[Audit] = Counter()
         self.requests = 0
+        self.bookmarked_rv = 0
+        """The resourceVersion of the last BOOKMARK sent, for tests to wait on."""
         self._resources = {(r.group, r.plural): r for r in RESOURCES}
         self._objects: dict[tuple[str, str, str, str], _Stored] = {}
         self._log: list[tuple[int, Resource, Obj]] = []
@@ -735,6 +737,7 @@ class KubeApiEmulator:
                     await response.write(
                         json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n"
                     )
+                    self.bookmarked_rv = self._rv
                 continue
             if event is None:
                 return
