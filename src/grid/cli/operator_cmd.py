@@ -15,9 +15,11 @@ from pathlib import Path
 
 import click
 
+from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.url import open_store
 from grid.errors import GridError
 from grid.operator import logs
+from grid.operator.leader import ElectedOperator
 from grid.operator.runtime import Operator
 from grid.operator.settings import (
     DEFAULT_METRICS_BIND,
@@ -33,7 +35,14 @@ _PATH = click.Path(path_type=Path, dir_okay=False, exists=True)
 
 async def _serve(settings: OperatorSettings) -> None:
     store = await open_store(settings.store, kubeconfig=settings.kubeconfig)
-    operator = Operator(settings, store)
+    operator: Operator | ElectedOperator
+    if settings.leader_election:
+        if not isinstance(store, KubernetesStore):
+            await store.close()
+            raise GridError("--leader-election needs --store kubernetes", code="invalid")
+        operator = ElectedOperator(settings, store)
+    else:
+        operator = Operator(settings, store)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, operator.stop)
@@ -132,6 +141,41 @@ async def _serve(settings: OperatorSettings) -> None:
     default=5.0,
     show_default=True,
     help="Seconds a graceful stop may take (leaving the mesh first).",
+)
+@click.option(
+    "--leader-election/--no-leader-election",
+    envvar="GRID_LEADER_ELECTION",
+    default=False,
+    show_default=True,
+    help="Lead through a Lease so several replicas can run (--store kubernetes).",
+)
+@click.option("--lease-name", envvar="GRID_LEASE_NAME", help="Lease name [grid-operator-SITE].")
+@click.option(
+    "--lease-duration",
+    "lease_duration_s",
+    envvar="GRID_LEASE_DURATION",
+    type=click.FloatRange(min=0.1),
+    default=15.0,
+    show_default=True,
+    help="Seconds a follower waits on an unchanged Lease before taking it.",
+)
+@click.option(
+    "--renew-deadline",
+    "renew_deadline_s",
+    envvar="GRID_RENEW_DEADLINE",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds a leader leads without a successful renewal.",
+)
+@click.option(
+    "--retry-period",
+    "retry_period_s",
+    envvar="GRID_RETRY_PERIOD",
+    type=click.FloatRange(min=0.05),
+    default=2.0,
+    show_default=True,
+    help="Seconds between Lease renewals and takeover attempts.",
 )
 @click.option(
     "--log-level",

@@ -55,3 +55,15 @@ class OperatorSettings:
     rules (freshness, stale-candidate eviction) take effect within this bound."""
     shutdown_timeout_s: float = 5.0
     """Budget for a graceful stop: leave the mesh, finish writes, close the store."""
+    leader_election: bool = False
+    """Run as one of several replicas: only the holder of the Lease reconciles,
+    gossips and binds the SWIM port (``--store kubernetes`` only)."""
+    lease_name: str | None = None
+    """The Lease's name; absent means ``grid-operator-{site}``. It lives in
+    ``POD_NAMESPACE`` (``default`` without it)."""
+    lease_duration_s: float = 15.0
+    """Seconds a follower waits after the Lease last changed before taking it over."""
+    renew_deadline_s: float = 10.0
+    """Seconds a leader keeps leading without a successful renewal (< lease duration)."""
+    retry_period_s: float = 2.0
+    """Seconds between renewals and between a follower's attempts (< renew deadline)."""

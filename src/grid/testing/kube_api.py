@@ -191,6 +191,8 @@ class KubeApiEmulator:
         self.bookmark_interval_s = bookmark_interval_s
         self.audit: Counter[Audit] = Counter()
         self.requests = 0
+        self.writes: list[tuple[str, str, str, dict[str, str]]] = []
+        """(User-Agent, verb, resource, Lease holders at that moment) per write."""
         self.bookmarked_rv = 0
         """The resourceVersion of the last BOOKMARK sent, for tests to wait on."""
         self._resources = {(r.group, r.plural): r for r in RESOURCES}
@@ -256,6 +258,16 @@ class KubeApiEmulator:
             "current-context": "emulator",
         }
 
+    def lease_holders(self) -> dict[str, str]:
+        """``namespace/name`` -> holderIdentity of every Lease."""
+        return {
+            f"{s.obj['metadata'].get('namespace')}/{s.obj['metadata']['name']}": str(
+                (s.obj.get("spec") or {}).get("holderIdentity") or ""
+            )
+            for s in self._objects.values()
+            if s.obj["kind"] == "Lease"
+        }
+
     def objects_of(self, kind: str) -> list[Obj]:
         """Current objects of a kind, for assertions."""
         return [copy.deepcopy(s.obj) for s in self._objects.values() if s.obj["kind"] == kind]
@@ -300,6 +312,10 @@ class KubeApiEmulator:
             verb = self._verb(request.method, name, watch)
             plural = f"{resource.plural}/{sub}" if sub else resource.plural
             self.audit[verb, resource.group, plural, namespace or ""] += 1
+            if verb in ("create", "update", "patch", "delete"):
+                self.writes.append(
+                    (request.headers.get("User-Agent", ""), verb, plural, self.lease_holders())
+                )
             if watch:
                 return await self._watch(request, resource, namespace)
             body = await self._body(request) if request.method in ("POST", "PUT", "PATCH") else {}

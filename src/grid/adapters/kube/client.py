@@ -126,6 +126,7 @@ class KubeClient:
     ) -> None:
         self.settings = settings or ClientSettings()
         self._api = k8s_client.ApiClient(configuration)
+        self._api.user_agent = "grid-operator"
         self._rng = rng or random.Random()
 
     @classmethod
@@ -134,6 +135,10 @@ class KubeClient:
     ) -> KubeClient:
         """A client for the cluster the configuration names."""
         return cls(await load_configuration(kubeconfig), settings)
+
+    def set_identity(self, identity: str) -> None:
+        """Name this replica in the ``User-Agent`` of every request (audit logs show it)."""
+        self._api.user_agent = f"grid-operator/{identity}"
 
     async def close(self) -> None:
         """Close the connection pool."""

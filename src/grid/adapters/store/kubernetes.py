@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,9 @@ class KubernetesStore:
         self._phases: dict[tuple[str, str, str], str] = {}
         self._last_event: dict[tuple[str, str, str], float] = {}
         self._closed = asyncio.Event()
+        self.write_guard: Callable[[], None] | None = None
+        """Called before every write; leader election sets it to refuse writes
+        from a replica whose leadership has lapsed."""
 
     @classmethod
     async def connect(
@@ -111,6 +114,11 @@ class KubernetesStore:
     def _check_open(self) -> None:
         if self._closed.is_set():
             raise GridError("the store is closed", code="store_closed")
+
+    def _check_write(self) -> None:
+        self._check_open()
+        if self.write_guard is not None:
+            self.write_guard()
 
     # -- reads ---------------------------------------------------------------
 
@@ -152,7 +160,7 @@ class KubernetesStore:
 
     async def create(self, obj: Obj) -> Obj:
         """POST a new object; `AlreadyExists` on a taken name."""
-        self._check_open()
+        self._check_write()
         info, ns, name = objects.identify(obj)
         if obj["metadata"].get("resourceVersion"):
             raise ValidationError(
@@ -175,7 +183,7 @@ class KubernetesStore:
 
     async def replace(self, obj: Obj) -> Obj:
         """PUT (or, for ConfigMaps, apply) with the resourceVersion precondition."""
-        self._check_open()
+        self._check_write()
         info, ns, name = objects.identify(obj)
         if not obj["metadata"].get("resourceVersion"):
             raise ValidationError(
@@ -220,7 +228,7 @@ class KubernetesStore:
         namespace: str | None = None,
     ) -> Obj:
         """Merge-patch the status subresource; optimistic when ``resource_version`` is given."""
-        self._check_open()
+        self._check_write()
         info, ns = self._where(kind, namespace)
         if not isinstance(status, Mapping):
             raise ValidationError("must be a mapping", path="status")
@@ -244,7 +252,7 @@ class KubernetesStore:
 
     async def delete(self, kind: str, name: str, *, namespace: str | None = None) -> Obj:
         """DELETE an object and return its last state."""
-        self._check_open()
+        self._check_write()
         info, ns = self._where(kind, namespace)
         path = api_path(info.api_version, info.plural, ns or None, name)
         gone = await self.client.request(
