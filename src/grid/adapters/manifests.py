@@ -1,6 +1,6 @@
 """Reading CR YAML from disk: a single file or a directory of ``*.yaml``.
 
-This is the I/O half of manifest loading; `grid.core.manifest` does the parsing and
+This is the I/O half of manifest loading; `grid.core.resources.manifest` does the parsing and
 cross-checking. A directory is read non-recursively (as ``kubectl apply -f DIR``
 does), in name order so problems come out in a stable order; only ``*.yaml`` and
 ``*.yml`` files are read, so a ``signals.json`` beside the CRs is left alone.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grid.core.manifest import (
+from grid.core.resources.manifest import (
     NO_FIELD,
     NO_RESOURCE,
     ManifestError,

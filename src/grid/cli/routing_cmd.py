@@ -1,7 +1,7 @@
 """``grid render``, ``grid explain`` and ``grid overlay verify`` (SPEC-DECISIONS §9).
 
 These are thin edges over the pure core: they read manifests and a signals file,
-take the clock once, call `grid.core.render` / `grid.core.explain` /
+take the clock once, call `grid.core.routing.render` / `grid.core.routing.explain` /
 `grid.core.overlay.verify`, and print. No network is touched. Invalid input
 exits 2 with one line per problem; Secret values are never read, so they can
 never be printed.
@@ -20,11 +20,11 @@ from rich.console import Console
 from rich.table import Table
 
 from grid.cli.resources_cmd import load_or_exit
-from grid.core.explain import ExplainRow, Explanation, explain
-from grid.core.manifest import Manifests
 from grid.core.overlay import verify
-from grid.core.render import RenderInputs, render
-from grid.core.signals import SignalsDocument, parse_signals
+from grid.core.resources.manifest import Manifests
+from grid.core.routing.explain import ExplainRow, Explanation, explain
+from grid.core.routing.render import RenderInputs, render
+from grid.core.routing.signals import SignalsDocument, parse_signals
 from grid.errors import ValidationError
 
 SIGNALS_FILE_BYTES_MAX = 16 * 1024 * 1024

@@ -31,9 +31,6 @@ from grid.adapters.store import objects
 from grid.adapters.store.port import ResourceStore
 from grid.adapters.store.url import DEFAULT_STORE_URL, STORE_ENV, open_store, parse_store_url
 from grid.cli.store_output import CliKind, render, resolve_kind, table
-from grid.core.manifest import NO_FIELD, Document, ManifestError, Problem, decode_documents
-from grid.core.object_meta import SecretRef
-from grid.core.resource_errors import InvalidResource
 from grid.core.resources import (
     KINDS,
     GridNetwork,
@@ -42,7 +39,16 @@ from grid.core.resources import (
     parse_resource,
     resource_label,
 )
-from grid.core.secret import Secret, parse_secret
+from grid.core.resources.errors import InvalidResource
+from grid.core.resources.manifest import (
+    NO_FIELD,
+    Document,
+    ManifestError,
+    Problem,
+    decode_documents,
+)
+from grid.core.resources.object_meta import SecretRef
+from grid.core.resources.secret import Secret, parse_secret
 from grid.errors import AlreadyExists, Conflict, GridError, NotFound, ValidationError
 
 EXIT_INVALID_INPUT = 2
