@@ -8,8 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -32,11 +34,12 @@ class Clock:
 
 
 @pytest.fixture
-async def emulator() -> AsyncIterator[KubeApiEmulator]:
+async def emulator(kube_audit: Counter[Any]) -> AsyncIterator[KubeApiEmulator]:
     emu = KubeApiEmulator()
     await emu.start()
     yield emu
     await emu.stop()
+    kube_audit.update(emu.audit)
 
 
 async def _client(emulator: KubeApiEmulator, tmp_path: Path, name: str) -> KubeClient:
@@ -105,7 +108,7 @@ async def _until(what: str, check: object, deadline_s: float) -> None:
 async def test_the_standby_takes_over_a_paused_leader_and_two_never_lead_at_once(
     emulator: KubeApiEmulator, tmp_path: Path
 ) -> None:
-    store = await connect_store(emulator, tmp_path)
+    store = await connect_store(emulator, tmp_path, agent="grid-test-harness")
     await store.create(
         {
             "apiVersion": "grid.praxis-proxy.io/v1alpha1",

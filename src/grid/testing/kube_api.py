@@ -19,7 +19,7 @@ server does where an operator depends on it:
   trimmed event log no longer reaches;
 - Secrets' ``stringData`` folded into base64 ``data``; Leases and Events.
 
-Every request is recorded as ``(verb, group, resource, namespace)`` in
+Every operator request is recorded as ``(verb, group, resource, namespace)`` in
 `KubeApiEmulator.audit`, which the RBAC test compares with the chart's ClusterRole.
 Faults for tests: `drop_watches` ends every open watch mid-stream, `compact`
 trims the event log, and `fail_next` answers the next requests with an error.
@@ -53,6 +53,9 @@ Obj = dict[str, Any]
 Audit = tuple[str, str, str, str]
 """(verb, API group, resource[/subresource], namespace or "")."""
 
+OPERATOR_AGENT = "grid-operator"
+"""Requests whose User-Agent starts with this are the operator's and are audited;
+a test's own setup writes use another agent and stay out of the RBAC audit."""
 DEFAULT_RETENTION = 1_000
 """Events kept for watch resumption before a resume gets 410."""
 DEFAULT_BOOKMARK_INTERVAL_S = 0.5
@@ -311,11 +314,11 @@ class KubeApiEmulator:
             watch = request.query.get("watch") in ("true", "1")
             verb = self._verb(request.method, name, watch)
             plural = f"{resource.plural}/{sub}" if sub else resource.plural
-            self.audit[verb, resource.group, plural, namespace or ""] += 1
+            agent = request.headers.get("User-Agent", "")
+            if agent.startswith(OPERATOR_AGENT):
+                self.audit[verb, resource.group, plural, namespace or ""] += 1
             if verb in ("create", "update", "patch", "delete"):
-                self.writes.append(
-                    (request.headers.get("User-Agent", ""), verb, plural, self.lease_holders())
-                )
+                self.writes.append((agent, verb, plural, self.lease_holders()))
             if watch:
                 return await self._watch(request, resource, namespace)
             body = await self._body(request) if request.method in ("POST", "PUT", "PATCH") else {}
@@ -767,12 +770,20 @@ class KubeApiEmulator:
             await response.write(json.dumps(event).encode() + b"\n")
 
 
-async def connect_store(emulator: KubeApiEmulator, directory: Path, **options: Any) -> Any:
-    """A `KubernetesStore` on the emulator through a kubeconfig file, with fast retries."""
+async def connect_store(
+    emulator: KubeApiEmulator, directory: Path, *, agent: str = "", **options: Any
+) -> Any:
+    """A `KubernetesStore` on the emulator through a kubeconfig file, with fast retries.
+
+    ``agent`` replaces the operator's User-Agent (a test harness's setup writes).
+    """
     from grid.adapters.kube.client import ClientSettings
     from grid.adapters.store.kubernetes import KubernetesStore
 
     path = directory / f"kubeconfig-{uuid.uuid4().hex[:8]}.yaml"
     path.write_text(yaml.safe_dump(emulator.kubeconfig()))
     settings = ClientSettings(backoff_base_s=0.01, backoff_cap_s=0.1, request_timeout_s=10.0)
-    return await KubernetesStore.connect(path, settings=settings, **options)
+    store = await KubernetesStore.connect(path, settings=settings, **options)
+    if agent:
+        store.client._api.user_agent = agent
+    return store
