@@ -21,6 +21,12 @@ from grid.testing.kube_api import KubeApiEmulator, connect_store
 POLL_DEADLINE_S = 10.0
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run ``after_operator_suite`` tests last: they read what the others recorded."""
+    last = [item for item in items if item.get_closest_marker("after_operator_suite")]
+    items[:] = [item for item in items if item not in last] + last
+
+
 class CountingStore:
     """A store of the parametrized backend, counting every write call by (operation, kind).
 
