@@ -17,7 +17,7 @@ HELM := $(TOOLS)/helm/helm
 KUBECTL := $(TOOLS)/kubectl/kubectl
 CHART := deploy/helm/grid-operator
 
-.PHONY: run test lint typecheck contracts pytest system-deps bench-deps apt-install venv proto bench clean tools chart
+.PHONY: run test lint typecheck contracts pytest system-deps bench-deps apt-install venv proto bench clean tools chart lock
 
 run: $(STAMP)
 	$(BIN)/grid demo
@@ -56,6 +56,13 @@ chart: $(HELM)
 	  $(HELM) lint --strict $(CHART) --namespace grid --values $$preset >/dev/null || exit 1; \
 	  $(HELM) template grid $(CHART) --namespace grid --values $$preset >/dev/null || exit 1; \
 	done
+
+# The container image's pinned runtime dependencies, resolved in a throwaway venv.
+lock:
+	rm -rf $(TOOLS)/lock && $(PYTHON) -m venv $(TOOLS)/lock
+	$(TOOLS)/lock/bin/pip install -qq .
+	$(TOOLS)/lock/bin/pip freeze --exclude grid > deploy/container/requirements.lock
+	rm -rf $(TOOLS)/lock
 
 # Debian packages the test suite needs (nats-server for the JetStream backbone tests).
 system-deps:
