@@ -21,7 +21,8 @@ server does where an operator depends on it:
 
 Every operator request is recorded as ``(verb, group, resource, namespace)`` in
 `KubeApiEmulator.audit`, which the RBAC test compares with the chart's ClusterRole.
-Faults for tests: `drop_watches` ends every open watch mid-stream, `compact`
+Faults for tests: `drop_watches` ends every open watch mid-stream,
+`pause_watches` refuses new ones with 503 until `resume_watches`, `compact`
 trims the event log, and `fail_next` answers the next requests with an error.
 This module is the ``kmock`` replacement: kmock 0.8's emulator stores merged
 dicts with no resourceVersion, preconditions, status subresource, generation,
@@ -205,6 +206,7 @@ class KubeApiEmulator:
         self._rv = 0
         self._watchers: set[_Watcher] = set()
         self._failures: list[int] = []
+        self._watches_paused = False
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -235,6 +237,16 @@ class KubeApiEmulator:
         """End every open watch stream, as an API server restart or a load balancer does."""
         for watcher in list(self._watchers):
             watcher.queue.put_nowait(None)
+
+    def pause_watches(self) -> None:
+        """End every watch and answer new ones 503 until `resume_watches`, as a
+        restarting API server does; writes still go through meanwhile."""
+        self._watches_paused = True
+        self.drop_watches()
+
+    def resume_watches(self) -> None:
+        """Serve watches again."""
+        self._watches_paused = False
 
     def compact(self) -> None:
         """Trim the whole event log: every resume from an older version now gets 410."""
@@ -320,6 +332,8 @@ class KubeApiEmulator:
             if verb in ("create", "update", "patch", "delete"):
                 self.writes.append((agent, verb, plural, self.lease_holders()))
             if watch:
+                if self._watches_paused:
+                    raise ApiError(503, "ServiceUnavailable", "watches are paused")
                 return await self._watch(request, resource, namespace)
             body = await self._body(request) if request.method in ("POST", "PUT", "PATCH") else {}
             status, answer = self._dispatch(request, verb, resource, namespace, name, sub, body)

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.port import EventType, Expired, WatchEvent
@@ -244,3 +245,28 @@ async def test_a_wrong_token_is_refused(emulator: KubeApiEmulator, tmp_path: Pat
         assert refused.value.code == "forbidden"
     finally:
         await store.close()
+
+
+async def test_configuration_prefers_the_flag_then_kubeconfig_then_the_service_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, emulator: KubeApiEmulator
+) -> None:
+    from grid.adapters.kube import client
+
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("in-cluster-token")
+    (account / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setattr(client, "SERVICE_ACCOUNT_DIR", account)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    in_cluster = await client.load_configuration()
+    assert in_cluster.host == "https://10.96.0.1:443"
+    assert in_cluster.ssl_ca_cert == str(account / "ca.crt")
+    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig.write_text(yaml.safe_dump(emulator.kubeconfig()))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert (await client.load_configuration()).host == emulator.url
+    other = tmp_path / "other.yaml"
+    other.write_text(kubeconfig.read_text().replace(emulator.url, "http://127.0.0.1:1"))
+    assert (await client.load_configuration(other)).host == "http://127.0.0.1:1"

@@ -35,6 +35,8 @@ Obj = dict[str, Any]
 FIELD_MANAGER = "grid-operator"
 """The field manager of every write Grid makes, and of its server-side applies."""
 KUBECONFIG_ENV = "KUBECONFIG"
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+"""Where a pod's service-account token and cluster CA are mounted."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,11 @@ async def load_configuration(kubeconfig: str | Path | None = None) -> k8s_client
         if path:
             await k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=cfg,
+                token_filename=str(SERVICE_ACCOUNT_DIR / "token"),
+                cert_filename=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
+            )
         else:
             await k8s_config.load_kube_config(client_configuration=cfg)
     except (k8s_config.ConfigException, OSError, ValueError) as exc:

@@ -13,8 +13,9 @@ store) and maps HTTP onto the port:
 - ``patch_status`` is a JSON merge patch on the ``status`` subresource, carrying
   ``metadata.resourceVersion`` as a precondition when one is given; 409 is `Conflict`.
 - ``watch`` lists, then watches from the list's version with bookmarks; a stream
-  that drops or times out is re-opened from the last version seen (an event's or
-  a bookmark's); a 410 raises `Expired` so the caller lists again.
+  that drops or times out, or a watch refused with 429 or 5xx, is re-opened from
+  the last version seen (an event's or a bookmark's) with backoff; a 410 raises
+  `Expired` so the caller lists again.
 - A ``status.phase`` change written through ``patch_status`` is also recorded as
   a Kubernetes Event, at most one per object per `EVENT_MIN_INTERVAL_S`.
 
@@ -35,7 +36,14 @@ from typing import Any
 
 import aiohttp
 
-from grid.adapters.kube.client import FIELD_MANAGER, ClientSettings, Gone, KubeClient, api_path
+from grid.adapters.kube.client import (
+    FIELD_MANAGER,
+    ApiFailure,
+    ClientSettings,
+    Gone,
+    KubeClient,
+    api_path,
+)
 from grid.adapters.store import objects
 from grid.adapters.store.port import (
     DEFAULT_NAMESPACE,
@@ -322,6 +330,12 @@ class KubernetesStore:
                     yield WatchEvent(EventType(event_type), _clean(obj, info), version)
             except Gone as exc:
                 raise Expired(f"{info.kind} watch: {exc.message}") from None
+            except ApiFailure as exc:
+                if exc.status != 429 and exc.status < 500:
+                    raise
+                failures += 1
+                log.info("watch refused; retrying", extra={"kind": info.kind, "status": exc.status})
+                await self._pause(self.client.backoff_s(min(failures, 8)))
             except (aiohttp.ClientError, TimeoutError):
                 failures += 1
                 log.info("watch dropped; resuming", extra={"kind": info.kind, "from": version})
