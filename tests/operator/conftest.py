@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +15,6 @@ from grid.adapters.store.port import ResourceStore
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo.pki import DevCA
 from grid.testing.kube_api import KubeApiEmulator, connect_store
-
-POLL_DEADLINE_S = 10.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -173,26 +169,3 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         key.write_bytes(issued.key_pem)
         sites[name] = SiteFiles(cert, key, issued.fingerprint)
     return Pki(root / "ca.pem", sites)
-
-
-Check = Callable[[], Awaitable[bool]] | Callable[[], bool]
-Eventually = Callable[..., Awaitable[None]]
-
-
-async def _eventually(check: Check, what: str, deadline_s: float = POLL_DEADLINE_S) -> None:
-    end = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > end:
-            raise AssertionError(f"{what} did not hold within {deadline_s} s")
-        await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-def eventually() -> Eventually:
-    """``await eventually(check, what)``: poll ``check`` until it holds, with a deadline."""
-    return _eventually

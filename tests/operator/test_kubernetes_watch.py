@@ -4,7 +4,6 @@ watch that drops mid-stream or resumes into a 410."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from grid.operator.output import configmap_name
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings
 from grid.testing.kube_api import KubeApiEmulator, connect_store
+from grid.testing.poll import eventually
 
 
 async def _copy_demo_store(mesh: DemoMesh, harness: Any) -> None:
@@ -30,13 +30,6 @@ async def _copy_demo_store(mesh: DemoMesh, harness: Any) -> None:
                 await harness.create({**obj, "metadata": meta})
     finally:
         await source.close()
-
-
-async def _until(what: str, check: Any, deadline_s: float = 20.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not await check():
-        assert time.monotonic() < end, f"{what} did not happen within {deadline_s} s"
-        await asyncio.sleep(0.05)
 
 
 async def test_dropped_and_expired_watches_still_deliver_overlay_changes(
@@ -74,19 +67,21 @@ async def test_dropped_and_expired_watches_still_deliver_overlay_changes(
 
     try:
         first = mesh.plan.sites["east"].gateway
-        await _until("the first overlay", lambda: overlay_for(first))
+        await eventually(lambda: overlay_for(first), "the first overlay", timeout_s=20)
         watches = emulator.audit["watch", "grid.praxis-proxy.io", "gridnetworks", ""]
         emulator.drop_watches()  # mid-stream: the watch resumes from its last version
         await add_gateway("second")
-        await _until(
-            "the overlay of a gateway added while the watch was down", lambda: overlay_for("second")
+        await eventually(
+            lambda: overlay_for("second"), "the overlay of a gateway added while the watch was down"
         )
         relists = emulator.audit["list", "grid.praxis-proxy.io", "gridnetworks", ""]
         emulator.pause_watches()  # the API server restarts: watches get 503 meanwhile
         await add_gateway("third")
         emulator.compact()  # and its history is gone: the resume gets 410, a list follows
         emulator.resume_watches()
-        await _until("the overlay of a gateway added across a 410", lambda: overlay_for("third"))
+        await eventually(
+            lambda: overlay_for("third"), "the overlay of a gateway added across a 410"
+        )
         assert emulator.audit["watch", "grid.praxis-proxy.io", "gridnetworks", ""] >= watches + 2
         assert emulator.audit["list", "grid.praxis-proxy.io", "gridnetworks", ""] > relists
     finally:

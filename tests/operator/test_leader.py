@@ -21,6 +21,7 @@ from grid.adapters.kube.client import ClientSettings, KubeClient, load_configura
 from grid.adapters.kube.lease import LeadershipLost, LeaseElector, LeaseSettings
 from grid.demo.plan import PortPicker
 from grid.testing.kube_api import KubeApiEmulator, connect_store
+from grid.testing.poll import eventually
 
 FAST = LeaseSettings(lease_duration_s=2.0, renew_deadline_s=1.4, retry_period_s=0.2)
 
@@ -92,19 +93,6 @@ async def _readyz(port: int) -> tuple[int, str]:
         return 0, ""
 
 
-async def _until(what: str, check: object, deadline_s: float) -> None:
-    end = time.monotonic() + deadline_s
-    while True:
-        result = check()  # type: ignore[operator]
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > end:
-            raise AssertionError(f"{what} did not hold within {deadline_s} s")
-        await asyncio.sleep(0.05)
-
-
 async def test_the_standby_takes_over_a_paused_leader_and_two_never_lead_at_once(
     emulator: KubeApiEmulator, tmp_path: Path
 ) -> None:
@@ -137,7 +125,7 @@ async def test_the_standby_takes_over_a_paused_leader_and_two_never_lead_at_once
         procs[name] = (subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE), metrics)
     lease = "grid/grid-operator-east"
     try:
-        await _until("a leader", lambda: emulator.lease_holders().get(lease), 30)
+        await eventually(lambda: emulator.lease_holders().get(lease), "a leader", timeout_s=30)
         leader = emulator.lease_holders()[lease].removeprefix("replica-")
         standby = "b" if leader == "a" else "a"
 
@@ -149,19 +137,18 @@ async def test_the_standby_takes_over_a_paused_leader_and_two_never_lead_at_once
                 and ("role: follower" in follow[1])
             )
 
-        await _until("leader ready and standby unready", roles, 30)
+        await eventually(roles, "leader ready and standby unready", timeout_s=30)
         procs[leader][0].send_signal(signal.SIGSTOP)
         paused = time.monotonic()
-        await _until(
-            "the standby holds the Lease",
+        await eventually(
             lambda: emulator.lease_holders()[lease] == f"replica-{standby}",
-            10,
+            "the standby holds the Lease",
         )
         assert time.monotonic() - paused <= 2 * 2.0
         procs[leader][0].send_signal(signal.SIGCONT)
         assert await asyncio.to_thread(procs[leader][0].wait, 20) == 1
         assert b"lost" in procs[leader][0].stderr.read()  # type: ignore[union-attr]
-        await _until("the standby serves", lambda: _readyz(procs[standby][1]), 30)
+        await eventually(lambda: _readyz(procs[standby][1]), "the standby serves", timeout_s=30)
     finally:
         for proc, _port in procs.values():
             if proc.poll() is None:

@@ -24,6 +24,7 @@ from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.port import EventType, Expired, WatchEvent
 from grid.errors import Conflict, GridError
 from grid.testing.kube_api import KubeApiEmulator, connect_store
+from grid.testing.poll import eventually
 
 API = "grid.praxis-proxy.io/v1alpha1"
 SECRET_VALUE = "s3cr3t-Value-never-logged"
@@ -164,9 +165,7 @@ async def test_bookmarks_carry_a_quiet_watch_past_compaction_and_a_gap_is_expire
         await kube.create({**site("net"), "kind": "GridNetwork", "spec": {"region": "eu"}})
         rv = emulator._rv
         # A bookmark moves the quiet GridSite watch past the GridNetwork write.
-        async with asyncio.timeout(5):
-            while emulator.bookmarked_rv < rv:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: emulator.bookmarked_rv >= rv, "a bookmark past the write")
         emulator.compact()
         emulator.drop_watches()
         await kube.patch_status("GridSite", "east", {"phase": "Pending"})
