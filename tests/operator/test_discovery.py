@@ -181,3 +181,29 @@ async def test_the_site_status_shows_what_its_records_offer_and_only_rewrites_ch
     await controller.reconcile(await sites(store), members, offers={"west": offer})
     await controller.reconcile(await sites(store), members, offers={"west": offer})
     assert store.writes("GridSite") == writes + 1  # Discovered -> Connecting only
+
+
+async def test_a_moved_gateway_lane_updates_the_discovered_site_keeping_its_pin(
+    store: Any,
+) -> None:
+    replica = GridState("east")
+    gossip(replica, "west", "127.0.0.1:9")
+    discovery = SiteDiscovery(store, "east")
+    members = {"west": MemberState.ALIVE}
+    await discovery.reconcile(network(), [], members, replica)
+    (site,) = await sites(store)
+    obj = site.model_dump(by_alias=True, exclude_none=True, mode="json")
+    obj["spec"]["trust"] = {"certFingerprint": "ab" * 32}
+    obj.pop("status", None)
+    await store.replace(obj)  # a person pins the site
+    peer = GridState("west", base_revision=10_000)
+    moved = GridStateSnapshot.empty("west", 10_000).set_lane(
+        Lane.GATEWAY, GatewayLaneValue(egress_address="127.0.0.1:10")
+    )
+    for item in peer.update_local(moved):
+        replica.apply(item)
+    assert await discovery.reconcile(network(), await sites(store), members, replica)
+    (site,) = await sites(store)
+    assert site.spec.egress is not None and site.spec.egress.address == "127.0.0.1:10"
+    assert site.spec.trust is not None and site.spec.trust.fingerprint_hex == "ab" * 32
+    assert (site.spec.region, site.spec.zone) == ("eu", "eu-1")
