@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import ssl
 from asyncio import sslproto
 from collections.abc import Callable, Mapping
@@ -95,6 +96,9 @@ class HeapTrim:
 
     def _run(self) -> None:
         self._pending = None
+        # A closed connection's aiohttp objects form reference cycles; collecting
+        # them first is what lets their memory be handed back.
+        gc.collect()
         if self._trim is not None:
             self._trim(0)
 
@@ -117,12 +121,14 @@ async def start_compact_tls(
     context: ssl.SSLContext,
     handshake_timeout_s: float,
     shutdown_timeout_s: float,
+    first_bytes: bytes = b"",
 ) -> asyncio.Transport | None:
     """``loop.start_tls(server_side=True)`` with the compact read buffer.
 
     The steps are asyncio's own (``BaseEventLoop.start_tls``); only the protocol
-    class differs. Returns the TLS transport once the handshake is done, or None
-    when the peer went away as it finished.
+    class differs, and ``first_bytes`` (ciphertext already read from ``raw``) are
+    fed to the TLS layer first. Returns the TLS transport once the handshake is
+    done, or None when the peer went away as it finished.
     """
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
@@ -139,15 +145,28 @@ async def start_compact_tls(
     raw.pause_reading()
     raw.set_protocol(tls)
     made = loop.call_soon(tls.connection_made, raw)
+    fed = loop.call_soon(_feed, tls, first_bytes)
     resumed = loop.call_soon(raw.resume_reading)
     try:
         await waiter
     except BaseException:
         raw.close()
         made.cancel()
+        fed.cancel()
         resumed.cancel()
         raise
     return cast(asyncio.Transport | None, tls._app_transport)
+
+
+def _feed(tls: sslproto.SSLProtocol, data: bytes) -> None:
+    """Hand already-read ciphertext to the TLS layer as if it had just been received."""
+    view = memoryview(data)
+    while view:
+        buffer = tls.get_buffer(len(view))
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        tls.buffer_updated(size)
+        view = view[size:]
 
 
 InnerFactory = Callable[[asyncio.Transport], asyncio.Protocol]
@@ -188,6 +207,8 @@ class GuardedConnection(asyncio.Protocol):
         # the handshake, before the handshake has returned and HTTP is attached.
         self._early: list[bytes] = []
         self._early_eof = False
+        self._raw: asyncio.Transport | None = None  # a TLS connection before its first byte
+        self._silence: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Take a slot (or abort at once), then admit the connection or start TLS."""
@@ -199,16 +220,30 @@ class GuardedConnection(asyncio.Protocol):
         if self._tls is None:
             self._attach(raw, raw)
             return
+        # The TLS layer (buffers, handshake task) is built only once the client
+        # speaks, so a silent socket costs little more than its descriptor.
+        self._raw = raw
+        self._silence = asyncio.get_running_loop().call_later(self._handshake_timeout_s, raw.abort)
+
+    def _begin_tls(self, raw: asyncio.Transport, first_bytes: bytes) -> None:
+        if self._silence is not None:
+            self._silence.cancel()
+            self._silence = None
         raw.pause_reading()  # the TLS layer resumes reading once it is in place
-        task = asyncio.get_running_loop().create_task(self._secure(raw))
+        task = asyncio.get_running_loop().create_task(self._secure(raw, first_bytes))
         self._handshakes.add(task)
         task.add_done_callback(self._handshakes.discard)
 
-    async def _secure(self, raw: asyncio.Transport) -> None:
+    async def _secure(self, raw: asyncio.Transport, first_bytes: bytes) -> None:
         assert self._tls is not None
         try:
             secured = await start_compact_tls(
-                raw, self, self._tls, self._handshake_timeout_s, self._handshake_timeout_s
+                raw,
+                self,
+                self._tls,
+                self._handshake_timeout_s,
+                self._handshake_timeout_s,
+                first_bytes,
             )
         except BaseException as exc:
             # Refused certificate, timeout, reset, or shutdown: the TLS layer never
@@ -249,8 +284,11 @@ class GuardedConnection(asyncio.Protocol):
                 self._trim.connection_closed()
 
     def data_received(self, data: bytes) -> None:
-        """Forward request bytes (kept until HTTP is attached)."""
-        if self._inner is not None:
+        """Start TLS on the first ciphertext; then forward bytes (kept until HTTP is attached)."""
+        if self._raw is not None:
+            raw, self._raw = self._raw, None
+            self._begin_tls(raw, data)
+        elif self._inner is not None:
             self._inner.data_received(data)
         else:
             self._early.append(data)
@@ -274,6 +312,10 @@ class GuardedConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Return the slot and tell the HTTP protocol."""
+        if self._silence is not None:
+            self._silence.cancel()
+            self._silence = None
+        self._raw = None
         self._release()
         inner, self._inner = self._inner, None
         if inner is not None:

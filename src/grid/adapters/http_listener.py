@@ -204,6 +204,10 @@ class PolicedRequestHandler(RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         """Answer a malformed request or a failed handler; log class and reason only."""
+        if isinstance(exc, ConnectionError) or self.transport is None:
+            # The client went away mid-request: nothing to answer, nothing to report.
+            log.debug("client left mid-request", extra={"reason": "client_reset"})
+            raise ConnectionError("the client left")
         reason = error_reason(status, exc)
         log.warning(
             "request refused",
