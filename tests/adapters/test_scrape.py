@@ -20,7 +20,7 @@ from grid.adapters.scrape import (
     join_url,
     parse_exposition,
 )
-from grid.core.provider_spec import HealthCheck, MetricsConfig
+from grid.core.resources.provider_spec import HealthCheck, MetricsConfig
 from grid.demo.mock_provider import MockProvider, MockSettings
 
 MODEL = "m1"

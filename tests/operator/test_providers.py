@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from grid.core.crdt.record import ProviderRecord
-from grid.core.lifecycle import ProviderObservation
-from grid.core.phases import ProviderPhase
 from grid.core.resources import API_VERSION, SITE_LABEL, InferenceProvider
+from grid.core.resources.lifecycle import ProviderObservation
+from grid.core.resources.phases import ProviderPhase
 from grid.demo.mock_provider import KV_BASELINE, MockProvider, MockSettings
 from grid.operator.providers import (
     ProviderController,

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from grid.adapters.store.sqlite import SqliteStore
-from grid.core.mesh_view import GRID_ID_LABEL
+from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.trust import contains_private_key, fingerprint_pem
 from grid.demo.mesh import DemoMesh
 from grid.operator.runtime import Operator

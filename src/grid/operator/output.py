@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grid.adapters.store.port import ResourceStore
-from grid.core.render import Rendered
+from grid.core.routing.render import Rendered
 from grid.errors import AlreadyExists, NotFound
 
 CONFIG_KEY = "grid-config.json"
