@@ -21,8 +21,10 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import gc
 import ssl
+import time
 from asyncio import sslproto
 from collections.abc import Callable, Mapping
 from typing import cast
@@ -43,26 +45,72 @@ transport after the TLS handshake (peer certificate, address)."""
 
 
 class ConnectionGate:
-    """Counts open connections against a total cap and, once classified, per-class caps."""
+    """Counts open connections against a total cap and, once classified, per-class caps.
 
-    def __init__(self, limit: int, class_limits: Mapping[str, int] | None = None) -> None:
+    With ``evict_unsettled`` a full gate makes room for a new connection by
+    aborting the oldest one that has not yet sent a complete request head
+    (handshaking, silent or slow) and older than ``evictable_after_s``, instead
+    of refusing the newcomer: a flood of
+    slow connections then cannot lock out a health probe, which completes its
+    head within milliseconds and is no longer evictable.
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        class_limits: Mapping[str, int] | None = None,
+        *,
+        evict_unsettled: bool = False,
+        evictable_after_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limit = limit
         self.class_limits = dict(class_limits or {})
+        self.evict_unsettled = evict_unsettled
+        self.evictable_after_s = evictable_after_s
+        self._clock = clock
         self.open = 0
         self.refused = 0
+        self.evicted = 0
         self.by_class: dict[str, int] = dict.fromkeys(self.class_limits, 0)
+        # Connections without a complete first head, oldest first, with accept times.
+        self._unsettled: dict[asyncio.BaseTransport, float] = {}
 
-    def enter(self) -> bool:
-        """Take a slot for a new connection; False when the listener is full."""
-        if self.open >= self.limit:
+    def enter(self, transport: asyncio.BaseTransport | None = None) -> bool:
+        """Take a slot for a new connection; False when the listener is full.
+
+        A ``transport`` counts as unsettled (evictable) until `settle` is called.
+        """
+        if self.open >= self.limit and not self._evict_oldest():
             self.refused += 1
             return False
         self.open += 1
+        if transport is not None:
+            self._unsettled[transport] = self._clock()
         return True
 
-    def leave(self) -> None:
+    def settle(self, transport: asyncio.BaseTransport) -> None:
+        """The connection sent a complete request head: it is no longer evictable."""
+        self._unsettled.pop(transport, None)
+
+    def _evict_oldest(self) -> bool:
+        if not self.evict_unsettled or not self._unsettled:
+            return False
+        oldest, accepted_at = next(iter(self._unsettled.items()))
+        if self._clock() - accepted_at < self.evictable_after_s:
+            return False
+        del self._unsettled[oldest]
+        self.evicted += 1
+        # Its slot is given back when the abort is reported (connection_lost);
+        # until then the gate holds one connection over its cap.
+        cast(asyncio.Transport, oldest).abort()
+        return True
+
+    def leave(self, transport: asyncio.BaseTransport | None = None) -> None:
         """Give a connection's slot back."""
         self.open -= 1
+        if transport is not None:
+            self._unsettled.pop(transport, None)
 
     def enter_class(self, name: str) -> bool:
         """Count a classified connection in its class; False when that class is full."""
@@ -169,9 +217,10 @@ def _feed(tls: sslproto.SSLProtocol, data: bytes) -> None:
         view = view[size:]
 
 
-InnerFactory = Callable[[asyncio.Transport], asyncio.Protocol]
+InnerFactory = Callable[[asyncio.Transport, Callable[[], None]], asyncio.Protocol]
 """Makes the HTTP protocol of one admitted connection, given its raw TCP transport
-(which a refusal closes directly, so no TLS shutdown keeps reading)."""
+(which a refusal closes directly, so no TLS shutdown keeps reading) and a callback
+to call once its first request head is complete (it is then no longer evictable)."""
 
 
 class GuardedConnection(asyncio.Protocol):
@@ -202,6 +251,7 @@ class GuardedConnection(asyncio.Protocol):
         self._trim = trim
         self._inner: asyncio.Protocol | None = None
         self._holds_slot = False
+        self._slot: asyncio.Transport | None = None
         self._class: str | None = None
         # Bytes (and an EOF) the TLS layer delivers in the same read as the end of
         # the handshake, before the handshake has returned and HTTP is attached.
@@ -213,10 +263,11 @@ class GuardedConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Take a slot (or abort at once), then admit the connection or start TLS."""
         raw = cast(asyncio.Transport, transport)
-        if not self._gate.enter():
+        if not self._gate.enter(raw):
             raw.abort()
             return
         self._holds_slot = True
+        self._slot = raw
         if self._tls is None:
             self._attach(raw, raw)
             return
@@ -265,7 +316,7 @@ class GuardedConnection(asyncio.Protocol):
                 raw.abort()
                 return
             self._class = name
-        inner = self._inner = self._make_inner(raw)
+        inner = self._inner = self._make_inner(raw, functools.partial(self._gate.settle, raw))
         inner.connection_made(transport)
         early, self._early = self._early, []
         for data in early:
@@ -276,7 +327,8 @@ class GuardedConnection(asyncio.Protocol):
     def _release(self) -> None:
         if self._holds_slot:
             self._holds_slot = False
-            self._gate.leave()
+            self._gate.leave(self._slot)
+            self._slot = None
             if self._class is not None:
                 self._gate.leave_class(self._class)
                 self._class = None
