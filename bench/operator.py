@@ -51,7 +51,7 @@ from typing import Any  # noqa: E402
 import aiohttp  # noqa: E402
 
 from grid.adapters.store.sqlite import SqliteStore  # noqa: E402
-from grid.core.crdt.record import ProviderRecord, ProviderSignals  # noqa: E402
+from grid.core.crdt.record import ProviderRecord, RecordSignals  # noqa: E402
 from grid.core.crdt.replica import GridState  # noqa: E402
 from grid.core.crdt.snapshot import GridStateSnapshot  # noqa: E402
 from grid.core.resources import API_VERSION, GridSite  # noqa: E402
@@ -257,7 +257,7 @@ def _record(i: int, origin: str, queue: float, now: float) -> ProviderRecord:
         models=(MODEL,),
         healthy=i % 97 != 0,
         observed_at=now,
-        signals=ProviderSignals(
+        signals=RecordSignals(
             queue_depth=queue,
             kv_cache_utilization=(i * 13 % 100) / 100,
             prefix_cache_hit_ratio=(i * 3 % 100) / 100,
@@ -329,7 +329,7 @@ async def reconcile_cpu(providers: int, repeat: int) -> dict[str, Any]:
             site="s0", store=f"sqlite:{root / 'store.db'}", overlay_dir=root / "out"
         )
         operator = Operator(settings, store)
-        operator.network = await select_network(store, None)
+        operator.served.network = await select_network(store, None)
         # Every peer site is verified (Active), as in a converged mesh: an
         # unverified site's candidates are never rendered.
         operator.sites.phases = {f"s{i}": SitePhase.ACTIVE for i in range(PEER_SITES + 1)}
@@ -339,7 +339,7 @@ async def reconcile_cpu(providers: int, repeat: int) -> dict[str, Any]:
         envelope = json.loads(envelope_text)
         unchanged, changed, pure, dumps = [], [], [], []
         writes_before = operator.writer.writes
-        network = operator.network
+        network = operator.served.network
         sites = [GridSite.model_validate(o) for o in await store.list("GridSite")]
 
         def render_only() -> Any:
