@@ -26,7 +26,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
@@ -47,10 +46,10 @@ from grid.core.crdt.snapshot import (
     sorted_pairs,
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
-from grid.core.resources.discovery import as_member, member_of
+from grid.core.resources.discovery import as_member
 from grid.core.resources.network_status import RoundOutcome
 from grid.core.resources.secret import Secret
-from grid.core.resources.site_offers import site_capabilities
+from grid.core.resources.site_offers import member_certs, member_offers
 from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
@@ -379,26 +378,10 @@ class Operator:
             sites,
             members,
             left_after_s=None if ttl is None else float(ttl),
-            certs=self._member_certs(members),
-            offers=self._member_offers(sites),
+            certs=member_certs(self.replica, members),
+            offers=member_offers(self.replica, sites),
         ):
             self._dirty.set()
-
-    def _member_offers(self, sites: list[GridSite]) -> dict[str, list[dict[str, Any]]]:
-        """What each site's records offer (``status.capabilities``), ours included."""
-        by_origin: dict[str, list[ProviderRecord]] = {}
-        for origin, _pid, record in self.replica.providers():
-            by_origin.setdefault(origin, []).append(record)
-        return {member_of(s): site_capabilities(by_origin.get(member_of(s), [])) for s in sites}
-
-    def _member_certs(self, members: dict[str, MemberState]) -> dict[str, str]:
-        """Each member's gossiped certificate PEM (the replica refused any private key)."""
-        certs = {}
-        for member in members:
-            snapshot = self.replica.snapshot(member)
-            if snapshot is not None and snapshot.cert.pem:
-                certs[member] = snapshot.cert.pem
-        return certs
 
     async def _sites(self) -> list[GridSite]:
         sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
