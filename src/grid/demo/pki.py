@@ -14,10 +14,11 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from grid.core.trust import fingerprint_der
@@ -90,14 +91,20 @@ class DevCA:
         spiffe_path: str | None = None,
         dns_names: tuple[str, ...] = ("localhost",),
         ip_addresses: tuple[str, ...] = ("127.0.0.1",),
+        key_kind: Literal["ec-p256", "ed25519"] = "ec-p256",
     ) -> Issued:
         """Issue a leaf usable as both TLS server and client certificate.
 
         ``spiffe_path`` (for example ``site/east``) adds the URI SAN
         ``spiffe://{trust_domain}/{spiffe_path}``; without it the leaf carries
-        only its CN as identity.
+        only its CN as identity. ``key_kind`` picks the leaf's key: ECDSA P-256
+        (the default, what TLS stacks everywhere accept) or Ed25519.
         """
-        key = ec.generate_private_key(ec.SECP256R1())
+        key: ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+        if key_kind == "ed25519":
+            key = ed25519.Ed25519PrivateKey.generate()
+        else:
+            key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
         sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
         sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
@@ -134,9 +141,9 @@ class DevCA:
         )
         return Issued(cert.public_bytes(serialization.Encoding.PEM), key_pem)
 
-    def issue_site(self, site: str) -> Issued:
+    def issue_site(self, site: str, key_kind: Literal["ec-p256", "ed25519"] = "ec-p256") -> Issued:
         """A site certificate with SPIFFE ID ``spiffe://{trust_domain}/site/{site}``."""
-        return self.issue(site, spiffe_path=f"site/{site}")
+        return self.issue(site, spiffe_path=f"site/{site}", key_kind=key_kind)
 
 
 def new_swim_key() -> bytes:
