@@ -93,9 +93,8 @@ def _run_forgery(seed: int, pki: SitePki | None) -> None:
     _forge(sim, nodes, seed + 1)
     assert sim.run_until(lambda: all(_listed(n, 3.0) for n in others), timeout_s=60) is not None
     dropped = {n.id: n.replica.counters.dropped for n in nodes.values() if n.replica}
-    print(
-        f"dropped items per site: { {k: {r: c for r, c in v.items() if c} for k, v in dropped.items()} }"
-    )
+    shown = {site: {r: c for r, c in counts.items() if c} for site, counts in dropped.items()}
+    print(f"dropped items per site: {shown}")
     if pki is not None:
         # Every site saw the forged items and refused them for their signature.
         assert all(d["bad_signature"] + d["unsigned"] >= 1 for d in dropped.values()), dropped
@@ -116,13 +115,14 @@ def test_a_decodable_forged_revision_is_reasserted_past_by_the_origin(sim_seed: 
     west, east = nodes["west"], nodes["east"]
     sim.write_local(west, _refresh(1.0))
     assert sim.run_until(lambda: _listed(east), timeout_s=30) is not None
-    empty = encode_lane(StateLaneValue())
-    sim.network.send(
-        FORGER, east.address, Gossip("forger", items=(BroadcastItem(Lane.STATE, "west", FORGED_REVISION, empty),))
-    )  # fmt: skip
-    assert sim.run_until(
-        lambda: west.replica is not None and west.replica.local.revision(Lane.STATE) > FORGED_REVISION,
-        timeout_s=60,
-    ) is not None  # fmt: skip
+    forged = BroadcastItem(Lane.STATE, "west", FORGED_REVISION, encode_lane(StateLaneValue()))
+    sim.network.send(FORGER, east.address, Gossip("forger", items=(forged,)))
+    replica = west.replica
+    assert replica is not None
+
+    def reasserted() -> bool:
+        return replica.local.revision(Lane.STATE) > FORGED_REVISION
+
+    assert sim.run_until(reasserted, timeout_s=60) is not None
     sim.write_local(west, _refresh(2.0))
     assert sim.run_until(lambda: _listed(east, 2.0), timeout_s=30) is not None
