@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from grid.core.crdt.origin import ItemSigner, OriginAuth, OriginRefused, OriginTrust
+from grid.core.crdt.origin import AuthLimits, ItemSigner, OriginAuth, OriginRefused, OriginTrust
 from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork, GridSite
 from grid.errors import GridError
@@ -75,9 +75,10 @@ def trust_for(ca_pem: bytes, network: GridNetwork | None, sites: Iterable[GridSi
     return OriginTrust.from_pem(ca_pem, "pin", pins)
 
 
-def origin_auth(ca: Path | None, key: Path | None) -> OriginAuth:
+def origin_auth(ca: Path | None, key: Path | None, limits: AuthLimits | None = None) -> OriginAuth:
     """The replica's authentication before any resource is read (pins come later)."""
-    return OriginAuth(trust_for(read_ca(ca), None, ()), time.time, load_signer(key))
+    trust = trust_for(read_ca(ca), None, ())
+    return OriginAuth(trust, time.time, load_signer(key), limits or AuthLimits())
 
 
 class ItemCounters(Collector):

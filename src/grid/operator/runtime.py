@@ -34,6 +34,7 @@ from grid.adapters.store.port import Expired, ResourceStore
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
 from grid.adapters.udp import parse_address
+from grid.core.crdt.origin import AuthLimits
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import (
@@ -83,7 +84,9 @@ class Operator:
         self.replica = GridState(
             settings.site,
             base_revision=int(time.time() * 1000),
-            auth=origin_auth(settings.ca, settings.key),
+            auth=origin_auth(
+                settings.ca, settings.key, AuthLimits(pending_items_max=settings.pending_items_max)
+            ),
         )
         ItemCounters(self.replica, self.registry)
         self.writer = OverlayWriter(store, settings.overlay_dir)
