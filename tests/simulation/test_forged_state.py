@@ -101,7 +101,19 @@ def _run_forgery(seed: int, pki: SitePki | None) -> None:
 
 
 def test_forged_state_item_with_origin_signatures(sim_seed: int) -> None:
-    _run_forgery(sim_seed, SitePki.create(SITES, key_kind="ed25519"))
+    _run_forgery(sim_seed, SitePki.create(SITES, key_kind="ed25519", seed=sim_seed))
+
+
+def test_the_signed_forgery_run_replays_from_its_seed(sim_seed: int) -> None:
+    """Same seed, same run: seeded Ed25519 keys keep every item's size, so traffic repeats."""
+    runs = []
+    for _ in range(2):
+        sim, nodes = _mesh(sim_seed, SitePki.create(SITES, key_kind="ed25519", seed=sim_seed))
+        sim.write_local(nodes["west"], _refresh(1.0))
+        _forge(sim, nodes, sim_seed)
+        sim.run_for(20.0)
+        runs.append((sim.network.stats, [len(n.delivered) for n in nodes.values()]))
+    assert runs[0] == runs[1]
 
 
 def test_forged_state_item_without_signatures_never_silences_the_origin(sim_seed: int) -> None:

@@ -9,6 +9,7 @@ operator loads from ``--ca``, ``--cert`` and ``--key``.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,9 +22,7 @@ from grid.core.crdt.origin import AuthLimits, ItemSigner, OriginAuth, OriginTrus
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import CertLaneValue, Lane
 from grid.core.trust import public_chain_pem
-from grid.demo.pki import DevCA, Issued
-
-KeyKind = Literal["ec-p256", "ed25519"]
+from grid.demo.pki import DevCA, Issued, KeyKind
 
 
 @dataclass
@@ -42,9 +41,16 @@ class SitePki:
         *,
         mode: Literal["pin", "spiffe"] = "pin",
         key_kind: KeyKind = "ec-p256",
+        seed: int | None = None,
     ) -> SitePki:
-        """A fresh CA issuing every site a certificate with a ``key_kind`` key."""
-        ca = DevCA()
+        """A fresh CA issuing every site a certificate with a ``key_kind`` key.
+
+        With ``seed`` the keys derive from it and the CA's key is of the same
+        kind, so with Ed25519 (deterministic signatures) every certificate and
+        signature has the same size on every run: what a seeded simulation
+        needs to replay exactly.
+        """
+        ca = DevCA() if seed is None else DevCA(rng=random.Random(seed), key_kind=key_kind)
         return cls(ca, {site: ca.issue_site(site, key_kind) for site in sites}, mode)
 
     def trust(self) -> OriginTrust:
