@@ -21,6 +21,7 @@ from grid.operator.integrity import (
     KeyRefused,
     load_signer,
     origin_auth,
+    read_ca,
     trust_for,
 )
 
@@ -43,6 +44,8 @@ def test_an_rsa_or_unreadable_site_key_is_refused_without_echoing_it(tmp_path: P
         load_signer(garbage)
     assert "secret" not in str(unreadable.value)
     assert load_signer(None) is None
+    with pytest.raises(KeyRefused, match="grid CA"):
+        read_ca(garbage)
 
 
 def test_trust_takes_the_network_mode_and_every_gridsite_pin(pki: Any, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from prometheus_client import CollectorRegistry
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 
 
 class KeyRefused(GridError):
-    """The site key cannot sign items; the message says why (never the key)."""
+    """The site key or grid CA file is unusable; the message says why (never its content)."""
 
     code = "site_key_refused"
 
@@ -59,8 +60,15 @@ def load_signer(path: Path | None) -> ItemSigner | None:
 
 
 def read_ca(path: Path | None) -> bytes:
-    """The grid CA PEM bundle, or nothing without ``--ca``."""
-    return path.read_bytes() if path is not None else b""
+    """The grid CA PEM bundle, or nothing without ``--ca``; refuses a file with no certificate."""
+    if path is None:
+        return b""
+    try:
+        pem = path.read_bytes()
+        x509.load_pem_x509_certificates(pem)
+    except (OSError, ValueError) as exc:
+        raise KeyRefused("the grid CA file is unreadable or holds no PEM certificate") from exc
+    return pem
 
 
 def trust_for(ca_pem: bytes, network: GridNetwork | None, sites: Iterable[GridSite]) -> OriginTrust:
