@@ -656,7 +656,7 @@ def signing_cost(quick: bool) -> dict[str, Any]:
     item = _state_item()
     data = item_signing_input(item)
     key = os.urandom(32)
-    batches, per_batch = (5, 200) if quick else (9, 1000)
+    batches, per_batch = (5, 100) if quick else (9, 1000)
     rows: dict[str, Any] = {}
     seal_us = _per_item_us(lambda: seal(key, data), batches, per_batch)
     for kind in ("ec-p256", "ed25519"):
