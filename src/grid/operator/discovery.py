@@ -1,9 +1,14 @@
 """Auto-discovery: a GridSite for every remote alive SWIM member, fed from its lanes.
 
 The rules are `grid.core.resources.discovery`; this module reads the SWIM view
-and the replica and writes the store. Each round, when the served network asks
-for it, every remote member that is alive (or suspect) and has no GridSite
-(by object name, or by the member annotation of a discovered one) gets one;
+and the replica and writes the store. A member's lanes are read through
+`GridState.introduced`: its own when trusted, else those of its introduction
+(a certificate from the grid CA that no pin names yet, and the lanes signed by
+its key), which is what lets a site nobody pinned be discovered at all.
+
+Each round, when the served network asks for it, every remote member that is
+alive (or suspect) and has no GridSite (by object name, or by the member
+annotation of a discovered one) gets one;
 an existing discovered site whose gateway or metadata lane moved gets the new
 egress, region and zone, never losing a person's trust. A site is written
 only when something changed, so an idle grid writes nothing.
@@ -51,19 +56,18 @@ class SiteDiscovery:
         names = {s.name for s in sites}
         changed = False
         for member, state in sorted(members.items()):
-            snapshot = replica.snapshot(member)
-            if member == self._own_site or not state.live or snapshot is None:
+            seen = replica.introduced(member)
+            if member == self._own_site or not state.live or seen is None:
                 continue
+            _cert, gateway, metadata = seen
             site = known.get(member)
             if site is None:
-                manifest = discovered_manifest(
-                    network.name, member, snapshot.gateway, snapshot.metadata
-                )
+                manifest = discovered_manifest(network.name, member, gateway, metadata)
                 if manifest["metadata"]["name"] in names:
                     continue
                 changed |= await self._create(manifest)
             elif is_discovered(site):
-                spec = spec_update(site, network.name, snapshot.gateway, snapshot.metadata)
+                spec = spec_update(site, network.name, gateway, metadata)
                 if spec is not None:
                     obj = site.model_dump(by_alias=True, exclude_none=True, mode="json")
                     obj["spec"] = spec

@@ -54,10 +54,10 @@ def member_offers(replica: GridState, sites: Sequence[GridSite]) -> dict[str, li
 
 
 def member_certs(replica: GridState, members: Mapping[str, object]) -> dict[str, str]:
-    """Each member's gossiped certificate PEM, for members whose cert lane is set."""
+    """Each member's certificate PEM, trusted or only introduced (`GridState.introduced`)."""
     certs = {}
     for member in members:
-        snapshot = replica.snapshot(member)
-        if snapshot is not None and snapshot.cert.pem:
-            certs[member] = snapshot.cert.pem
+        seen = replica.introduced(member)
+        if seen is not None and seen[0].pem:
+            certs[member] = seen[0].pem
     return certs
