@@ -129,9 +129,10 @@ class DevCA:
         ca = cls.__new__(cls)
         ca.trust_domain = trust_domain
         key = serialization.load_pem_private_key(key_pem, password=None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ValueError("the dev CA key must be an EC key")
+        if not isinstance(key, ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey):
+            raise ValueError("the dev CA key must be an EC P-256 or Ed25519 key")
         ca._key = key
+        ca._rng = None
         ca._cert = x509.load_pem_x509_certificate(cert_pem)
         return ca
 
