@@ -64,7 +64,7 @@ from grid.core.swim.members import MemberState
 from grid.core.trust import public_chain_pem
 from grid.core.wire.keyring import Keyring
 from grid.errors import GridError, NotFound, ValidationError
-from grid.operator.output import OverlayWriter, configmap_name
+from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
 from grid.operator.sites import SiteController
@@ -102,6 +102,7 @@ class Operator:
         self.swim: SwimNode | None = None
         self.replica = GridState(settings.site, base_revision=int(time.time() * 1000))
         self.writer = OverlayWriter(store, settings.overlay_dir)
+        self.consumer_writer = ConsumerConfigWriter(store, self.writer)
         self._dirty = asyncio.Event()
         self._local_lock = asyncio.Lock()
         self._stop = asyncio.Event()
@@ -447,6 +448,7 @@ class Operator:
             sequence=self._sequence,
         )
         overlays = []
+        consumers: list[dict[str, Any]] = []
         served = [
             ref
             for ref in network.spec.gateway_refs
@@ -488,8 +490,9 @@ class Operator:
                     "phase": "Rendered",
                 }
             )
+            consumers.append(await self.consumer_writer.write(rendered, ref.consumer_config))
         self.ready = True
-        await self._write_network_status(network, overlays)
+        await self._write_network_status(network, overlays, consumers)
 
     async def _converge_grid_id(self, network: GridNetwork) -> None:
         """Adopt the grid's oldest gridId as peers gossip theirs (unless spec pins one)."""
@@ -509,7 +512,7 @@ class Operator:
         await self._publish_site_lanes()
 
     async def _write_network_status(
-        self, network: GridNetwork, overlays: list[dict[str, Any]]
+        self, network: GridNetwork, overlays: list[dict[str, Any]], consumers: list[dict[str, Any]]
     ) -> None:
         fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", network.name))
         status = fresh.status
@@ -532,6 +535,12 @@ class Operator:
         ]
         if old != overlays:
             patch["overlays"] = overlays
+        old_consumers = [
+            c.model_dump(by_alias=True, exclude_none=True)
+            for c in (status.consumer_config_status if status else [])
+        ]
+        if old_consumers != consumers:
+            patch["consumerConfigStatus"] = consumers
         if patch:
             patch["observedGeneration"] = fresh.metadata.generation
             obj = await self.store.patch_status("GridNetwork", network.name, patch)
