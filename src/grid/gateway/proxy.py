@@ -17,6 +17,7 @@ credential and the provider-hop headers ``x-ai-routing-candidate``,
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import secrets
 from collections.abc import Callable, Mapping
@@ -63,6 +64,8 @@ _STRIPPED = _HOP_BY_HOP | {
     REVISION_HEADER,
 }
 _FAILOVER_STATUS = frozenset({502, 503})
+_LARGE_BODY = 1024 * 1024
+"""Bodies this size and up are sent from a stream (aiohttp's threshold for raw bytes)."""
 
 
 def error(status: int, code: str, message: str) -> web.Response:
@@ -207,7 +210,8 @@ class Proxy:
             response = await upstream.open().request(
                 request.method,
                 upstream.next_base() + request.path_qs,
-                data=body,
+                # aiohttp warns on large raw bytes; a fresh stream per attempt is fine.
+                data=body if len(body) < _LARGE_BODY else io.BytesIO(body),
                 headers=headers,
                 server_hostname=upstream.server_hostname,
                 allow_redirects=False,
