@@ -206,11 +206,14 @@ async def test_streaming_sends_chunks_usage_and_done(http: aiohttp.ClientSession
 async def test_requests_are_counted_on_stats(http: aiohttp.ClientSession) -> None:
     provider, base = await start(MockSettings(MODEL, service_time_s=0.0))
     try:
-        for _ in range(3):
-            async with http.post(f"{base}/v1/chat/completions", json=chat("x")) as resp:
+        for i in range(3):
+            headers = {"x-ai-routing-candidate": "0000beef"} if i else {}
+            async with http.post(
+                f"{base}/v1/chat/completions", json=chat("x"), headers=headers
+            ) as resp:
                 await resp.read()
         async with http.get(f"{base}/stats") as resp:
-            assert await resp.json() == {"requests": 3}
+            assert await resp.json() == {"requests": 3, "routed": 2}
         assert (await scrape(http, base))["grid_mock_requests_total"] == 3
     finally:
         await provider.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from grid.gateway.config import ConfigError, load_config
 from grid.gateway.server import Gateway
 from grid.gateway.settings import GatewaySettings
 from grid.gateway.snapshot import OverlayRejected
+from grid.operator.logs import configure as configure_logs
 
 
 async def _serve(gateway: Gateway) -> None:
@@ -61,7 +61,7 @@ def gateway_cmd(
     if operator is not None:
         click.echo("error: --operator (poll-mode signals) is not supported by this build", err=True)
         sys.exit(2)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+    configure_logs("info")
     settings = GatewaySettings()
     try:
         gateway = Gateway(load_config(config_path, settings.config_max_bytes), settings)

@@ -3,10 +3,12 @@
 `grid demo` starts one per provider so that the scrape loop, scoring and overlay
 have real, moving load to react to; tests use it as a real HTTP backend. It serves
 ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health`` and
-``GET /metrics``, plus ``GET /stats`` (``{"requests": N}``: completions received, so
-the demo can show how traffic follows the ranking). ``"stream": true`` answers
-with Server-Sent Events chunk by chunk across the service time, ending with a
-``usage`` chunk when ``stream_options.include_usage`` is set, then ``[DONE]``.
+``GET /metrics``, plus ``GET /stats`` (``{"requests": N, "routed": M}``: completions
+received, and those of them that came through a Grid gateway, recognised by its
+``x-ai-routing-candidate`` header, so the demo can show traffic follow the ranking).
+``"stream": true`` answers with Server-Sent Events chunk by chunk across the
+service time, ending with a ``usage`` chunk when ``stream_options.include_usage``
+is set, then ``[DONE]``.
 
 Load is real: each completion takes one of ``capacity`` concurrency slots for a
 simulated service time, and requests beyond the capacity wait for a slot. The
@@ -60,6 +62,8 @@ PREFIX_MEMORY = 256
 """How many recent prompt prefixes count as cached."""
 PREFIX_CHARS = 64
 """Characters of the prompt that form its cache key."""
+ROUTED_HEADER = "x-ai-routing-candidate"
+"""The provider-hop header a Grid gateway adds: its presence marks a routed request."""
 BODY_MAX_BYTES = 1024 * 1024
 """Largest accepted request body."""
 
@@ -170,6 +174,8 @@ class MockProvider:
         self.metrics = _Metrics(settings.model)
         self.requests = 0
         """Chat completion requests received so far (any outcome)."""
+        self.routed = 0
+        """Those of `requests` that a Grid gateway routed here."""
         self._runner: web.AppRunner | None = None
 
     # -- load model ------------------------------------------------------------
@@ -239,10 +245,12 @@ class MockProvider:
         return app
 
     async def _stats(self, _request: web.Request) -> web.Response:
-        return web.json_response({"requests": self.requests})
+        return web.json_response({"requests": self.requests, "routed": self.routed})
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
+        if ROUTED_HEADER in request.headers:
+            self.routed += 1
         self.metrics.requests.inc()
         if self.settings.profile == "failing":
             return _error(503, "the backend is failing (mock profile 'failing')", "server_error")

@@ -372,6 +372,8 @@ async def test_token_never_leaks(mesh: DemoMesh, look: Any) -> None:
     )
     scanned = [p for p in _files(mesh.root)]
     assert any(p.name == "grid-overlay.json" for p in scanned)
+    assert any(p.name == "praxis.yaml" for p in scanned), "the scan covers praxis.yaml"
+    assert any(p.name.startswith("gateway-") and p.suffix == ".log" for p in scanned)
     assert any(p.suffix == ".log" and p.name.startswith("operator-") for p in scanned)
     for path in scanned:
         assert not leaks(path.read_bytes()), f"token bytes in {path.relative_to(mesh.root)}"
