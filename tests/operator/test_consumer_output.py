@@ -84,3 +84,19 @@ async def test_absent_or_disabled_consumer_config_is_reported_disabled(store: An
         status = await writer.write(_render(["a"]), config)
         assert status["phase"] == "Disabled"
     assert store.writes("ConfigMap") == 0
+
+
+async def test_a_restarted_writer_does_not_rewrite_an_unchanged_file(
+    store: Any, tmp_path: Path
+) -> None:
+    config = _config(["a"])
+    first = ConsumerConfigWriter(store, OverlayWriter(store, tmp_path))
+    await first.write(_render(["a"]), config)
+    again = ConsumerConfigWriter(store, OverlayWriter(store, tmp_path))
+    await again.write(_render(["a"]), config)
+    assert again.writes == 0
+    (tmp_path / "praxis.yaml").write_text("stale")
+    third = ConsumerConfigWriter(store, OverlayWriter(store, tmp_path))
+    await third.write(_render(["a"]), config)
+    assert third.writes == 1
+    assert (tmp_path / "praxis.yaml").read_text() == await _praxis(store)

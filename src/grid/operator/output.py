@@ -186,7 +186,7 @@ class ConsumerConfigWriter:
     def __init__(self, store: ResourceStore, overlays: OverlayWriter) -> None:
         self._store = store
         self._overlays = overlays
-        self._written: dict[tuple[str, str, str], str] = {}
+        self._written: dict[tuple[str, str, str], str | None] = {}
         self.writes = 0
 
     def overlay_file(self, config: ConsumerConfig, gateway: str) -> str | None:
@@ -214,7 +214,11 @@ class ConsumerConfigWriter:
         if isinstance(result, ConsumerConfigError):
             return {**entry, "phase": "Error", "reason": result.reason, "message": result.message}
         key = (scope.network, scope.gateway, name)
-        if self._written.get(key) != result.text:
+        directory = self._overlays.directory(scope.gateway)
+        if key not in self._written:
+            # After a restart, what the store and the file already hold counts as written.
+            self._written[key] = await self._stored(name, scope.namespace, directory)
+        if self._written[key] != result.text:
             await upsert_configmap(
                 self._store,
                 name,
@@ -222,9 +226,25 @@ class ConsumerConfigWriter:
                 _labels(scope.network, scope.gateway),
                 {PRAXIS_KEY: result.text},
             )
-            directory = self._overlays.directory(scope.gateway)
             if directory is not None:
                 atomic_write(directory / PRAXIS_KEY, result.text.encode())
             self._written[key] = result.text
             self.writes += 1
         return {**entry, "phase": "Rendered", "reason": "Rendered"}
+
+    async def _stored(self, name: str, namespace: str, directory: Path | None) -> str | None:
+        """The praxis.yaml the ConfigMap holds, if the file (when kept) holds the same."""
+        try:
+            cm = await self._store.get("ConfigMap", name, namespace=namespace)
+        except NotFound:
+            return None
+        text = (cm.get("data") or {}).get(PRAXIS_KEY)
+        if not isinstance(text, str):
+            return None
+        if directory is not None:
+            try:
+                if (directory / PRAXIS_KEY).read_text() != text:
+                    return None
+            except (OSError, UnicodeDecodeError):
+                return None
+        return text

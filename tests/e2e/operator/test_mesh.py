@@ -251,7 +251,7 @@ async def test_restart_keeps_grid_id_and_store(mesh: DemoMesh, look: Any) -> Non
     assert grid_id
     before = await _store_snapshot(look, "central")
     configmaps = set(await look.objects("central", "ConfigMap"))
-    assert configmaps == {f"grid-overlay-{NETWORK}-edge-central"}
+    assert configmaps == {f"grid-overlay-{NETWORK}-edge-central", "praxis-consumer-config"}
     mesh.kill_operator("central", signal.SIGTERM)
     assert await mesh.wait_exit("operator-central", 15.0) == 0
     # A graceful stop leaves the SWIM mesh, so the peers record that it left.
