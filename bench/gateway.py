@@ -36,6 +36,7 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
+import secrets  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -58,6 +59,8 @@ SESSIONS = 100
 REPO = Path(_HERE).parent
 LITELLM = REPO / ".bench" / "litellm" / "bin" / "litellm"
 SCOPE = Scope("bench", "edge", "bench", "east")
+LITELLM_KEY = f"sk-bench-{secrets.token_hex(16)}"
+"""LiteLLM refuses to start without a master key; the load generator presents it."""
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello bench " * 8}]}
 
 
@@ -67,17 +70,22 @@ def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
 
 
-async def wait_http(url: str, timeout_s: float, method: str = "GET") -> None:
-    """Poll ``url`` until it answers below 500, or fail at the deadline."""
+async def wait_http(
+    url: str, timeout_s: float, auth: str, child: subprocess.Popen[bytes] | None = None
+) -> None:
+    """POST to ``url`` until it answers 200, or fail at the deadline or if ``child`` exits."""
     deadline = time.monotonic() + timeout_s
+    headers = {"Authorization": f"Bearer {auth}"}
     async with aiohttp.ClientSession() as http:
         while True:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with http.request(
-                    method, url, json=BODY, timeout=aiohttp.ClientTimeout(total=5)
+                async with http.post(
+                    url, json=BODY, headers=headers, timeout=aiohttp.ClientTimeout(total=5)
                 ) as r:
-                    if r.status < 500:
+                    if r.status == 200:
                         return
+            if child is not None and child.poll() is not None:
+                raise RuntimeError(f"the process behind {url} exited with {child.returncode}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{url} not up within {timeout_s} s")
             await asyncio.sleep(0.2)
@@ -137,6 +145,8 @@ def litellm_config(work: Path, upstream: str) -> Path:
     """A LiteLLM proxy config routing MODEL to the mock as an OpenAI-compatible backend."""
     path = work / "litellm.yaml"
     path.write_text(
+        "general_settings:\n"
+        f"  master_key: {LITELLM_KEY}\n"
         "model_list:\n"
         f"  - model_name: {MODEL}\n"
         "    litellm_params:\n"
@@ -147,7 +157,12 @@ def litellm_config(work: Path, upstream: str) -> Path:
     return path
 
 
-async def load(url: str, seconds: float, stream: bool, sessions: bool) -> dict[str, Any]:
+def client_token(name: str) -> str:
+    """What each target's clients present (the gateway strips and replaces it)."""
+    return LITELLM_KEY if name == "litellm" else "client-token"
+
+
+async def load(url: str, seconds: float, stream: bool, name: str) -> dict[str, Any]:
     """``CONCURRENCY`` keep-alive clients posting for ``seconds``; counts and timings."""
     latencies: list[float] = []
     ttfb: list[float] = []
@@ -161,8 +176,8 @@ async def load(url: str, seconds: float, stream: bool, sessions: bool) -> dict[s
             nonlocal errors
             n = 0
             while time.perf_counter() < deadline:
-                headers = {"Authorization": "Bearer client-token"}
-                if sessions:
+                headers = {"Authorization": f"Bearer {client_token(name)}"}
+                if name == "gateway":
                     headers["x-grid-session"] = f"s{(w * 7 + n) % SESSIONS}"
                 n += 1
                 began = time.perf_counter()
@@ -197,10 +212,10 @@ async def measure(targets: dict[str, str], rounds: int, seconds: float) -> dict[
         name: {"ok": 0, "errors": 0, "elapsed": 0.0, "latencies": []} for name in targets
     }
     for name, url in targets.items():  # warm every pool and code path first
-        await load(url, 0.5, False, name == "gateway")
+        await load(url, 0.5, False, name)
     for _ in range(rounds):
         for name, url in targets.items():
-            result = await load(url, seconds, False, name == "gateway")
+            result = await load(url, seconds, False, name)
             for key in ("ok", "errors", "elapsed"):
                 totals[name][key] += result[key]
             totals[name]["latencies"] += result["latencies"]
@@ -212,7 +227,7 @@ async def measure(targets: dict[str, str], rounds: int, seconds: float) -> dict[
             "errors": t["errors"],
         }
     for name, url in targets.items():
-        result = await load(url, seconds / 2, True, name == "gateway")
+        result = await load(url, seconds / 2, True, name)
         figures[name]["stream_ttfb_p50_ms"] = _p50_ms(result["ttfb"])
         figures[name]["stream_errors"] = result["errors"]
     return figures
@@ -265,18 +280,21 @@ async def main_async(quick: bool) -> dict[str, Any]:
         "forwarder": f"http://127.0.0.1:{fwd_port}/v1/chat/completions",
         "gateway": f"http://127.0.0.1:{gw_port}/v1/chat/completions",
     }
+    lite: subprocess.Popen[bytes] | None = None
     if LITELLM.exists():
         lite_port = free_port()
-        children.append(
-            spawn([str(LITELLM), "--config", str(litellm_config(work, upstream)), "--host",
-                   "127.0.0.1", "--port", str(lite_port), "--num_workers", "1"],
-                  work / "litellm.log")
+        lite = spawn(
+            [str(LITELLM), "--config", str(litellm_config(work, upstream)), "--host",
+             "127.0.0.1", "--port", str(lite_port), "--num_workers", "1"],
+            work / "litellm.log",
         )  # fmt: skip
+        children.append(lite)
         targets["litellm"] = f"http://127.0.0.1:{lite_port}/v1/chat/completions"
     try:
         for name, url in targets.items():
-            await wait_http(url, 90.0 if name == "litellm" else 20.0, "POST")
-        figures = await measure(targets, rounds=2 if quick else 4, seconds=3.0 if quick else 8.0)
+            child = lite if name == "litellm" else None
+            await wait_http(url, 90.0 if child else 20.0, client_token(name), child)
+        figures = await measure(targets, rounds=2 if quick else 4, seconds=2.5 if quick else 8.0)
     finally:
         for child in children:
             child.terminate()
