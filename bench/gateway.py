@@ -47,10 +47,10 @@ from typing import Any  # noqa: E402
 
 import aiohttp  # noqa: E402
 
-from grid.core.consumer_config import RenderedConsumerConfig, render_consumer_config  # noqa: E402
-from grid.core.ids import stable_id  # noqa: E402
-from grid.core.network_spec import ConsumerConfig  # noqa: E402
 from grid.core.overlay import Provenance, Scope, build_envelope, format_timestamp  # noqa: E402
+from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config  # noqa: E402
+from grid.core.overlay.ids import stable_id  # noqa: E402
+from grid.core.resources.network_spec import ConsumerConfig  # noqa: E402
 from grid.demo.plan import free_port  # noqa: E402
 
 MODEL = "bench-model"

@@ -47,11 +47,11 @@ from grid.core.overlay import (  # noqa: E402
     build_envelope,
     build_overlay,
 )
-from grid.core.ranking import score_candidates  # noqa: E402
-from grid.core.render import RenderInputs, render  # noqa: E402
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider  # noqa: E402
-from grid.core.scoring import BackendKind, SignalValues  # noqa: E402
-from grid.core.signals import ProviderSignals, SignalsDocument  # noqa: E402
+from grid.core.routing.ranking import score_candidates  # noqa: E402
+from grid.core.routing.render import RenderInputs, render  # noqa: E402
+from grid.core.routing.scoring import BackendKind, SignalValues  # noqa: E402
+from grid.core.routing.signals import ProviderSignals, SignalsDocument  # noqa: E402
 
 API = "grid.praxis-proxy.io/v1alpha1"
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

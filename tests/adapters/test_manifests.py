@@ -8,7 +8,7 @@ import pytest
 
 from grid.adapters import manifests as adapter
 from grid.adapters.manifests import load_manifests, read_sources
-from grid.core.manifest import ManifestError
+from grid.core.resources.manifest import ManifestError
 
 NETWORK = """\
 apiVersion: grid.praxis-proxy.io/v1alpha1

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from grid.cli import main
 from grid.cli.resources_cmd import crds_command, load_or_exit, register
-from grid.core.crd_schema import crd_file_name, crd_yaml
 from grid.core.resources import KINDS
+from grid.core.resources.crd_schema import crd_file_name, crd_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = sorted((REPO / "examples" / "bad").glob("*.yaml"))

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from grid.adapters.manifests import load_manifests
-from grid.core.manifest import ManifestError
 from grid.core.resources import SITE_LABEL
+from grid.core.resources.manifest import ManifestError
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart"

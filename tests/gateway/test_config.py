@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grid.core.consumer_config import RenderedConsumerConfig, render_consumer_config
-from grid.core.network_spec import ConsumerConfig
 from grid.core.overlay import Scope
+from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config
+from grid.core.resources.network_spec import ConsumerConfig
 from grid.gateway.config import ConfigError, load_config, parse_config
 
 SCOPE = Scope("n", "g", "ns", "east")

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from grid.core.network_spec import ConsumerConfig
+from grid.core.resources.network_spec import ConsumerConfig
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter
 
 _spec = importlib.util.spec_from_file_location(

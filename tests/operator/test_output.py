@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from grid.core.render import Rendered, RenderInputs, render
 from grid.core.resources import API_VERSION, SITE_LABEL, GridNetwork, GridSite, InferenceProvider
+from grid.core.routing.render import Rendered, RenderInputs, render
 from grid.operator.output import (
     CONFIG_KEY,
     ENVELOPE_KEY,

@@ -23,9 +23,9 @@ from click.testing import CliRunner
 
 from grid.adapters.manifests import load_manifests
 from grid.cli import main
-from grid.core.explain import explain
-from grid.core.manifest import ManifestError
-from grid.core.render import RenderInputs, render
+from grid.core.resources.manifest import ManifestError
+from grid.core.routing.explain import explain
+from grid.core.routing.render import RenderInputs, render
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TOKEN = "GRIDCANARY-tok-5f0c1e9a7d3b"

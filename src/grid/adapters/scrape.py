@@ -4,7 +4,7 @@
 followed by ``metricsConfig.path``, bounded by ``metricsConfig.timeout`` and
 `METRICS_BODY_MAX_BYTES`, parses the Prometheus text format with
 ``prometheus_client``'s parser, and hands the families to the pure
-`grid.core.metrics_mapping`. It remembers the previous scrape's latency buckets so
+`grid.core.routing.metrics_mapping`. It remembers the previous scrape's latency buckets so
 each p99 covers the interval since the last scrape. `check_health` GETs
 ``healthCheck.path`` on ``spec.endpoint`` within ``healthCheck.timeout``.
 
@@ -23,9 +23,15 @@ from dataclasses import dataclass
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from grid.core.duration import parse_duration
-from grid.core.metrics_mapping import Buckets, MetricFamily, Sample, ScrapedSignals, map_signals
-from grid.core.provider_spec import HealthCheck, MetricsConfig
+from grid.core.resources.duration import parse_duration
+from grid.core.resources.provider_spec import HealthCheck, MetricsConfig
+from grid.core.routing.metrics_mapping import (
+    Buckets,
+    MetricFamily,
+    Sample,
+    ScrapedSignals,
+    map_signals,
+)
 from grid.errors import GridError
 
 METRICS_BODY_MAX_BYTES = 4 * 1024 * 1024

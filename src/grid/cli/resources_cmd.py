@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import click
 
 from grid.adapters.manifests import load_manifests
-from grid.core.crd_schema import all_crds_yaml, crd_file_name, crd_yaml
-from grid.core.manifest import ManifestError, Manifests
 from grid.core.resources import KINDS
+from grid.core.resources.crd_schema import all_crds_yaml, crd_file_name, crd_yaml
+from grid.core.resources.manifest import ManifestError, Manifests
 
 EXIT_INVALID_INPUT = 2
 """Exit status of a command whose input manifests are invalid."""

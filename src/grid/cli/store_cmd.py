@@ -31,9 +31,6 @@ from grid.adapters.store import objects
 from grid.adapters.store.port import ResourceStore
 from grid.adapters.store.url import DEFAULT_STORE_URL, STORE_ENV, open_store, parse_store_url
 from grid.cli.store_output import CliKind, render, resolve_kind, table
-from grid.core.manifest import NO_FIELD, Document, ManifestError, Problem, decode_documents
-from grid.core.object_meta import SecretRef
-from grid.core.resource_errors import InvalidResource
 from grid.core.resources import (
     KINDS,
     GridNetwork,
@@ -42,7 +39,17 @@ from grid.core.resources import (
     parse_resource,
     resource_label,
 )
-from grid.core.secret import Secret, parse_secret
+from grid.core.resources.errors import InvalidResource, printable
+from grid.core.resources.manifest import (
+    NO_FIELD,
+    NO_RESOURCE,
+    Document,
+    ManifestError,
+    Problem,
+    decode_documents,
+)
+from grid.core.resources.object_meta import SecretRef
+from grid.core.resources.secret import Secret, parse_secret
 from grid.errors import AlreadyExists, Conflict, GridError, NotFound, ValidationError
 
 EXIT_INVALID_INPUT = 2
@@ -169,6 +176,9 @@ def load_apply_input(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             seen[key] = doc
             found.append(obj)
     problems.extend(_missing_keys(parsed))
+    if not problems and not found:
+        message = "no resources to apply: the input holds no YAML documents"
+        problems.append(Problem(str(path), NO_RESOURCE, NO_FIELD, message))
     if problems:
         raise ManifestError(problems)
     return sorted(found, key=lambda o: APPLY_ORDER.index(o["kind"]))
@@ -186,20 +196,29 @@ async def apply_one(store: ResourceStore, obj: Mapping[str, Any]) -> str:
     """Create or replace one object; returns ``created``, ``configured`` or ``unchanged``."""
     info, namespace, name = objects.identify(dict(obj))
     desired = _desired(obj)
+    # An input resourceVersion is a precondition, as with kubectl: the object must exist
+    # at exactly that version, or the apply is refused with a conflict.
+    given = obj["metadata"].get("resourceVersion")
     for _attempt in range(APPLY_ATTEMPTS):
         try:
             current = await store.get(info.kind, name, namespace=namespace or None)
         except NotFound:
+            if given:
+                raise Conflict(
+                    f"{info.kind} {printable(name)!r} carries resourceVersion but does not exist"
+                ) from None
             try:
                 await store.create(desired)
             except AlreadyExists:
                 continue
             return "created"
-        version = current["metadata"]["resourceVersion"]
+        version = given or current["metadata"]["resourceVersion"]
         update = {**desired, "metadata": {**desired["metadata"], "resourceVersion": version}}
         try:
             stored = await store.replace(update)
         except (Conflict, NotFound):
+            if given:
+                raise
             continue
         return "unchanged" if stored["metadata"]["resourceVersion"] == version else "configured"
     raise Conflict(f"{info.kind} {name!r} kept changing; tried {APPLY_ATTEMPTS} times")

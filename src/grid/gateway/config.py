@@ -1,6 +1,6 @@
 """Loading ``praxis.yaml`` (§11) into the typed configuration the gateway runs.
 
-The file is what `grid.core.consumer_config` renders: one public listener, one
+The file is what `grid.core.overlay.consumer` renders: one public listener, one
 filter chain (``json_body_field``, ``intelligent_route``, optional
 ``credential_inject``, ``load_balancer``), the admin listener and the shutdown
 timeout. A file that does not have that shape is refused with a `ConfigError`
@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from grid.core.overlay import CANDIDATES_MAX
+from grid.adapters.bounded_file import UnreadableFile, read_bounded
+from grid.core.overlay import CANDIDATES_MAX, secret_ref_of
 from grid.gateway.snapshot import Snapshot, snapshot_from_candidates
 
 TEXT_MAX = 256
@@ -83,19 +84,42 @@ def _need(mapping: Any, key: str, where: str, kind: type | tuple[type, ...] = st
     return value
 
 
+YAML_DEPTH_MAX = 32
+"""Deepest nesting accepted in praxis.yaml; the rendered file nests seven levels."""
+
+
+class _PraxisLoader(yaml.SafeLoader):
+    """The safe loader, refusing aliases (no expansion bombs) and deep nesting."""
+
+    def __init__(self, stream: bytes) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            raise ConfigError("YAML aliases are not accepted in praxis.yaml")
+        self._depth += 1
+        try:
+            if self._depth > YAML_DEPTH_MAX:
+                raise ConfigError(f"praxis.yaml nests deeper than {YAML_DEPTH_MAX} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def load_config(path: Path, max_bytes: int) -> PraxisConfig:
     """Read and check ``path``; raises `ConfigError` with the field at fault."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read the config file ({exc.strerror})") from None
-    if len(data) > max_bytes:
-        raise ConfigError(f"the config file is larger than {max_bytes} bytes")
+        data = read_bounded(path, max_bytes)
+    except UnreadableFile as exc:
+        raise ConfigError(str(exc)) from None
+    loader = _PraxisLoader(data)
     try:
-        document = yaml.safe_load(data)
+        document = loader.get_single_data()
     except yaml.YAMLError:
         raise ConfigError("the config file is not valid YAML") from None
+    finally:
+        loader.dispose()
     return parse_config(document)
 
 
@@ -159,7 +183,9 @@ def _with_candidates(config: PraxisConfig, route: dict[str, Any]) -> PraxisConfi
             raise ConfigError(f"{where}.fresh must be a boolean")
         credential = candidate.get("credential")
         if credential is not None:
-            ref = _need(credential, "secretRef", f"{where}.credential", dict)
+            if not isinstance(credential, dict):
+                raise ConfigError(f"{where}.credential must be a mapping")
+            ref = secret_ref_of(credential)
             for key in ("name", "namespace", "key"):
                 _need(ref, key, f"{where}.credential.secretRef")
     return _replace(config, inline=snapshot_from_candidates(candidates, None, "inline"))

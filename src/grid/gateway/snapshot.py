@@ -9,7 +9,6 @@ good snapshot, and an invalid file at cold start refuses to start.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -17,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grid.core.overlay import verify
+from grid.adapters.bounded_file import UnreadableFile, read_bounded
+from grid.core.json_document import DocumentError, decode_json
+from grid.core.overlay import secret_ref_of, stable_id_of, verify
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def _candidate(raw: Mapping[str, Any]) -> Candidate:
     credential = raw.get("credential")
     ref = None
     if isinstance(credential, dict):
-        secret = credential.get("secretRef", credential.get("secret_ref")) or {}
+        secret = secret_ref_of(credential) or {}
         ref = (str(secret.get("name")), str(secret.get("namespace")), str(secret.get("key")))
     return Candidate(
         kind=kind,
@@ -77,7 +78,7 @@ def _candidate(raw: Mapping[str, Any]) -> Candidate:
         site=site,
         cluster=cluster,
         fresh=bool(raw.get("fresh", True)),
-        stable_id=str(raw.get("stable_id") or f"{kind}/{name}/{site}/{cluster}"),
+        stable_id=stable_id_of(raw),
         admission=str(raw.get("admission_state") or NEW_AND_EXISTING),
         credential=ref,
     )
@@ -112,16 +113,11 @@ class OverlayRejected(Exception):
 def read_overlay(path: Path, expected_scope: Mapping[str, str] | None, max_bytes: int) -> Snapshot:
     """Read, bound, decode and verify an overlay file into a snapshot."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise OverlayRejected("unreadable", exc.strerror or "cannot read") from None
-    if len(data) > max_bytes:
-        raise OverlayRejected("too_large", f"larger than {max_bytes} bytes")
-    try:
-        document = json.loads(data)
-    except (ValueError, RecursionError):
-        raise OverlayRejected("malformed_structure", "not JSON") from None
+        document = decode_json(read_bounded(path, max_bytes))
+    except UnreadableFile as exc:
+        raise OverlayRejected("unreadable", str(exc)) from None
+    except DocumentError as exc:
+        raise OverlayRejected("malformed_structure", str(exc)) from None
     verdict = verify(document, expected_scope)
     if not verdict.accepted:
         raise OverlayRejected(str(verdict.reason), verdict.detail)

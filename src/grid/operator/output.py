@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from grid.adapters.store.port import ResourceStore
-from grid.core.consumer_config import CONFIG_KEY as PRAXIS_KEY
-from grid.core.consumer_config import ConsumerConfigError, render_consumer_config
-from grid.core.network_spec import ConsumerConfig
-from grid.core.render import Rendered
+from grid.core.overlay.consumer import CONFIG_KEY as PRAXIS_KEY
+from grid.core.overlay.consumer import ConsumerConfigError, render_consumer_config
+from grid.core.resources.network_spec import ConsumerConfig
+from grid.core.routing.render import Rendered
 from grid.errors import AlreadyExists, NotFound
 
 CONFIG_KEY = "grid-config.json"

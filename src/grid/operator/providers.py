@@ -4,7 +4,7 @@ For every InferenceProvider this site holds, one task checks health per
 ``healthCheck`` and scrapes per ``metricsConfig`` (the shorter interval paces
 the loop), then:
 
-* moves the provider's phase with `grid.core.lifecycle.next_provider_phase`
+* moves the provider's phase with `grid.core.resources.lifecycle.next_provider_phase`
   and writes status only when the phase or reason changed;
 * turns what it saw into a `ProviderRecord` for the CRDT replica. A signal the
   scrape did not find stays missing; credentials are checked by reference
@@ -29,14 +29,13 @@ import aiohttp
 
 from grid.adapters.scrape import ProviderScraper, ScrapeError, check_health
 from grid.adapters.store.port import ResourceStore
-from grid.core.crdt.record import ProviderRecord
-from grid.core.crdt.record import ProviderSignals as RecordSignals
-from grid.core.duration import parse_duration
-from grid.core.lifecycle import ProviderObservation, next_provider_phase
-from grid.core.mesh_view import record_for
-from grid.core.phases import ProviderPhase
-from grid.core.resource_status import InferenceProviderStatus
+from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import InferenceProvider
+from grid.core.resources.duration import parse_duration
+from grid.core.resources.lifecycle import ProviderObservation, next_provider_phase
+from grid.core.resources.phases import ProviderPhase
+from grid.core.resources.status import InferenceProviderStatus
+from grid.core.routing.mesh_view import record_for
 from grid.errors import GridError, NotFound
 
 log = logging.getLogger(__name__)

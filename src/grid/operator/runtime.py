@@ -44,9 +44,12 @@ from grid.core.crdt.snapshot import (
     MetadataLaneValue,
     sorted_pairs,
 )
-from grid.core.duration import parse_duration
-from grid.core.lifecycle import next_network_phase
-from grid.core.mesh_view import (
+from grid.core.resources import GridNetwork, GridSite, InferenceProvider
+from grid.core.resources.duration import parse_duration
+from grid.core.resources.lifecycle import next_network_phase
+from grid.core.resources.phases import NetworkPhase, SitePhase
+from grid.core.resources.secret import Secret
+from grid.core.routing.mesh_view import (
     GRID_ID_LABEL,
     OriginRecord,
     converged_grid_id,
@@ -54,10 +57,7 @@ from grid.core.mesh_view import (
     mesh_inputs,
     signals_document,
 )
-from grid.core.phases import NetworkPhase, SitePhase
-from grid.core.render import render
-from grid.core.resources import GridNetwork, GridSite, InferenceProvider
-from grid.core.secret import Secret
+from grid.core.routing.render import render
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.core.swim.members import MemberState

@@ -4,7 +4,7 @@ Each round, for every GridSite of the network, the controller gathers a
 `SiteObservation` (is the member alive in SWIM, did it leave gracefully, does
 the site carry the auto-discover label, is its egress known, and, once
 Connecting or beyond, did an mTLS probe of ``egress.address`` present the
-pinned certificate), asks `grid.core.lifecycle.next_site_phase` for the next
+pinned certificate), asks `grid.core.resources.lifecycle.next_site_phase` for the next
 phase, and writes status only when the phase or reason changed.
 """
 
@@ -16,9 +16,9 @@ import ssl
 
 from grid.adapters.store.port import ResourceStore
 from grid.adapters.tls_probe import PROBE_TIMEOUT_S, probe
-from grid.core.lifecycle import Probe, SiteObservation, next_site_phase
-from grid.core.phases import SitePhase
 from grid.core.resources import GridSite
+from grid.core.resources.lifecycle import Probe, SiteObservation, next_site_phase
+from grid.core.resources.phases import SitePhase
 from grid.core.swim.members import MemberState
 from grid.core.trust import normalize_fingerprint
 from grid.errors import ValidationError

@@ -4,20 +4,18 @@
 reached it (headers, count) and answers in a chosen way: JSON, 503, an event
 stream (slow or cut off mid-way), optionally over mTLS. `render_praxis` writes
 a praxis.yaml with the same renderer the operator uses and runs
-``python -m grid gateway --config`` on it; `wait_for` polls with a deadline.
+``python -m grid gateway --config`` on it and waits for its ``/ready``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import signal
 import ssl
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,30 +25,17 @@ import aiohttp
 from aiohttp import web
 
 from grid.adapters.web_site import start_site
-from grid.core.consumer_config import RenderedConsumerConfig, render_consumer_config
-from grid.core.ids import stable_id
-from grid.core.network_spec import ConsumerConfig
 from grid.core.overlay import Provenance, Scope, build_envelope, format_timestamp
+from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config
+from grid.core.overlay.ids import stable_id
+from grid.core.resources.network_spec import ConsumerConfig
 from grid.demo.pki import DevCA
 from grid.demo.plan import free_port
+from grid.testing.poll import eventually
 
 MODEL = "llama"
 SCOPE = Scope("net", "edge", "grid-system", "east")
 READY_S = 20.0
-
-
-async def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    """Poll ``check`` (sync or async) until truthy; fail at the deadline with the last value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        last = check()
-        if inspect.isawaitable(last):
-            last = await last
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s} s (last: {last!r})")
-        await asyncio.sleep(0.05)
 
 
 @dataclass
@@ -249,7 +234,8 @@ async def spawn_gateway(config_path: Path, public: str, admin: str) -> GatewayPr
         except (aiohttp.ClientError, TimeoutError):
             return False
 
-    await wait_for("gateway ready", ready, READY_S)
+    # mypy cannot solve `eventually`'s T when the check is async; the call is sound.
+    await eventually(ready, "gateway ready", timeout_s=READY_S)  # type: ignore[arg-type]
     return gateway
 
 

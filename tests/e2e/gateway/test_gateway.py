@@ -24,9 +24,9 @@ from grid.testing.gateway import (
     envelope,
     overlay,
     render_praxis,
-    wait_for,
     write_json,
 )
+from grid.testing.poll import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -188,7 +188,7 @@ async def test_existing_only_keeps_bound_sessions_and_refuses_new_ones(
     async def swapped() -> bool:
         return (await gateway.snapshot(http))["revision"] == pressured["revision"]["value"]
 
-    await wait_for("the new overlay swapped in", swapped)
+    await eventually(swapped, "the new overlay swapped in")
     async with http.post(gateway.url(), json=chat(), headers={"x-grid-session": "s1"}) as resp:
         assert (await resp.json())["served_by"] == "a"
     assert a.seen[-1]["x-ai-routing-revision"] == pressured["revision"]["value"]
@@ -198,10 +198,7 @@ async def test_existing_only_keeps_bound_sessions_and_refuses_new_ones(
         assert (await resp.json())["served_by"] == "b"
     # With only existing_only candidates left, a new session has no candidate.
     write_json(overlay_path, envelope(overlay(candidate("a", "existing_only"))))
-    await wait_for(
-        "the last overlay swapped in",
-        lambda: _candidate_count(gateway, http, 1),
-    )
+    await eventually(lambda: _candidate_count(gateway, http, 1), "the last overlay swapped in")
     async with http.post(gateway.url(), json=chat(), headers={"x-grid-session": "s3"}) as resp:
         assert resp.status == 404
         assert (await resp.json())["error"]["code"] == "no_candidate"
@@ -228,7 +225,7 @@ async def test_a_bad_overlay_reload_keeps_serving_the_old_revision(
     async def rejected() -> bool:
         return (await gateway.snapshot(http))["reloads"]["last_rejection"] == "digest_mismatch"
 
-    await wait_for("the tampered overlay rejected", rejected)
+    await eventually(rejected, "the tampered overlay rejected")
     assert (await gateway.snapshot(http))["revision"] == good["revision"]["value"]
     assert 'grid_gateway_overlay_reloads_total{result="rejected"} 1.0' in await gateway.metrics(
         http

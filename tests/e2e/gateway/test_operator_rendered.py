@@ -18,9 +18,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from grid.core.render import RenderInputs, render
 from grid.core.resources import API_VERSION, SITE_LABEL, GridNetwork, GridSite, InferenceProvider
-from grid.core.secret import Secret
+from grid.core.resources.secret import Secret
+from grid.core.routing.render import RenderInputs, render
 from grid.demo.plan import free_port
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter
 from grid.testing.gateway import GatewayProcess, Upstream

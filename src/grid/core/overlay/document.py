@@ -1,0 +1,205 @@
+"""The rendered overlay (``grid-config.json``): ranked candidates in their wire form.
+
+The overlay is what Praxis' ``grid_route`` filter consumes: pre-sorted
+candidates with admission state, locality tier, scores and credential
+references (SPEC-DECISIONS §5). A render writes many candidates that share
+scores and model names, so what they share is converted once per overlay, and
+each candidate's canonical text is written as its document is built, so the
+digest (`grid.core.overlay.digest`) need not serialise the document again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from grid.core.overlay.digest import (
+    canonical_breakdown,
+    canonical_candidate,
+    digest,
+    digest_of_texts,
+    is_plain_number,
+)
+from grid.core.overlay.envelope import Provenance, Scope, envelope_with_digest, format_timestamp
+from grid.core.overlay.ids import model_prefix, stable_id_at
+from grid.core.routing.ranking import RankedCandidate
+from grid.core.routing.scoring import AdmissionState, ScoreBreakdown, SelectionTier
+
+KIND_INFERENCE_MODEL = "inference_model"
+"""The candidate kind for an inference model served by a provider."""
+
+
+def json_number(value: float) -> float | int:
+    """An integral float as an int (``1.0`` -> ``1``), the form JCS writes anyway.
+
+    The number is the same JSON value either way; writing it as JCS does keeps
+    the canonical serialisation on its fast path (`grid.core.overlay.digest`).
+    """
+    return int(value) if value.is_integer() else value
+
+
+_WIRE_NAMES: dict[StrEnum, str] = {
+    member: member.value for enum in (AdmissionState, SelectionTier) for member in enum
+}
+"""Each state's wire name; a dict lookup is several times cheaper than ``.value``."""
+
+_BREAKDOWN_KEYS = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
+
+
+def _breakdown_document(breakdown: ScoreBreakdown) -> dict[str, float | int]:
+    """The §5 ``score_breakdown`` with integral numbers written as integers."""
+    document = {key: json_number(getattr(breakdown, key)) for key in _BREAKDOWN_KEYS}
+    document["total"] = json_number(breakdown.total)
+    return document
+
+
+@dataclass
+class _Shared:
+    """What the candidates of one overlay share, converted once per overlay.
+
+    ``breakdowns`` maps ``id(ScoreBreakdown)`` to its wire form (every model of
+    one provider shares one breakdown object; the caller keeps them alive);
+    ``prefixes`` maps ``(kind, name)`` to the model's stable-id hash prefix.
+    """
+
+    breakdowns: dict[int, dict[str, float | int]] = field(default_factory=dict)
+    prefixes: dict[tuple[str, str], int] = field(default_factory=dict)
+    plain_numbers: bool = True
+    """Every number so far passes `is_plain_number`."""
+    texts: list[str] | None = None
+    """The canonical text of each candidate so far, when asked for (see `canonical_candidate`);
+    ``None`` once a candidate holds anything that writer does not know."""
+    breakdown_texts: dict[int, str] = field(default_factory=dict)
+
+
+def _candidate_document(ranked: RankedCandidate, shared: _Shared) -> dict[str, Any]:
+    """`candidate_document`, reusing what ``shared`` already converted.
+
+    Each candidate still gets its own dicts.
+    """
+    evaluation = ranked.evaluation
+    candidate = evaluation.candidate
+    kind, name, site, cluster = candidate.kind, candidate.name, candidate.site, candidate.cluster
+    prefix = shared.prefixes.get((kind, name))
+    if prefix is None:
+        prefix = shared.prefixes[kind, name] = model_prefix(kind, name)
+    document: dict[str, Any] = {
+        "kind": kind,
+        "name": name,
+        "site": site,
+        "cluster": cluster,
+        "fresh": candidate.fresh,
+        "stable_id": stable_id_at(prefix, site, cluster),
+        "admission_state": _WIRE_NAMES[evaluation.admission],
+        "selection_tier": _WIRE_NAMES[evaluation.tier],
+        "rank": ranked.rank,
+    }
+    if not is_plain_number(ranked.rank):
+        shared.plain_numbers = False
+    breakdown = evaluation.breakdown
+    if breakdown is not None:
+        wire = shared.breakdowns.get(id(breakdown))
+        if wire is None:
+            wire = shared.breakdowns[id(breakdown)] = _breakdown_document(breakdown)
+            if not all(map(is_plain_number, wire.values())):
+                shared.plain_numbers = False
+        document["score"] = wire["total"]
+        document["score_breakdown"] = dict(wire)
+    credential = candidate.credential
+    if credential is not None:
+        document["credential"] = {
+            "strategy": credential.strategy,
+            "secretRef": {
+                "name": credential.secret_name,
+                "namespace": credential.secret_namespace,
+                "key": credential.secret_key,
+            },
+        }
+    if shared.texts is not None:
+        _add_canonical_text(document, breakdown, shared)
+    return document
+
+
+def _add_canonical_text(
+    document: dict[str, Any], breakdown: ScoreBreakdown | None, shared: _Shared
+) -> None:
+    """Append the candidate's canonical text to ``shared.texts`` (or give up on them)."""
+    assert shared.texts is not None
+    breakdown_text = None
+    if breakdown is not None:
+        breakdown_text = shared.breakdown_texts.get(id(breakdown))
+        if breakdown_text is None:
+            breakdown_text = shared.breakdown_texts[id(breakdown)] = canonical_breakdown(
+                document["score_breakdown"]
+            )
+    try:
+        text = canonical_candidate(document, breakdown_text)
+    except (TypeError, KeyError):
+        text = None
+    if text is None:
+        shared.texts = None
+    else:
+        shared.texts.append(text)
+
+
+def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
+    """The §5 wire form of one ranked candidate (no field beyond §5's list)."""
+    return _candidate_document(ranked, _Shared())
+
+
+def build_overlay(
+    network: str,
+    local_site: str,
+    ranked: Sequence[RankedCandidate],
+    generated_at: datetime,
+) -> dict[str, Any]:
+    """``grid-config.json``: ``{network, local_site, candidates[], generated_at}``.
+
+    ``ranked`` must already be in rank order 0..n-1 (as `scoring.rank` returns).
+    """
+    return _build_overlay(network, local_site, ranked, generated_at, _Shared())
+
+
+def _build_overlay(
+    network: str,
+    local_site: str,
+    ranked: Sequence[RankedCandidate],
+    generated_at: datetime,
+    shared: _Shared,
+) -> dict[str, Any]:
+    return {
+        "network": network,
+        "local_site": local_site,
+        "candidates": [_candidate_document(r, shared) for r in ranked],
+        "generated_at": format_timestamp(generated_at),
+    }
+
+
+def build_overlay_and_envelope(
+    network: str,
+    local_site: str,
+    ranked: Sequence[RankedCandidate],
+    generated_at: datetime,
+    scope: Scope,
+    provenance: Provenance,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`build_overlay`, then `build_envelope` of it: the same two documents.
+
+    Every number in the overlay is made here and checked as it is made
+    (`is_plain_number`), and each candidate's canonical text is
+    written as its document is built, each shared score breakdown once. When
+    every number is plain that text is the digest's input; otherwise (or for
+    text that does not encode as UTF-8) the digest takes the full path of
+    `canonical_digest`. Tests hold both to the `rfc8785` reference.
+    """
+    shared = _Shared(texts=[])
+    overlay = _build_overlay(network, local_site, ranked, generated_at, shared)
+    value = None
+    if shared.texts is not None and shared.plain_numbers:
+        value = digest_of_texts(network, local_site, shared.texts)
+    if value is None:
+        value = digest(overlay, numbers_checked=shared.plain_numbers)
+    return overlay, envelope_with_digest(overlay, scope, provenance, value)

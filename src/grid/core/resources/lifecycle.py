@@ -1,0 +1,115 @@
+"""Phase decisions: what the controllers' observations mean for each resource's phase.
+
+The phase tables in `grid.core.resources.phases` say which moves are legal; this module
+says which move the observations call for. Both machines are pure: they take
+the current phase and what was observed, and return the next phase, stepping
+only along legal edges (an Available provider whose health check fails goes
+to Degraded first, and to Unavailable only when the failure persists).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from grid.core.resources.phases import NetworkPhase, ProviderPhase, SitePhase, transition
+
+UNAVAILABLE_AFTER_FAILURES = 2
+"""Consecutive failed health checks before a provider is Unavailable. One failure
+only degrades it, so a single lost probe does not drop it from routing."""
+
+
+@dataclass(frozen=True)
+class ProviderObservation:
+    """One round of checks of a provider.
+
+    ``health_ok`` is the health check's verdict (None when the provider has no
+    health endpoint to check); ``metrics_ok`` whether its scrape succeeded (None
+    without metrics); ``failures`` counts consecutive failed health checks.
+    """
+
+    health_ok: bool | None
+    metrics_ok: bool | None
+    failures: int = 0
+
+
+def next_provider_phase(current: ProviderPhase, seen: ProviderObservation) -> ProviderPhase:
+    """The provider phase the observation calls for, reached by one legal step."""
+    if seen.health_ok is False:
+        wanted = (
+            ProviderPhase.UNAVAILABLE
+            if seen.failures >= UNAVAILABLE_AFTER_FAILURES
+            else ProviderPhase.DEGRADED
+        )
+        # A failed check never improves a phase: Pending waits for a first success,
+        # and Unavailable stays put even when a restarted loop counts from zero.
+        if current in (ProviderPhase.PENDING, ProviderPhase.UNAVAILABLE):
+            return current
+    elif seen.metrics_ok is False:
+        wanted = ProviderPhase.DEGRADED
+        if current is ProviderPhase.PENDING:
+            wanted = ProviderPhase.AVAILABLE
+    else:
+        wanted = ProviderPhase.AVAILABLE
+    if current is ProviderPhase.AVAILABLE and wanted is ProviderPhase.UNAVAILABLE:
+        wanted = ProviderPhase.DEGRADED
+    return ProviderPhase(transition("InferenceProvider", current, wanted))
+
+
+class Probe(enum.StrEnum):
+    """The outcome of a GridSite's mTLS egress probe."""
+
+    NOT_RUN = "not_run"
+    PASSED = "passed"
+    UNREACHABLE = "unreachable"
+    FINGERPRINT_MISMATCH = "fingerprint_mismatch"
+
+
+@dataclass(frozen=True)
+class SiteObservation:
+    """What an operator knows about one peer site right now."""
+
+    auto_discover: bool
+    swim_alive: bool
+    swim_left: bool
+    egress_known: bool
+    probe: Probe = Probe.NOT_RUN
+
+
+def next_site_phase(current: SitePhase, seen: SiteObservation) -> SitePhase:
+    """The GridSite phase the observation calls for, by one legal step at most."""
+    if seen.swim_left and current in (SitePhase.ACTIVE, SitePhase.UNREACHABLE):
+        return SitePhase.LEFT
+    wanted = current
+    if current in (SitePhase.PENDING, SitePhase.LEFT):
+        if seen.swim_alive and seen.auto_discover and not seen.swim_left:
+            wanted = SitePhase.DISCOVERED
+    elif current is SitePhase.DISCOVERED:
+        if seen.egress_known:
+            wanted = SitePhase.CONNECTING
+    elif current is SitePhase.CONNECTING:
+        if seen.probe is Probe.PASSED:
+            wanted = SitePhase.ACTIVE
+    elif current is SitePhase.ACTIVE:
+        if seen.probe in (Probe.UNREACHABLE, Probe.FINGERPRINT_MISMATCH):
+            wanted = SitePhase.UNREACHABLE
+    elif current is SitePhase.UNREACHABLE and seen.probe is Probe.PASSED:
+        wanted = SitePhase.ACTIVE
+    return SitePhase(transition("GridSite", current, wanted))
+
+
+def next_network_phase(
+    current: NetworkPhase, *, started: bool, rendered: bool, unreachable_sites: int
+) -> NetworkPhase:
+    """Pending -> Initializing once the mesh starts, Active once an overlay is
+    rendered, Degraded while any peer site is Unreachable."""
+    wanted = current
+    if current is NetworkPhase.PENDING and started:
+        wanted = NetworkPhase.INITIALIZING
+    elif current is NetworkPhase.INITIALIZING and rendered:
+        wanted = NetworkPhase.ACTIVE
+    elif current is NetworkPhase.ACTIVE and unreachable_sites > 0:
+        wanted = NetworkPhase.DEGRADED
+    elif current is NetworkPhase.DEGRADED and unreachable_sites == 0:
+        wanted = NetworkPhase.ACTIVE
+    return NetworkPhase(transition("GridNetwork", current, wanted))

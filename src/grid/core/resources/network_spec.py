@@ -1,0 +1,248 @@
+"""The GridNetwork spec: SWIM tuning, TLS and trust, scoring, admission, gateways.
+
+Defaults are SPEC-DECISIONS §2's. Cross-field rules (existingOnly never above
+excluded, spiffe needs a trust domain, gateways unique) raise errors that name the
+exact field path.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from grid.core.resources.duration import Duration, parse_duration
+from grid.core.resources.errors import field_error
+from grid.core.resources.object_meta import SecretRef
+from grid.core.resources.types import (
+    HostPort,
+    NamespaceName,
+    NonNegative,
+    ObjectName,
+    Positive,
+    Ratio,
+    Text,
+    TrustDomain,
+    WireModel,
+)
+
+GOSSIP_NODES_MAX = 64
+"""Largest accepted `swim.gossipNodes`. Fan-out beyond this buys no speed in meshes
+Grid targets and multiplies per-round bandwidth."""
+
+
+class SwimConfig(WireModel):
+    """SWIM protocol tuning; the SWIM runtime honours these values."""
+
+    gossip_nodes: int = Field(default=3, ge=1, le=GOSSIP_NODES_MAX)
+    """Peers each gossip round sends to. More converges faster at more bandwidth."""
+    probe_interval: Duration = "5s"
+    """Time between failure-detector probes of one random peer."""
+    suspicion_timeout: Duration = "10s"
+    """How long a suspected member may refute before it is declared dead."""
+
+    @model_validator(mode="after")
+    def _suspicion_covers_a_probe(self) -> SwimConfig:
+        # A suspect must get at least one probe period to refute, or every
+        # transient loss would declare members dead.
+        if parse_duration(self.suspicion_timeout) < parse_duration(self.probe_interval):
+            raise field_error("suspicionTimeout", "must not be shorter than probeInterval")
+        return self
+
+    @property
+    def probe_interval_s(self) -> float:
+        """`probe_interval` in seconds."""
+        return parse_duration(self.probe_interval)
+
+    @property
+    def suspicion_timeout_s(self) -> float:
+        """`suspicion_timeout` in seconds."""
+        return parse_duration(self.suspicion_timeout)
+
+
+class SignalTransport(WireModel):
+    """How load signals cross sites (seed 000); absent means gossip."""
+
+    mode: Literal["gossip", "poll"] = "gossip"
+
+
+class TrustConfig(WireModel):
+    """How a peer certificate is authorized."""
+
+    mode: Literal["pin", "spiffe"] = "pin"
+    """pin: leaf DER SHA-256 equals a GridSite's fingerprint; spiffe: URI SAN in trustDomain."""
+    trust_domain: TrustDomain | None = None
+    """SPIFFE trust domain, required when mode is spiffe."""
+
+    @model_validator(mode="after")
+    def _spiffe_needs_domain(self) -> TrustConfig:
+        if self.mode == "spiffe" and not self.trust_domain:
+            raise field_error("trustDomain", "is required when mode is spiffe")
+        return self
+
+
+class TlsConfig(WireModel):
+    """Secret references for the grid CA, this site's certificate and the SWIM key."""
+
+    ca_secret_ref: SecretRef | None = None
+    site_secret_ref: SecretRef | None = None
+    swim_key_ref: SecretRef | None = None
+    """Secret holding the 32-byte AES-256-GCM SWIM key."""
+    trust: TrustConfig = Field(default_factory=TrustConfig)
+
+
+class ScoringWeights(WireModel):
+    """Weight of each normalized signal in the blended score."""
+
+    locality: NonNegative = 3.0
+    queue_depth: NonNegative = 3.0
+    kv_cache: NonNegative = 2.0
+    prefix_cache: NonNegative = 2.0
+    latency: NonNegative = 2.0
+    cost: NonNegative = 1.0
+
+    @model_validator(mode="after")
+    def _not_all_zero(self) -> ScoringWeights:
+        if sum(self.model_dump().values()) <= 0:
+            raise field_error("", "at least one weight must be positive")
+        return self
+
+
+class ScoringConfig(WireModel):
+    """Scoring weights and the ceilings that normalize latency and cost."""
+
+    weights: ScoringWeights = Field(default_factory=ScoringWeights)
+    latency_ceiling_ms: Positive = 5000.0
+    """A p99 at or above this scores 0 on latency."""
+    cost_ceiling_per_million_input_tokens: Positive = 100.0
+    """An input price at or above this scores 0 on cost."""
+
+
+class AdmissionThresholds(WireModel):
+    """Ratios at or above which an admission state is triggered."""
+
+    queue_depth: Ratio
+    kv_cache: Ratio
+
+
+def _existing_only_default() -> AdmissionThresholds:
+    return AdmissionThresholds(queue_depth=0.85, kv_cache=0.90)
+
+
+def _excluded_default() -> AdmissionThresholds:
+    return AdmissionThresholds(queue_depth=0.98, kv_cache=0.98)
+
+
+class AdmissionConfig(WireModel):
+    """Thresholds for ExistingOnly and Excluded admission (a ratio at or above triggers)."""
+
+    existing_only: AdmissionThresholds = Field(default_factory=_existing_only_default)
+    excluded: AdmissionThresholds = Field(default_factory=_excluded_default)
+
+    @model_validator(mode="after")
+    def _existing_only_not_above_excluded(self) -> AdmissionConfig:
+        for name in ("queueDepth", "kvCache"):
+            attr = "queue_depth" if name == "queueDepth" else "kv_cache"
+            if getattr(self.existing_only, attr) > getattr(self.excluded, attr):
+                raise field_error(f"existingOnly.{name}", f"must not be above excluded.{name}")
+        return self
+
+
+class ClusterTransport(WireModel):
+    """How the gateway connects to one cluster endpoint (§11)."""
+
+    mode: Literal["mutual_tls", "plaintext"]
+    """``mutual_tls`` presents the gateway's certificate and verifies the cluster's."""
+    sni: Text | None = None
+    """TLS server name; required for ``mutual_tls`` and refused for ``plaintext``.
+
+    Both rules are checked when ``praxis.yaml`` is rendered (``MissingSni``,
+    ``PlaintextWithSni``), so a bad entry fails that render closed instead of
+    refusing the whole GridNetwork."""
+
+
+class ClusterEndpoint(WireModel):
+    """Where one routing cluster is reached from the gateway."""
+
+    cluster: Text = Field(min_length=1)
+    """The candidate ``cluster`` this endpoint serves."""
+    address: HostPort
+    transport: ClusterTransport | None = None
+    """Absent fails the render closed with ``MissingTransport``."""
+
+
+class ConsumerConfig(WireModel):
+    """Render a complete Praxis configuration (``praxis.yaml``) for this gateway (§11)."""
+
+    enabled: bool = False
+    config_map_name: ObjectName = "praxis-consumer-config"
+    """ConfigMap (in the gateway's namespace) holding the one key ``praxis.yaml``."""
+    listener_port: int = Field(default=8080, ge=1, le=65535)
+    """Port of the public listener, rendered as ``{listenerHost}:{listenerPort}``."""
+    listener_host: Text = Field(default="0.0.0.0", min_length=1)
+    """Grid extension: the public listener's bind host (the demo binds loopback)."""
+    admin_address: HostPort = "127.0.0.1:9901"
+    """Grid extension: the admin listener (``/ready``, ``/metrics``, ``/snapshot``)."""
+    credential_mount_base: Text = Field(default="/run/secrets/grid-credentials", min_length=1)
+    """A credential's file is ``{base}/{secret name}/{secret key}``."""
+    tls_cert_mount_path: Text = Field(default="/etc/praxis/tls", min_length=1)
+    """Directory holding ``ca.crt``, ``tls.crt`` and ``tls.key`` for ``mutual_tls`` clusters."""
+    cluster_endpoints: list[ClusterEndpoint] = Field(default_factory=list)
+    overlay_file: Text | None = Field(default=None, min_length=1)
+    """Grid extension: render ``overlay_file`` mode reading this envelope path, instead of
+    inline candidates. The embedded operator defaults it to the envelope it writes."""
+
+    @model_validator(mode="after")
+    def _unique_clusters(self) -> ConsumerConfig:
+        seen: set[str] = set()
+        for i, endpoint in enumerate(self.cluster_endpoints):
+            if endpoint.cluster in seen:
+                raise field_error(
+                    f"clusterEndpoints[{i}].cluster", f"duplicate cluster {endpoint.cluster!r}"
+                )
+            seen.add(endpoint.cluster)
+        return self
+
+
+class GatewayRef(WireModel):
+    """A Praxis gateway that receives this network's overlay."""
+
+    name: ObjectName
+    namespace: NamespaceName | None = None
+    """Namespace of the gateway and its overlay ConfigMap; absent means the caller's default."""
+    local_site_name: ObjectName | None = None
+    """The GridSite the gateway runs at; absent means the operator's own site."""
+    consumer_config: ConsumerConfig | None = None
+
+
+class GridNetworkSpec(WireModel):
+    """Desired state of a GridNetwork, the top-level tenancy boundary."""
+
+    grid_id: Text | None = None
+    """Pins the grid ID; absent means one is generated on first join (status.gridId)."""
+    seeds: list[HostPort] = Field(default_factory=list)
+    """SWIM seed peers as host:port."""
+    gateway_refs: list[GatewayRef] = Field(default_factory=list)
+    region: Text | None = None
+    zone: Text | None = None
+    swim: SwimConfig = Field(default_factory=SwimConfig)
+    signal_transport: SignalTransport | None = None
+    tls: TlsConfig | None = None
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    stale_candidate_ttl_seconds: int | None = Field(default=None, ge=1)
+    """Evict remote candidates whose newest signal is older; absent keeps them."""
+
+    @model_validator(mode="after")
+    def _unique_gateways(self) -> GridNetworkSpec:
+        seen: set[tuple[str, str | None]] = set()
+        for i, ref in enumerate(self.gateway_refs):
+            if (ref.name, ref.namespace) in seen:
+                raise field_error(f"gatewayRefs[{i}].name", f"duplicate gateway {ref.name!r}")
+            seen.add((ref.name, ref.namespace))
+        return self
+
+    @property
+    def signal_mode(self) -> Literal["gossip", "poll"]:
+        """The declared signal transport, gossip when absent."""
+        return self.signal_transport.mode if self.signal_transport else "gossip"

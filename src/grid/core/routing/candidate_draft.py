@@ -1,0 +1,242 @@
+"""Candidate drafts: what one InferenceProvider contributes to a render, before scoring.
+
+A render reads resources in two steps. This module is the first: for each
+InferenceProvider it makes one `CandidateInput` per model (site from its label,
+signals from the signals document with the spec's cost filled in, freshness
+from its phase and the sample's age, a credential reference checked against
+the Secrets), and decides whether something excludes the provider before
+scoring (access policy, an ``Unavailable`` phase, a remote sample past the
+stale TTL). The result is a `CandidateDraft`. `grid.core.routing.render` is the second
+step: it scores and ranks the drafts' candidates and builds the overlay.
+
+The split keeps the resource-reading rules (labels, Secrets, phases, signal
+entries) apart from the ranking and overlay building they feed. Secrets are only
+consulted to check that a referenced key exists; no value is ever read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import NamedTuple
+
+from grid.core.resources import SITE_LABEL, GridNetwork, GridSite, InferenceProvider
+from grid.core.resources.phases import ProviderPhase
+from grid.core.resources.secret import Secret
+from grid.core.routing.scoring import (
+    BackendKind,
+    CandidateInput,
+    CredentialRef,
+    Geography,
+    SignalValues,
+    provider_candidates,
+    with_cost,
+)
+from grid.core.routing.signals import ProviderSignals, SignalsDocument, is_fresh
+from grid.errors import ValidationError
+
+CREDENTIAL_STRATEGIES: Mapping[str, str] = {"BearerToken": "bearer_token", "ApiKey": "api_key"}
+"""Auth strategies projected as a credential reference, with their wire names."""
+
+_BACKEND_KINDS: Mapping[str, BackendKind] = {kind.value: kind for kind in BackendKind}
+
+
+class Exclusion(StrEnum):
+    """Why a candidate is not in the overlay (as ``explain`` reports it)."""
+
+    ACCESS_DENIED = "access_denied"
+    PROVIDER_UNAVAILABLE = "provider_unavailable"
+    STALE_EVICTED = "stale_evicted"
+    UNHEALTHY = "unhealthy"
+    ADMISSION_EXCLUDED = "admission_excluded"
+    CANDIDATE_LIMIT = "candidate_limit"
+
+
+class CandidateDraft(NamedTuple):
+    """One provider's candidates (one per model) and what applies to all of them.
+
+    A named tuple (immutable, and cheaper to build than a frozen dataclass:
+    a render makes one per provider).
+    """
+
+    provider: InferenceProvider
+    candidates: tuple[CandidateInput, ...]
+    exclusion: Exclusion | None
+    detail: str
+    notes: tuple[str, ...]
+
+
+def _access_problem(
+    provider: InferenceProvider, gateway_site: GridSite | None, local_site: str
+) -> str | None:
+    policy = provider.spec.access_policy
+    wanted = policy.site_selector.match_labels if policy else {}
+    if not wanted:
+        return None
+    if gateway_site is None:
+        return f"site {local_site!r} has no GridSite, so its labels are unknown (fail closed)"
+    labels = gateway_site.metadata.labels
+    missing = sorted(k for k, v in wanted.items() if labels.get(k) != v)
+    if missing:
+        return f"site {local_site!r} lacks siteSelector label(s) {', '.join(missing)}"
+    return None
+
+
+def _credential(
+    provider: InferenceProvider, secrets: Sequence[Secret], notes: list[str]
+) -> CredentialRef | None:
+    auth = provider.spec.auth
+    if auth is None or auth.strategy not in CREDENTIAL_STRATEGIES:
+        return None
+    ref = auth.secret_ref
+    if ref is None or not ref.complete or ref.key is None:
+        notes.append(f"auth {auth.strategy} has no complete secretRef: no credential emitted")
+        return None
+    secret = next((s for s in secrets if s.matches(ref)), None)
+    if secret is None:
+        notes.append(f"Secret {ref.namespace}/{ref.name} not among the inputs: key not checked")
+    elif not secret.has_key(ref.key):
+        raise ValidationError(
+            f"InferenceProvider/{provider.name}: spec.auth.secretRef.key: key {ref.key!r} "
+            f"not found in Secret {ref.namespace}/{ref.name}",
+            path="spec.auth.secretRef.key",
+        )
+    return CredentialRef(
+        strategy=CREDENTIAL_STRATEGIES[auth.strategy],
+        secret_name=ref.name,
+        secret_namespace=ref.namespace,
+        secret_key=ref.key,
+    )
+
+
+_NO_SIGNALS = SignalValues()
+
+
+def _signal_values(cost: float | None, entry: ProviderSignals | None) -> SignalValues:
+    """Spec values (the cost) overridden by any value the signals entry carries.
+
+    An entry's own values are returned as they are when the spec adds nothing.
+    """
+    return with_cost(entry.signals if entry is not None else _NO_SIGNALS, cost)
+
+
+@dataclass(frozen=True)
+class DraftView:
+    """What one render sees: the network, the gateway's site, inputs and signals."""
+
+    network: GridNetwork
+    local_site: str
+    default_site: str
+    sites: Mapping[str, GridSite]
+    secrets: Sequence[Secret]
+    signals: SignalsDocument | None
+    signal_index: Mapping[tuple[str, str], ProviderSignals]
+    geographies: Mapping[str, Geography]
+    """One shared `Geography` per known site (scoring caches by identity)."""
+    ttl: int | None
+    """The network's ``staleCandidateTtlSeconds``."""
+
+
+def draft_for(provider: InferenceProvider, view: DraftView) -> CandidateDraft:
+    """``provider``'s candidates as ``view`` sees them, and any exclusion before scoring."""
+    metadata, spec, name = provider.metadata, provider.spec, provider.metadata.name
+    site = metadata.labels.get(SITE_LABEL) or view.default_site
+    entry = view.signal_index.get((site, name))
+    notes: list[str] = []
+    credential = _credential(provider, view.secrets, notes) if spec.auth is not None else None
+    stale = (
+        entry is not None
+        and view.signals is not None
+        and not is_fresh(entry, view.signals.generated_at)
+    )
+    phase = provider.phase
+    degraded = phase is ProviderPhase.DEGRADED
+    if degraded:
+        notes.append("status.phase is Degraded: not fresh")
+    if stale:
+        notes.append("signal sample older than 60 s: not fresh")
+    if entry is None:
+        notes.append("no signal entry: signals missing (neutral 0.5), sample counts as oldest")
+    candidates = provider_candidates(
+        [model.name for model in spec.models],
+        site=site,
+        cluster=spec.routing_cluster_ref or name,
+        provider=name,
+        backend_kind=_BACKEND_KINDS[spec.backend_kind],
+        signals=_signal_values(spec.cost.per_million_input_tokens if spec.cost else None, entry),
+        geography=view.geographies.get(site),
+        healthy=not (entry is not None and entry.healthy is False),
+        fresh=not (degraded or stale),
+        observed_at=entry.observed_at if entry else None,
+        credential=credential,
+    )
+    if spec.access_policy is None and phase is not ProviderPhase.UNAVAILABLE and view.ttl is None:
+        # Nothing can exclude it.
+        return CandidateDraft(provider, candidates, None, "", tuple(notes))
+    exclusion, detail = _pre_exclusion(provider, phase, site, entry, view)
+    return CandidateDraft(provider, candidates, exclusion, detail, tuple(notes))
+
+
+def _pre_exclusion(
+    provider: InferenceProvider,
+    phase: ProviderPhase,
+    site: str,
+    entry: ProviderSignals | None,
+    view: DraftView,
+) -> tuple[Exclusion | None, str]:
+    access = _access_problem(provider, view.sites.get(view.local_site), view.local_site)
+    if access is not None:
+        return Exclusion.ACCESS_DENIED, access
+    if phase is ProviderPhase.UNAVAILABLE:
+        return Exclusion.PROVIDER_UNAVAILABLE, "status.phase is Unavailable"
+    ttl = view.ttl
+    if (
+        ttl is not None
+        and entry is not None
+        and view.signals is not None
+        and site != view.local_site
+    ):
+        age = view.signals.generated_at - entry.observed_at
+        if age > timedelta(seconds=ttl):
+            return (
+                Exclusion.STALE_EVICTED,
+                f"remote sample older than staleCandidateTtlSeconds={ttl}",
+            )
+    return None, ""
+
+
+def _route(candidate: CandidateInput) -> tuple[str, str, str]:
+    return candidate.kind, candidate.site, candidate.cluster
+
+
+def check_duplicates(drafts: Sequence[CandidateDraft]) -> None:
+    """Refuse two providers routing one model at one site through one cluster.
+
+    A draft's candidates share kind, site and cluster (one provider, one per
+    model), so only drafts whose route another draft shares can collide; the
+    others are skipped without changing which collision is reported first.
+    """
+    routes = [
+        (c.kind, c.site, c.cluster) for c in (d.candidates[0] for d in drafts if d.candidates)
+    ]
+    if len(set(routes)) == len(routes):
+        return  # every provider has a route of its own
+    shared = {route for route, n in Counter(routes).items() if n > 1}
+    seen: dict[tuple[str, str, str, str], str] = {}
+    for draft in drafts:
+        if not draft.candidates or _route(draft.candidates[0]) not in shared:
+            continue
+        owner = draft.provider.metadata.name
+        for c in draft.candidates:
+            key = (c.kind, c.name, c.site, c.cluster)
+            first = seen.setdefault(key, owner)
+            if first != owner:
+                raise ValidationError(
+                    f"InferenceProvider/{owner} and InferenceProvider/{first} "
+                    f"both route model {c.name!r} at site {c.site!r} through cluster "
+                    f"{c.cluster!r}; give one a distinct spec.routingClusterRef",
+                    path="spec.routingClusterRef",
+                )

@@ -1,0 +1,216 @@
+"""Explanations: every candidate for one model, why it ranks where it does or is absent.
+
+``grid explain`` answers "why does this model route there?". It renders the
+same candidates as ``grid render`` (`grid.core.routing.render.evaluate_network`), keeps
+the excluded ones, and for each ranked candidate names the sort key that put it
+after the one above it: admission, tier, score, freshness, sample age or the
+``(site, name, cluster)`` tie-break. Only names and numbers appear here; a
+credential shows as its Secret reference, never a value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from grid.core.overlay import format_timestamp
+from grid.core.routing.ranking import sort_key
+from grid.core.routing.render import (
+    CandidateRow,
+    RenderInputs,
+    evaluate_network,
+    select_gateway,
+    select_network,
+)
+from grid.core.routing.scoring import Evaluation
+from grid.core.routing.signals import SignalsDocument
+
+SIGNAL_NAMES = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
+"""The six scored signals in their fixed order."""
+
+
+@dataclass(frozen=True)
+class ExplainRow:
+    """One candidate of the explained model, ready for a table or JSON."""
+
+    provider: str
+    model: str
+    site: str
+    cluster: str
+    backend_kind: str
+    rank: int | None
+    status: str
+    admission_state: str
+    selection_tier: str
+    fresh: bool
+    observed_at: str | None
+    signal_values: dict[str, float | None]
+    signal_scores: dict[str, float]
+    missing_signals: tuple[str, ...]
+    score: float | None
+    score_breakdown: dict[str, float] | None
+    credential: dict[str, Any] | None
+    reason: str
+    notes: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping of every field."""
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "site": self.site,
+            "cluster": self.cluster,
+            "backend_kind": self.backend_kind,
+            "rank": self.rank,
+            "status": self.status,
+            "admission_state": self.admission_state,
+            "selection_tier": self.selection_tier,
+            "fresh": self.fresh,
+            "observed_at": self.observed_at,
+            "signal_values": self.signal_values,
+            "signal_scores": self.signal_scores,
+            "missing_signals": list(self.missing_signals),
+            "score": self.score,
+            "score_breakdown": self.score_breakdown,
+            "credential": self.credential,
+            "reason": self.reason,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """All candidates of one model as seen from one site, ranked ones first."""
+
+    network: str
+    local_site: str
+    model: str
+    scoring_enabled: bool
+    rows: tuple[ExplainRow, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping."""
+        return {
+            "network": self.network,
+            "local_site": self.local_site,
+            "model": self.model,
+            "scoring_enabled": self.scoring_enabled,
+            "candidates": [row.as_dict() for row in self.rows],
+        }
+
+
+def _who(evaluation: Evaluation) -> str:
+    c = evaluation.candidate
+    return f"{c.provider}@{c.site}"
+
+
+def _sample(evaluation: Evaluation) -> str:
+    observed = evaluation.candidate.observed_at
+    return format_timestamp(observed) if observed else "no sample"
+
+
+def decisive_difference(above: Evaluation, below: Evaluation) -> str:
+    """Why ``below`` sorts after ``above``: the first sort key that differs."""
+    a, b = sort_key(above), sort_key(below)
+    if a[0] != b[0]:
+        return f"admission {below.admission.value} sorts after {above.admission.value}"
+    if a[1] != b[1]:
+        return f"tier {below.tier.value} sorts after {above.tier.value}"
+    if a[2] != b[2] and above.score is not None and below.score is not None:
+        return f"score {below.score:.4f} is below {above.score:.4f}"
+    if a[3] != b[3]:
+        return "it is not fresh and the candidate above is"
+    if a[4:6] != b[4:6]:
+        return f"its sample ({_sample(below)}) is older than {_sample(above)}"
+    return "ties on admission, tier, score and freshness; (site, name, cluster) order decides"
+
+
+def _rank_reason(ordered: Sequence[CandidateRow], index: int) -> str:
+    row = ordered[index].evaluation
+    summary = f"{row.admission.value}, {row.tier.value}"
+    if row.score is not None:
+        summary += f", score {row.score:.4f}"
+    if index == 0:
+        text = f"first for this model ({summary})"
+        if len(ordered) > 1:
+            nxt = ordered[1].evaluation
+            text += f"; ahead of {_who(nxt)} because {decisive_difference(row, nxt)}"
+        return text
+    above = ordered[index - 1].evaluation
+    return f"after {_who(above)} because {decisive_difference(above, row)} ({summary})"
+
+
+def _row(row: CandidateRow, reason: str) -> ExplainRow:
+    evaluation = row.evaluation
+    c = evaluation.candidate
+    scores = evaluation.signal_scores
+    credential = None
+    if c.credential is not None:
+        credential = {
+            "strategy": c.credential.strategy,
+            "secretRef": {
+                "name": c.credential.secret_name,
+                "namespace": c.credential.secret_namespace,
+                "key": c.credential.secret_key,
+            },
+        }
+    return ExplainRow(
+        provider=c.provider,
+        model=c.name,
+        site=c.site,
+        cluster=c.cluster,
+        backend_kind=c.backend_kind.value,
+        rank=row.rank,
+        status=row.exclusion.value if row.exclusion else "ranked",
+        admission_state=evaluation.admission.value,
+        selection_tier=evaluation.tier.value,
+        fresh=c.fresh,
+        observed_at=format_timestamp(c.observed_at) if c.observed_at else None,
+        signal_values={
+            "queue_depth": c.signals.queue_depth,
+            "kv_cache_utilization": c.signals.kv_cache_utilization,
+            "prefix_cache_hit_ratio": c.signals.prefix_cache_hit_ratio,
+            "p99_latency_ms": c.signals.p99_latency_ms,
+            "cost_per_million_input_tokens": c.signals.cost_per_million_input_tokens,
+        },
+        signal_scores=dict(zip(SIGNAL_NAMES, scores.as_tuple(), strict=True)),
+        missing_signals=tuple(n for n in SIGNAL_NAMES if n in scores.missing),
+        score=evaluation.score,
+        score_breakdown=evaluation.breakdown.as_dict() if evaluation.breakdown else None,
+        credential=credential,
+        reason=reason,
+        notes=row.notes,
+    )
+
+
+def explain(
+    inputs: RenderInputs,
+    *,
+    site: str,
+    model: str,
+    signals: SignalsDocument | None = None,
+    gateway: str | None = None,
+    namespace: str | None = None,
+) -> Explanation:
+    """Every candidate of ``model`` seen from ``site`` (or from ``gateway``'s site).
+
+    Ranked candidates come first in rank order, then excluded ones by provider.
+    """
+    if gateway is not None:
+        network, local_name, _ = select_gateway(inputs.networks, gateway, namespace)
+        local_site = local_name or site
+    else:
+        network = select_network(inputs.networks, inputs.sites, site)
+        local_site = site
+    evaluated = evaluate_network(inputs, network, local_site, site, signals)
+    context = evaluated.context
+    mine = [r for r in evaluated.rows if r.evaluation.candidate.name == model]
+    ranked = sorted((r for r in mine if r.exclusion is None), key=lambda r: r.rank or 0)
+    excluded = sorted(
+        (r for r in mine if r.exclusion is not None),
+        key=lambda r: (r.evaluation.candidate.provider, r.evaluation.candidate.site),
+    )
+    out = [_row(r, _rank_reason(ranked, i)) for i, r in enumerate(ranked)]
+    out += [_row(r, f"excluded ({r.exclusion}): {r.exclusion_detail}") for r in excluded]
+    return Explanation(network.name, local_site, model, context.config.enabled, tuple(out))

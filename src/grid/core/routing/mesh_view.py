@@ -1,0 +1,265 @@
+"""The mesh as one site sees it: its own resources plus what peers gossiped.
+
+An operator renders from two sources. Its store holds the GridNetwork, the
+GridSites, its own InferenceProviders and Secrets. Its CRDT replica holds every
+origin's provider records, its own included. This module turns both into the
+inputs of `grid.core.routing.render`, so the operator and ``grid render`` share one
+rendering path:
+
+* each remote record becomes an InferenceProvider labelled with its origin site,
+  carrying its phase, so §4a's rules apply unchanged;
+* every live record becomes an entry of a ``scope=grid`` signals document;
+* remote records whose newest sample is older than ``staleCandidateTtlSeconds``
+  are evicted (the GridNetwork field; absent means keep them).
+
+Own providers keep their full resource (auth, access policy, cost), so only
+they can carry a credential reference: a peer's Secret lives in its cluster. A
+remote provider keeps its ``providerKind`` and its access policy's
+``siteSelector.matchLabels`` (both carried in the record), so the consuming site
+enforces the policy exactly as for its own providers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from grid.core.crdt.record import ProviderRecord, RecordSignals
+from grid.core.resources import (
+    API_VERSION,
+    SITE_LABEL,
+    GridNetwork,
+    GridSite,
+    InferenceProvider,
+)
+from grid.core.resources.secret import Secret
+from grid.core.routing.render import RenderInputs
+from grid.core.routing.scoring import BackendKind, SignalValues
+from grid.core.routing.signals import ProviderSignals, SignalsDocument
+from grid.errors import ValidationError
+
+SIGNALS_SCHEMA_VERSION = "1.0.0"
+
+
+@dataclass(frozen=True)
+class OriginRecord:
+    """A provider record with the origin site that published it."""
+
+    origin: str
+    provider_id: str
+    record: ProviderRecord
+
+
+def provider_site(provider: InferenceProvider, own_site: str) -> str:
+    """The site a provider belongs to: its site label, else the operator's site."""
+    return provider.site_label or own_site
+
+
+def record_for(
+    provider: InferenceProvider,
+    site: str,
+    *,
+    signals: RecordSignals,
+    healthy: bool | None,
+    observed_at_s: float,
+) -> ProviderRecord:
+    """The record an operator publishes for one of its own providers."""
+    policy = provider.spec.access_policy
+    match_labels = policy.site_selector.match_labels if policy is not None else {}
+    cost = provider.spec.cost.per_million_input_tokens if provider.spec.cost else None
+    if signals.cost_per_million_input_tokens is None and cost is not None:
+        signals = RecordSignals(
+            queue_depth=signals.queue_depth,
+            kv_cache_utilization=signals.kv_cache_utilization,
+            prefix_cache_hit_ratio=signals.prefix_cache_hit_ratio,
+            p99_latency_ms=signals.p99_latency_ms,
+            cost_per_million_input_tokens=cost,
+        )
+    return ProviderRecord(
+        name=provider.name,
+        cluster=provider.cluster,
+        site=site,
+        backend_kind=provider.spec.backend_kind,
+        models=tuple(m.name for m in provider.spec.models),
+        healthy=healthy,
+        observed_at=observed_at_s,
+        signals=signals,
+        phase=provider.phase.value,
+        provider_kind=provider.spec.provider_kind,
+        access_match_labels=tuple(sorted(match_labels.items())),
+    )
+
+
+REMOTE_PROVIDER_CACHE_MAX = 8192
+"""Validated remote providers kept between renders; a few times the grid's providers."""
+
+
+def remote_provider(record: ProviderRecord, network: str) -> InferenceProvider:
+    """An InferenceProvider standing for a peer's record, labelled with its site.
+
+    It carries the record's access policy, so rendering refuses it to a consuming
+    site whose GridSite lacks the labels, as it would the origin's own resource.
+    """
+    spec: dict[str, object] = {
+        "gridNetworkRef": network,
+        "backendKind": record.backend_kind,
+        "providerKind": record.provider_kind,
+        "models": [{"name": m} for m in record.models],
+        "routingClusterRef": record.cluster,
+    }
+    if record.access_match_labels:
+        spec["accessPolicy"] = {"siteSelector": {"matchLabels": dict(record.access_match_labels)}}
+    return InferenceProvider.model_validate(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "InferenceProvider",
+            "metadata": {"name": record.name, "labels": {SITE_LABEL: record.site}},
+            "spec": spec,
+            "status": {"phase": record.phase},
+        }
+    )
+
+
+@functools.lru_cache(maxsize=REMOTE_PROVIDER_CACHE_MAX)
+def _remote_or_none(record: ProviderRecord, network: str) -> InferenceProvider | None:
+    """`remote_provider`, or None when the record breaks a resource rule.
+
+    Records are immutable, so the validated resource is cached per record: a
+    render re-uses it until the peer publishes a new sample. Callers must not
+    mutate the returned model.
+    """
+    try:
+        return remote_provider(record, network)
+    except (ValueError, ValidationError):
+        # pydantic's ValidationError is a ValueError; grid's is a GridError.
+        return None
+
+
+def live_records(
+    records: Iterable[OriginRecord],
+    own_site: str,
+    now_s: float,
+    stale_ttl_s: float | None,
+    trusted: Container[str] | None = None,
+) -> list[OriginRecord]:
+    """Records still worth routing to: own ones always, remote ones within the TTL.
+
+    A record is attributed to its origin, never to the site it names, so a peer
+    cannot publish a record for another site. With ``trusted``, a remote origin
+    must also be in it: a site whose certificate was never verified (its
+    GridSite not yet Active) gets no traffic however it gossips. Output is
+    sorted for determinism.
+    """
+    kept = []
+    for item in records:
+        if item.record.site != item.origin:
+            continue
+        remote = item.origin != own_site
+        if remote and trusted is not None and item.origin not in trusted:
+            continue
+        if remote and stale_ttl_s is not None and now_s - item.record.observed_at > stale_ttl_s:
+            continue
+        kept.append(item)
+    return sorted(kept, key=lambda r: (r.origin, r.record.name, r.provider_id))
+
+
+GRID_ID_LABEL = "grid.praxis-proxy.io/grid-id"
+"""Metadata-lane label carrying the gridId a site holds, so the grid agrees on one."""
+
+
+def converged_grid_id(own: str, gossiped: Iterable[str]) -> str:
+    """The gridId every site settles on: the smallest of all ids seen.
+
+    Ids are time-ordered (UUIDv7), so the smallest is the oldest: a site joining
+    an existing grid adopts its id, and sites that started together agree on
+    the earliest. Empty values are ignored.
+    """
+    return min((i for i in (own, *gossiped) if i), default=own)
+
+
+def _entry(record: ProviderRecord) -> ProviderSignals:
+    s = record.signals
+    return ProviderSignals(
+        name=record.name,
+        cluster=record.cluster,
+        site=record.site,
+        backend_kind=BackendKind(record.backend_kind),
+        models=record.models,
+        healthy=record.healthy,
+        observed_at=datetime.fromtimestamp(record.observed_at, UTC),
+        signals=SignalValues(
+            queue_depth=s.queue_depth,
+            kv_cache_utilization=s.kv_cache_utilization,
+            prefix_cache_hit_ratio=s.prefix_cache_hit_ratio,
+            p99_latency_ms=s.p99_latency_ms,
+            cost_per_million_input_tokens=s.cost_per_million_input_tokens,
+        ),
+    )
+
+
+def signals_document(
+    network: str,
+    site: str,
+    records: Iterable[OriginRecord],
+    *,
+    now: datetime,
+    epoch: int,
+    sequence: int,
+) -> SignalsDocument:
+    """A ``scope=grid`` signals document (§6) of every live record."""
+    entries = sorted((_entry(r.record) for r in records), key=lambda e: (e.site, e.name))
+    return SignalsDocument(
+        schema_version=SIGNALS_SCHEMA_VERSION,
+        network=network,
+        site=site,
+        epoch=epoch,
+        sequence=sequence,
+        generated_at=now,
+        providers=tuple(entries),
+    )
+
+
+def mesh_inputs(
+    network: GridNetwork,
+    sites: Sequence[GridSite],
+    own_providers: Sequence[InferenceProvider],
+    secrets: Sequence[Secret],
+    records: Sequence[OriginRecord],
+    own_site: str,
+) -> RenderInputs:
+    """Render inputs from the store's resources and the replica's live records.
+
+    Own providers come from the store; a remote record adds a provider only when
+    no own provider has the same name at the same site. A peer's record is
+    untrusted input, so one that would not form a valid InferenceProvider, or
+    that would collide with a provider already taken (the same name, or the same
+    model routed through the same cluster at the same site), is dropped rather
+    than allowed to fail the whole render.
+    """
+    taken = {(provider_site(p, own_site), p.name) for p in own_providers}
+    routes = {
+        (provider_site(p, own_site), p.cluster, m.name)
+        for p in own_providers
+        for m in p.spec.models
+    }
+    remote = []
+    for r in records:
+        if r.origin == own_site or (r.record.site, r.record.name) in taken:
+            continue
+        provider = _remote_or_none(r.record, network.name)
+        if provider is None:
+            continue
+        wanted = {(r.record.site, provider.cluster, m.name) for m in provider.spec.models}
+        if wanted & routes:
+            continue
+        taken.add((r.record.site, r.record.name))
+        routes |= wanted
+        remote.append(provider)
+    return RenderInputs(
+        networks=(network,),
+        sites=tuple(sites),
+        providers=(*own_providers, *remote),
+        secrets=tuple(secrets),
+    )

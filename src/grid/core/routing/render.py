@@ -1,0 +1,353 @@
+"""Rendering: Grid resources plus a signals document into a ranked overlay (§4a).
+
+This is the pure function behind ``grid render`` and ``grid explain``. It turns
+typed resources (GridNetwork, GridSite, InferenceProvider, core v1 Secret) and
+an optional signals document into scoring inputs, one per (provider, model)
+(`grid.core.routing.candidate_draft`), ranks them with `grid.core.routing.ranking` and builds
+the overlay and its envelope with `grid.core.overlay`. Nothing here reads a
+clock or a file: ``now`` is an input.
+
+Candidates removed before scoring keep their evaluation so that ``explain`` can
+show every candidate, including excluded ones, with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+from grid import __version__
+from grid.core.overlay import (
+    CANDIDATES_MAX,
+    Provenance,
+    Scope,
+    build_overlay_and_envelope,
+)
+from grid.core.resources import GridNetwork, GridSite, InferenceProvider
+from grid.core.resources.secret import Secret
+from grid.core.routing.candidate_draft import (
+    CandidateDraft,
+    DraftView,
+    Exclusion,
+    check_duplicates,
+    draft_for,
+)
+from grid.core.routing.ranking import Ordering, RankedCandidate, Ranking, order_candidates
+from grid.core.routing.scoring import (
+    AdmissionThresholds,
+    Evaluation,
+    Geography,
+    ScoringConfig,
+    ScoringContext,
+    ScoringWeights,
+    evaluate,
+)
+from grid.core.routing.signals import SignalsDocument
+from grid.errors import ValidationError
+
+# `Exclusion` is defined with the drafts and is part of this module's interface too.
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "CandidateRow",
+    "Evaluated",
+    "Exclusion",
+    "RenderInputs",
+    "Rendered",
+    "evaluate_network",
+    "render",
+    "scoring_config",
+    "select_gateway",
+    "select_network",
+]
+
+DEFAULT_NAMESPACE = "default"
+"""The gateway namespace when neither ``--namespace`` nor the gatewayRef names one."""
+
+
+@dataclass(frozen=True)
+class RenderInputs:
+    """The resources a render reads. Order does not matter; names must be unique."""
+
+    networks: Sequence[GridNetwork] = ()
+    sites: Sequence[GridSite] = ()
+    providers: Sequence[InferenceProvider] = ()
+    secrets: Sequence[Secret] = ()
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    """One candidate with everything ``explain`` shows about it.
+
+    ``rank`` is the overlay rank (``None`` when excluded); ``exclusion`` and
+    ``exclusion_detail`` say why a candidate is missing from the overlay.
+    """
+
+    evaluation: Evaluation
+    provider: InferenceProvider
+    rank: int | None = None
+    exclusion: Exclusion | None = None
+    exclusion_detail: str = ""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """Every candidate of one network seen from one site, scored and ranked.
+
+    ``kept`` is what the overlay carries: the top ``candidates_max`` ranked
+    candidates (all of them when ``None``). ``rows`` (computed on first use)
+    describes every candidate, kept or not, for ``explain``.
+    """
+
+    drafts: tuple[CandidateDraft, ...]
+    ordering: Ordering
+    context: ScoringContext
+    candidates_max: int | None
+
+    @property
+    def ranking(self) -> Ranking:
+        """Every ranked and excluded candidate (built on first use)."""
+        return self.ordering.ranking
+
+    @property
+    def kept(self) -> tuple[RankedCandidate, ...]:
+        """The ranked candidates the overlay carries, in rank order."""
+        return self.ordering.top(self.candidates_max)
+
+    @cached_property
+    def rows(self) -> tuple[CandidateRow, ...]:
+        """Ranked rows in rank order, then scoring exclusions, then earlier exclusions."""
+        return _rows(self)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A render's results: the overlay, its envelope and every candidate row."""
+
+    network: GridNetwork
+    scope: Scope
+    overlay: dict[str, Any]
+    envelope: dict[str, Any]
+    evaluated: Evaluated
+
+    @property
+    def rows(self) -> tuple[CandidateRow, ...]:
+        """Every candidate, including excluded ones."""
+        return self.evaluated.rows
+
+    @property
+    def scoring_enabled(self) -> bool:
+        """False under ``signalTransport.mode: poll``."""
+        return self.evaluated.context.config.enabled
+
+
+def scoring_config(network: GridNetwork) -> ScoringConfig:
+    """The scoring engine's settings from ``GridNetwork.spec`` (§2)."""
+    spec = network.spec
+    weights = spec.scoring.weights
+    admission = spec.admission
+    return ScoringConfig(
+        weights=ScoringWeights(
+            locality=weights.locality,
+            queue_depth=weights.queue_depth,
+            kv_cache=weights.kv_cache,
+            prefix_cache=weights.prefix_cache,
+            latency=weights.latency,
+            cost=weights.cost,
+        ),
+        latency_ceiling_ms=spec.scoring.latency_ceiling_ms,
+        cost_ceiling_per_million_input_tokens=spec.scoring.cost_ceiling_per_million_input_tokens,
+        admission=AdmissionThresholds(
+            existing_only_queue_depth=admission.existing_only.queue_depth,
+            existing_only_kv_cache=admission.existing_only.kv_cache,
+            excluded_queue_depth=admission.excluded.queue_depth,
+            excluded_kv_cache=admission.excluded.kv_cache,
+        ),
+        enabled=spec.signal_mode != "poll",
+    )
+
+
+def select_gateway(
+    networks: Iterable[GridNetwork], gateway: str, namespace: str | None
+) -> tuple[GridNetwork, str | None, str]:
+    """The network listing ``gateway``, the gateway's localSiteName and namespace.
+
+    Raises `ValidationError` when no network (or more than one) lists it.
+    """
+    matches = [
+        (network, ref)
+        for network in networks
+        for ref in network.spec.gateway_refs
+        if ref.name == gateway and (namespace is None or ref.namespace in (None, namespace))
+    ]
+    where = f" in namespace {namespace!r}" if namespace else ""
+    if not matches:
+        raise ValidationError(
+            f"no GridNetwork lists gateway {gateway!r}{where} in spec.gatewayRefs",
+            path="spec.gatewayRefs",
+        )
+    if len(matches) > 1:
+        names = ", ".join(sorted(f"{n.name}" for n, _ in matches))
+        raise ValidationError(
+            f"gateway {gateway!r}{where} is listed by more than one GridNetwork ({names}); "
+            "pass --namespace to choose",
+            path="spec.gatewayRefs",
+        )
+    network, ref = matches[0]
+    return network, ref.local_site_name, namespace or ref.namespace or DEFAULT_NAMESPACE
+
+
+def select_network(
+    networks: Sequence[GridNetwork], sites: Sequence[GridSite], site: str
+) -> GridNetwork:
+    """The network a site belongs to (its GridSite's ``gridNetworkRef``), or the only one."""
+    owners = {s.spec.grid_network_ref for s in sites if s.name == site}
+    candidates = [n for n in networks if n.name in owners] or list(networks)
+    if len(candidates) != 1:
+        problem = "no GridNetwork" if not candidates else "more than one GridNetwork"
+        raise ValidationError(
+            f"{problem} found for site {site!r}; add a GridSite naming its gridNetworkRef",
+            path="spec.gridNetworkRef",
+        )
+    return candidates[0]
+
+
+def evaluate_network(
+    inputs: RenderInputs,
+    network: GridNetwork,
+    local_site: str,
+    default_site: str,
+    signals: SignalsDocument | None,
+    candidates_max: int | None = CANDIDATES_MAX,
+) -> Evaluated:
+    """Every candidate of ``network`` seen from ``local_site``, scored and ranked."""
+    if signals is not None and signals.network != network.name:
+        raise ValidationError(
+            f"the signals document is for network {signals.network!r}, not {network.name!r}",
+            path="network",
+        )
+    name = network.name
+    sites = {s.name: s for s in inputs.sites if s.spec.grid_network_ref == name}
+    index = signals.index() if signals else {}
+    geographies = {name: Geography(s.spec.region, s.spec.zone) for name, s in sites.items()}
+    view = DraftView(
+        network,
+        local_site,
+        default_site,
+        sites,
+        inputs.secrets,
+        signals,
+        index,
+        geographies,
+        network.spec.stale_candidate_ttl_seconds,
+    )
+    providers = sorted(
+        (p for p in inputs.providers if p.spec.grid_network_ref == name),
+        key=lambda p: p.name,
+    )
+    drafts = tuple([draft_for(p, view) for p in providers])
+    check_duplicates(drafts)
+    context = ScoringContext(local_site, geographies.get(local_site), scoring_config(network))
+    eligible = [c for d in drafts if d.exclusion is None for c in d.candidates]
+    return Evaluated(drafts, order_candidates(eligible, context), context, candidates_max)
+
+
+def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:
+    context = evaluated.context
+    limit = evaluated.candidates_max
+    owner = {id(c): d for d in evaluated.drafts for c in d.candidates}
+    rows: list[CandidateRow] = []
+    for r in evaluated.ranking.ranked:
+        draft = owner[id(r.evaluation.candidate)]
+        over = limit is not None and r.rank >= limit
+        rows.append(
+            CandidateRow(
+                evaluation=r.evaluation,
+                provider=draft.provider,
+                rank=None if over else r.rank,
+                exclusion=Exclusion.CANDIDATE_LIMIT if over else None,
+                exclusion_detail=f"ranked beyond the {limit}-candidate overlay limit"
+                if over
+                else "",
+                notes=draft.notes,
+            )
+        )
+    for x in evaluated.ranking.excluded:
+        draft = owner[id(x.evaluation.candidate)]
+        rows.append(
+            CandidateRow(
+                evaluation=x.evaluation,
+                provider=draft.provider,
+                exclusion=Exclusion(x.reason.value),
+                exclusion_detail=_scoring_exclusion_detail(x.evaluation, context),
+                notes=draft.notes,
+            )
+        )
+    for draft in evaluated.drafts:
+        if draft.exclusion is None:
+            continue
+        for candidate in draft.candidates:
+            rows.append(
+                CandidateRow(
+                    evaluation=evaluate(candidate, context),
+                    provider=draft.provider,
+                    exclusion=draft.exclusion,
+                    exclusion_detail=draft.detail,
+                    notes=draft.notes,
+                )
+            )
+    return tuple(rows)
+
+
+def _scoring_exclusion_detail(evaluation: Evaluation, context: ScoringContext) -> str:
+    candidate = evaluation.candidate
+    if not candidate.healthy:
+        return "the signals report healthy: false"
+    limits = context.config.admission
+    queue, kv = candidate.signals.queue_depth, candidate.signals.kv_cache_utilization
+    if queue is not None and queue >= limits.excluded_queue_depth:
+        return f"queue_depth {queue:g} >= excluded threshold {limits.excluded_queue_depth:g}"
+    return f"kv_cache_utilization {kv or 0:g} >= excluded threshold {limits.excluded_kv_cache:g}"
+
+
+def render(
+    inputs: RenderInputs,
+    *,
+    site: str,
+    gateway: str,
+    now: datetime,
+    namespace: str | None = None,
+    signals: SignalsDocument | None = None,
+    producer_version: str = __version__,
+    candidates_max: int | None = CANDIDATES_MAX,
+) -> Rendered:
+    """Render the overlay and envelope for ``gateway`` (``grid render``).
+
+    ``site`` is the operator's site: the default for providers without a site
+    label and for a gatewayRef without ``localSiteName``. ``now`` stamps
+    ``generated_at`` and ``rendered_at``; it never changes the revision.
+    ``candidates_max`` keeps the top-ranked candidates only (default 1,024, the
+    §5 limit, so the overlay always verifies); ``None`` keeps every candidate.
+    """
+    network, local_site_name, resolved_namespace = select_gateway(
+        inputs.networks, gateway, namespace
+    )
+    local_site = local_site_name or site
+    evaluated = evaluate_network(inputs, network, local_site, site, signals, candidates_max)
+    scope = Scope(network.name, gateway, resolved_namespace, local_site)
+    provenance = Provenance(
+        producer_version=producer_version,
+        source_name=network.name,
+        source_uid=network.metadata.uid,
+        source_generation=network.metadata.generation,
+        rendered_at=now,
+    )
+    overlay, envelope = build_overlay_and_envelope(
+        network.name, local_site, evaluated.kept, now, scope, provenance
+    )
+    return Rendered(
+        network=network, scope=scope, overlay=overlay, envelope=envelope, evaluated=evaluated
+    )

@@ -1,0 +1,217 @@
+"""The signals document of ``GET /v1/site/signals`` (SPEC-DECISIONS §6).
+
+A site publishes the provider load it observes as one JSON document::
+
+    {schema_version, network, site, epoch, sequence, generated_at,
+     providers: [{name, cluster, site, backend_kind, models[], healthy?,
+                  observed_at, signals: {queue_depth?, kv_cache_utilization?,
+                  prefix_cache_hit_ratio?, p99_latency_ms?,
+                  cost_per_million_input_tokens?}}]}
+
+`parse_signals` turns untrusted JSON into a `SignalsDocument` or raises a
+`grid.errors.ValidationError` whose message names the offending path. An absent
+signal key means the signal is missing (neutral in scoring), never zero.
+Freshness is judged against the document's own ``generated_at``, so it does
+not depend on the reader's clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from grid.core.routing.scoring import BackendKind, SignalValues
+from grid.errors import ValidationError
+
+FRESHNESS_MAX_AGE_S = 60.0
+"""A provider entry older than this (seconds, relative to the document's
+``generated_at``) is not fresh. Shorter ages react faster to a stalled scrape
+but mark healthy providers stale across a slow poll interval."""
+
+U64_MAX = 2**64 - 1
+
+_RATIO_SIGNALS = ("queue_depth", "kv_cache_utilization", "prefix_cache_hit_ratio")
+_MAGNITUDE_SIGNALS = ("p99_latency_ms", "cost_per_million_input_tokens")
+SIGNAL_KEYS = frozenset(_RATIO_SIGNALS + _MAGNITUDE_SIGNALS)
+
+
+@dataclass(frozen=True)
+class ProviderSignals:
+    """One provider's observed signals at one site."""
+
+    name: str
+    cluster: str
+    site: str
+    backend_kind: BackendKind
+    models: tuple[str, ...]
+    healthy: bool | None
+    observed_at: datetime
+    signals: SignalValues
+
+
+@dataclass(frozen=True)
+class SignalsDocument:
+    """A parsed signals document; ``providers`` are keyed by ``(site, name)``."""
+
+    schema_version: str
+    network: str
+    site: str
+    epoch: int
+    sequence: int
+    generated_at: datetime
+    providers: tuple[ProviderSignals, ...]
+
+    def lookup(self, site: str, name: str) -> ProviderSignals | None:
+        """The entry with this origin ``site`` and provider ``name``, if any."""
+        for entry in self.providers:
+            if entry.site == site and entry.name == name:
+                return entry
+        return None
+
+    def index(self) -> dict[tuple[str, str], ProviderSignals]:
+        """All entries keyed by ``(site, name)``."""
+        return {(e.site, e.name): e for e in self.providers}
+
+
+_FRESHNESS_MAX_AGE = timedelta(seconds=FRESHNESS_MAX_AGE_S)
+
+
+def is_fresh(
+    entry: ProviderSignals, generated_at: datetime, max_age_s: float = FRESHNESS_MAX_AGE_S
+) -> bool:
+    """True unless the entry is older than ``max_age_s`` relative to ``generated_at``."""
+    max_age = (
+        _FRESHNESS_MAX_AGE if max_age_s == FRESHNESS_MAX_AGE_S else timedelta(seconds=max_age_s)
+    )
+    return generated_at - entry.observed_at <= max_age
+
+
+def _fail(path: str, problem: str) -> ValidationError:
+    return ValidationError(f"{path}: {problem}", path=path)
+
+
+def _text(value: object, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail(path, "must be a non-empty string")
+    return value
+
+
+def _count(value: object, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= U64_MAX:
+        raise _fail(path, "must be an integer between 0 and 2^64-1")
+    return value
+
+
+def parse_timestamp(value: object, path: str) -> datetime:
+    """An RFC 3339 timestamp with an offset (``Z`` or ``±hh:mm``)."""
+    text = _text(value, path)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise _fail(path, "must be an RFC 3339 timestamp") from exc
+    if moment.tzinfo is None:
+        raise _fail(path, "must carry a UTC offset such as Z")
+    return moment
+
+
+def _number(value: object, path: str, *, ratio: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail(path, "must be a finite number")
+    if value < 0 or (ratio and value > 1):
+        raise _fail(path, "must be a ratio in [0, 1]" if ratio else "must not be negative")
+    return float(value)
+
+
+def _signal_values(value: object, path: str) -> SignalValues:
+    if not isinstance(value, dict):
+        raise _fail(path, "must be an object")
+    unknown = sorted(k for k in value if k not in SIGNAL_KEYS)
+    if unknown:
+        raise _fail(
+            f"{path}.{unknown[0]}", f"unknown signal (known: {', '.join(sorted(SIGNAL_KEYS))})"
+        )
+    parsed = {
+        key: _number(value[key], f"{path}.{key}", ratio=key in _RATIO_SIGNALS)
+        for key in SIGNAL_KEYS
+        if key in value
+    }
+    return SignalValues(**parsed)
+
+
+def _require(value: Mapping[str, Any], keys: Iterable[str], path: str) -> None:
+    for key in keys:
+        if key not in value:
+            raise _fail(f"{path}.{key}" if path else key, "is required")
+
+
+def _provider(value: object, path: str) -> ProviderSignals:
+    if not isinstance(value, dict):
+        raise _fail(path, "must be an object")
+    _require(value, ("name", "cluster", "site", "backend_kind", "observed_at", "signals"), path)
+    kind = value["backend_kind"]
+    if not isinstance(kind, str) or kind not in {k.value for k in BackendKind}:
+        raise _fail(f"{path}.backend_kind", "must be local, remote, cloud_managed or api_provider")
+    models = value.get("models", [])
+    if not isinstance(models, list):
+        raise _fail(f"{path}.models", "must be an array of model names")
+    healthy = value.get("healthy")
+    if healthy is not None and not isinstance(healthy, bool):
+        raise _fail(f"{path}.healthy", "must be a boolean")
+    return ProviderSignals(
+        name=_text(value["name"], f"{path}.name"),
+        cluster=_text(value["cluster"], f"{path}.cluster"),
+        site=_text(value["site"], f"{path}.site"),
+        backend_kind=BackendKind(kind),
+        models=tuple(_text(m, f"{path}.models[{i}]") for i, m in enumerate(models)),
+        healthy=healthy,
+        observed_at=parse_timestamp(value["observed_at"], f"{path}.observed_at"),
+        signals=_signal_values(value["signals"], f"{path}.signals"),
+    )
+
+
+def parse_signals(document: object) -> SignalsDocument:
+    """Validate a decoded signals document; raise `ValidationError` naming the path."""
+    if not isinstance(document, dict):
+        raise _fail("document", "must be a JSON object")
+    keys = ("schema_version", "network", "site", "epoch", "sequence", "generated_at", "providers")
+    _require(document, keys, "")
+    version = _text(document["schema_version"], "schema_version")
+    if version.split(".")[0] != "1":
+        raise _fail("schema_version", "only 1.x is supported")
+    providers = document["providers"]
+    if not isinstance(providers, list):
+        raise _fail("providers", "must be an array")
+    entries = tuple(_provider(p, f"providers[{i}]") for i, p in enumerate(providers))
+    seen: set[tuple[str, str]] = set()
+    for i, entry in enumerate(entries):
+        if (entry.site, entry.name) in seen:
+            raise _fail(f"providers[{i}]", "duplicates an earlier (site, name)")
+        seen.add((entry.site, entry.name))
+    return SignalsDocument(
+        schema_version=version,
+        network=_text(document["network"], "network"),
+        site=_text(document["site"], "site"),
+        epoch=_count(document["epoch"], "epoch"),
+        sequence=_count(document["sequence"], "sequence"),
+        generated_at=parse_timestamp(document["generated_at"], "generated_at"),
+        providers=entries,
+    )
+
+
+def merge_entries(*groups: Iterable[ProviderSignals]) -> tuple[ProviderSignals, ...]:
+    """Merge own and pulled entries: per ``(site, name)`` the newest ``observed_at`` wins.
+
+    Equal timestamps keep the entry seen first, so callers list their own
+    site's entries first. The result is sorted by ``(site, name)``.
+    """
+    newest: dict[tuple[str, str], ProviderSignals] = {}
+    for group in groups:
+        for entry in group:
+            key = (entry.site, entry.name)
+            held = newest.get(key)
+            if held is None or entry.observed_at > held.observed_at:
+                newest[key] = entry
+    return tuple(newest[key] for key in sorted(newest))
