@@ -14,8 +14,10 @@ in the same run, interleaved round by round, at concurrency 16 with keep-alive:
 * ``litellm``: through LiteLLM's proxy routed to the same mock, only when
   ``make bench-deps`` installed it in ``.bench/litellm``.
 
-Non-streaming chat completions give throughput and p50 latency; streaming ones
-give the time to first byte. The last line is one JSON object with
+Non-streaming chat completions give throughput and p50 latency, per round; the
+ratios are medians over rounds of figures measured back to back, which keeps
+the drift of a shared machine out of them. Streaming ones give the time to
+first byte. The last line is one JSON object with
 ``throughput_ratio_to_forwarder`` (target >= 0.85), ``added_p50_ms`` over direct
 for the gateway and the forwarder, ``added_p50_ratio_to_forwarder`` (target <=
 1.25), ``throughput_ratio_to_litellm`` when LiteLLM ran, and the added time to
@@ -207,30 +209,62 @@ def _p50_ms(values: list[float]) -> float:
 
 
 async def measure(targets: dict[str, str], rounds: int, seconds: float) -> dict[str, Any]:
-    """Interleaved rounds per target; then one streaming pass per target."""
-    totals: dict[str, dict[str, Any]] = {
-        name: {"ok": 0, "errors": 0, "elapsed": 0.0, "latencies": []} for name in targets
-    }
+    """Per-round figures for every target, the order rotating each round; then streams.
+
+    The machine is shared, so load from outside drifts during a run; each round
+    measures every target back to back, and the figures are medians over rounds.
+    """
+    names = list(targets)
+    per_round: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    errors = dict.fromkeys(names, 0)
     for name, url in targets.items():  # warm every pool and code path first
         await load(url, 0.5, False, name)
-    for _ in range(rounds):
-        for name, url in targets.items():
-            result = await load(url, seconds, False, name)
-            for key in ("ok", "errors", "elapsed"):
-                totals[name][key] += result[key]
-            totals[name]["latencies"] += result["latencies"]
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            result = await load(targets[name], seconds, False, name)
+            errors[name] += result["errors"]
+            per_round[name].append(
+                {
+                    "rps": result["ok"] / result["elapsed"],
+                    "p50_ms": statistics.median(result["latencies"]) * 1000,
+                }
+            )
     figures: dict[str, Any] = {}
-    for name, t in totals.items():
+    for name in names:
+        rows = per_round[name]
         figures[name] = {
-            "rps": round(t["ok"] / t["elapsed"], 1),
-            "p50_ms": _p50_ms(t["latencies"]),
-            "errors": t["errors"],
+            "rps": round(statistics.median(row["rps"] for row in rows), 1),
+            "p50_ms": round(statistics.median(row["p50_ms"] for row in rows), 3),
+            "errors": errors[name],
+            "rounds": rows,
         }
     for name, url in targets.items():
-        result = await load(url, seconds / 2, True, name)
+        result = await load(url, max(1.0, seconds), True, name)
         figures[name]["stream_ttfb_p50_ms"] = _p50_ms(result["ttfb"])
         figures[name]["stream_errors"] = result["errors"]
     return figures
+
+
+def _median_ratio(figures: dict[str, Any], a: str, b: str, key: str) -> float:
+    """Median over rounds of ``a``'s figure divided by ``b``'s in the same round."""
+    pairs = zip(figures[a]["rounds"], figures[b]["rounds"], strict=True)
+    return round(statistics.median(x[key] / y[key] for x, y in pairs), 3)
+
+
+def _median_added_ratio(figures: dict[str, Any]) -> float | None:
+    """Median over rounds of (gateway - direct) / (forwarder - direct) p50."""
+    ratios = []
+    rows = zip(
+        figures["gateway"]["rounds"],
+        figures["forwarder"]["rounds"],
+        figures["direct"]["rounds"],
+        strict=True,
+    )
+    for gw, fw, direct in rows:
+        added_fw = fw["p50_ms"] - direct["p50_ms"]
+        if added_fw > 0:
+            ratios.append((gw["p50_ms"] - direct["p50_ms"]) / added_fw)
+    return round(statistics.median(ratios), 3) if ratios else None
 
 
 def summarize(figures: dict[str, Any], quick: bool) -> dict[str, Any]:
@@ -245,16 +279,20 @@ def summarize(figures: dict[str, Any], quick: bool) -> dict[str, Any]:
         "quick": quick,
         "concurrency": CONCURRENCY,
         "figures": figures,
-        "throughput_ratio_to_forwarder": round(gateway["rps"] / forwarder["rps"], 3),
-        "throughput_ratio_to_direct": round(gateway["rps"] / direct["rps"], 3),
-        "forwarder_throughput_ratio_to_direct": round(forwarder["rps"] / direct["rps"], 3),
+        "throughput_ratio_to_forwarder": _median_ratio(figures, "gateway", "forwarder", "rps"),
+        "throughput_ratio_to_direct": _median_ratio(figures, "gateway", "direct", "rps"),
+        "forwarder_throughput_ratio_to_direct": _median_ratio(
+            figures, "forwarder", "direct", "rps"
+        ),
         "added_p50_ms": {"gateway": round(added_gw, 3), "forwarder": round(added_fw, 3)},
-        "added_p50_ratio_to_forwarder": round(added_gw / added_fw, 3) if added_fw > 0 else None,
+        "added_p50_ratio_to_forwarder": _median_added_ratio(figures),
         "stream_added_ttfb_p50_ms": {"gateway": round(ttfb_gw, 3), "forwarder": round(ttfb_fw, 3)},
         "litellm": "litellm" in figures,
     }
+    for row in figures.values():
+        row.pop("rounds", None)  # the per-round rows fed the medians above
     if "litellm" in figures:
-        result["throughput_ratio_to_litellm"] = round(gateway["rps"] / figures["litellm"]["rps"], 3)
+        result["throughput_ratio_to_litellm"] = _median_ratio(figures, "gateway", "litellm", "rps")
     ratio = result["added_p50_ratio_to_forwarder"]
     result["targets_met"] = result["throughput_ratio_to_forwarder"] >= 0.85 and (
         ratio is not None and ratio <= 1.25
@@ -294,7 +332,7 @@ async def main_async(quick: bool) -> dict[str, Any]:
         for name, url in targets.items():
             child = lite if name == "litellm" else None
             await wait_http(url, 90.0 if child else 20.0, client_token(name), child)
-        figures = await measure(targets, rounds=2 if quick else 4, seconds=2.5 if quick else 8.0)
+        figures = await measure(targets, rounds=8 if quick else 16, seconds=0.75 if quick else 2.0)
     finally:
         for child in children:
             child.terminate()

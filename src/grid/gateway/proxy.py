@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import secrets
 from collections.abc import Callable, Mapping
@@ -92,6 +93,10 @@ class Proxy:
         self.affinity = AffinityTable(settings.affinity_ttl_s, settings.affinity_max)
         self.credentials = CredentialFiles()
         self._model_header = config.model_header
+        # Request ids: a random per-process prefix and a counter, unique without a
+        # syscall per request (they identify, they do not authenticate).
+        self._id_prefix = f"{secrets.token_hex(8)}-"
+        self._ids = itertools.count(1)
 
     def app(self) -> web.Application:
         """The public application: POST anything under /v1/, GET /v1/models."""
@@ -167,8 +172,12 @@ class Proxy:
         self, request: web.Request, model: str, snapshot: Snapshot
     ) -> dict[str, str]:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _STRIPPED}
+        if "Accept-Encoding" not in request.headers:
+            # Otherwise aiohttp would ask for gzip, and the relayed body would be
+            # compressed for a client that never asked for it.
+            headers["Accept-Encoding"] = "identity"
         headers[self._model_header] = model
-        headers[REQUEST_ID_HEADER] = secrets.token_hex(16)
+        headers[REQUEST_ID_HEADER] = f"{self._id_prefix}{next(self._ids):x}"
         if snapshot.revision is not None:
             headers[REVISION_HEADER] = snapshot.revision
         return headers

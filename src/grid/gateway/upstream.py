@@ -57,8 +57,10 @@ class Upstream:
                 timeout=aiohttp.ClientTimeout(
                     total=None, sock_connect=s.connect_timeout_s, sock_read=s.read_timeout_s
                 ),
+                # Bodies are relayed as the cluster encoded them; `Proxy` asks for
+                # identity when the client named no encoding. (`skip_auto_headers`
+                # would put aiohttp on a slower header path on every request.)
                 auto_decompress=False,
-                skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
             )
         return self.session
 
