@@ -64,7 +64,8 @@ def gateway_cmd(
     configure_logs("info")
     settings = GatewaySettings()
     try:
-        gateway = Gateway(load_config(config_path, settings.config_max_bytes), settings)
+        config = load_config(config_path, settings.config_max_bytes)
+        gateway = Gateway(config, settings, config_path)
     except ConfigError as exc:
         click.echo(f"error: {config_path}: {exc}", err=True)
         sys.exit(2)

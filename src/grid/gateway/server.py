@@ -14,20 +14,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+from dataclasses import replace
 from pathlib import Path
 
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from grid.gateway.config import PraxisConfig
+from grid.gateway.config import ConfigError, PraxisConfig, load_config
 from grid.gateway.listener import Listener
-from grid.gateway.metrics import GatewayMetrics
+from grid.gateway.metrics import GatewayMetrics, Tally
 from grid.gateway.proxy import Proxy
 from grid.gateway.settings import GatewaySettings
 from grid.gateway.snapshot import OverlayFile, Snapshot
-from grid.gateway.upstream import upstreams
+from grid.gateway.upstream import Upstream, upstreams
 
 log = logging.getLogger(__name__)
+
+
+def _stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """A file's identity (inode, size, mtime), or None."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -39,8 +52,15 @@ def split_address(address: str) -> tuple[str, int]:
 class Gateway:
     """The routing gateway; `start`, then `stop` to drain and exit."""
 
-    def __init__(self, config: PraxisConfig, settings: GatewaySettings | None = None) -> None:
+    def __init__(
+        self,
+        config: PraxisConfig,
+        settings: GatewaySettings | None = None,
+        config_path: Path | None = None,
+    ) -> None:
         self.config = config
+        self.config_path = config_path
+        self._config_stamp = _stamp(config_path)
         self.settings = settings or GatewaySettings()
         self.overlay: OverlayFile | None = None
         if config.overlay_file is not None:
@@ -136,25 +156,52 @@ class Gateway:
         except OSError:
             await self.admin.stop()
             raise
-        if self.overlay is not None:
-            self._watch = asyncio.create_task(self._watch_overlay(), name="grid-gateway-overlay")
+        self._watch = asyncio.create_task(self._watch_files(), name="grid-gateway-files")
         self.ready = True
         log.info("gateway serving", extra={"public": public, "admin": admin})
         return public, admin
 
-    async def _watch_overlay(self) -> None:
-        overlay = self.overlay
-        assert overlay is not None
+    async def _watch_files(self) -> None:
         while True:
             await asyncio.sleep(self.settings.overlay_poll_interval_s)
-            rejected = overlay.rejected
-            if overlay.poll():
-                self.metrics.reloads["accepted"].inc()
-                log.info(
-                    "overlay swapped", extra={"revision": (overlay.snapshot.revision or "")[:12]}
-                )
-            elif overlay.rejected > rejected:
-                self.metrics.reloads["rejected"].inc()
+            self._reload_clusters()
+            if self.overlay is not None:
+                self._poll_overlay(self.overlay)
+
+    def _reload_clusters(self) -> None:
+        """Take up the clusters and credentials of a changed praxis.yaml.
+
+        The operator rewrites the file when a cluster joins the overlay. Listener,
+        admin and route settings need a restart; clusters and credentials apply
+        at once. A file that does not load changes nothing.
+        """
+        stamp = _stamp(self.config_path)
+        if self.config_path is None or stamp == self._config_stamp:
+            return
+        self._config_stamp = stamp
+        try:
+            fresh = load_config(self.config_path, self.settings.config_max_bytes)
+        except ConfigError as exc:
+            log.warning("praxis.yaml changed but does not load; keeping the running one",
+                        extra={"error": str(exc)})  # fmt: skip
+            return
+        added = [name for name in fresh.clusters if name not in self.upstreams]
+        for name in added:
+            self.upstreams[name] = Upstream(fresh.clusters[name], self.settings)
+            self.metrics.upstream.setdefault(name, Tally())
+        self.proxy.config = replace(
+            self.proxy.config, clusters=fresh.clusters, credentials=fresh.credentials
+        )
+        log.info("praxis.yaml clusters reloaded", extra={"added": len(added)})
+
+    def _poll_overlay(self, overlay: OverlayFile) -> None:
+        rejected = overlay.rejected
+        if overlay.poll():
+            self.metrics.reloads["accepted"].inc()
+            revision = (overlay.snapshot.revision or "")[:12]
+            log.info("overlay swapped", extra={"revision": revision})
+        elif overlay.rejected > rejected:
+            self.metrics.reloads["rejected"].inc()
 
     async def stop(self) -> None:
         """Refuse new connections, drain in-flight requests (bounded), close clusters."""

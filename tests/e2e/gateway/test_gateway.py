@@ -318,3 +318,36 @@ async def test_sigterm_drains_an_in_flight_stream_within_the_shutdown_timeout(
     with pytest.raises(aiohttp.ClientConnectionError):
         async with http.post(gateway.url(), json=chat()) as late:
             await late.read()
+
+
+async def test_a_cluster_that_joins_later_is_taken_up_from_the_rewritten_config(
+    tmp_path: Path, upstreams: Upstreams, gateways: Gateways, http: aiohttp.ClientSession
+) -> None:
+    a, b = await upstreams("a"), await upstreams("b")
+    overlay_path = tmp_path / "grid-overlay.json"
+    write_json(overlay_path, envelope(overlay(candidate("a"))))
+    rendered, public, admin = render_praxis(
+        overlay(candidate("a")), [a], tmp_path, overlay_file=overlay_path
+    )
+    config = tmp_path / "praxis.yaml"
+    config.write_text(rendered.text)
+    gateway = await gateways(config, public, admin)
+    # Without b in the running config, a candidate on b is skipped like an unreachable one.
+    write_json(overlay_path, envelope(overlay(candidate("b"), candidate("a"))))
+    await eventually(lambda: _candidate_count(gateway, http, 2), "the two-candidate overlay")
+    async with http.post(gateway.url(), json=chat()) as resp:
+        assert (await resp.json())["served_by"] == "a"
+    grown, _p, _a = render_praxis(
+        overlay(candidate("b"), candidate("a")), [a, b], tmp_path, overlay_file=overlay_path
+    )
+    # The same listener and admin addresses as the running file, with b added.
+    text = grown.text.replace(_p, public).replace(_a, admin)
+    tmp = config.with_name("praxis.yaml.tmp")
+    tmp.write_text(text)
+    tmp.replace(config)
+
+    async def served_by_b() -> bool:
+        async with http.post(gateway.url(), json=chat()) as resp:
+            return bool((await resp.json())["served_by"] == "b")
+
+    await eventually(served_by_b, "the rewritten config's cluster b serves")
