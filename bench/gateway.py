@@ -289,10 +289,10 @@ def summarize(figures: dict[str, Any], quick: bool) -> dict[str, Any]:
         "stream_added_ttfb_p50_ms": {"gateway": round(ttfb_gw, 3), "forwarder": round(ttfb_fw, 3)},
         "litellm": "litellm" in figures,
     }
-    for row in figures.values():
-        row.pop("rounds", None)  # the per-round rows fed the medians above
     if "litellm" in figures:
         result["throughput_ratio_to_litellm"] = _median_ratio(figures, "gateway", "litellm", "rps")
+    for row in figures.values():
+        row.pop("rounds", None)  # the per-round rows fed the medians above
     ratio = result["added_p50_ratio_to_forwarder"]
     result["targets_met"] = result["throughput_ratio_to_forwarder"] >= 0.85 and (
         ratio is not None and ratio <= 1.25
