@@ -96,11 +96,12 @@ class ServedNetwork:
         overlays: Sequence[Mapping[str, Any]],
         site_phases: Mapping[str, SitePhase],
         outcome: RoundOutcome,
+        consumers: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """Write what a render round changed in network ``name``'s status, if anything."""
         fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", name))
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        patch = rendered_patch(fresh, overlays, site_phases, outcome, now)
+        patch = rendered_patch(fresh, overlays, site_phases, outcome, now, consumers)
         if patch:
             obj = await self.store.patch_status("GridNetwork", name, patch)
             self.network = GridNetwork.model_validate(obj)

@@ -446,4 +446,6 @@ class Operator:
                 )
             ),
         )
-        await self.served.write_status(network.name, overlays, self.sites.phases, outcome)
+        await self.served.write_status(
+            network.name, overlays, self.sites.phases, outcome, self.overlays.consumer_status
+        )

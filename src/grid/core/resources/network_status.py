@@ -170,13 +170,15 @@ def rendered_patch(
     site_phases: Mapping[str, SitePhase],
     outcome: RoundOutcome,
     now: str,
+    consumers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The status patch after a render round; {} when the status already says it all.
 
     ``network`` is the freshly read resource, ``overlays`` the `overlay_entry`
     items of this round, ``site_phases`` every GridSite's current phase,
-    ``outcome`` what else the round met and ``now`` an RFC 3339 time for a
-    condition that flips.
+    ``outcome`` what else the round met, ``now`` an RFC 3339 time for a
+    condition that flips and ``consumers`` the round's ``consumerConfigStatus``
+    items (§11).
     """
     status = network.status
     current = network.phase
@@ -209,6 +211,13 @@ def rendered_patch(
     conditions = _conditions_patch(network, verdicts, now)
     if conditions is not None:
         patch["conditions"] = conditions
+    old_consumers = [
+        c.model_dump(by_alias=True, exclude_none=True)
+        for c in (status.consumer_config_status if status else [])
+    ]
+    new_consumers = [dict(c) for c in consumers]
+    if old_consumers != new_consumers:
+        patch["consumerConfigStatus"] = new_consumers
     if patch:
         patch["observedGeneration"] = network.metadata.generation
     return patch
