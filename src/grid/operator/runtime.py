@@ -118,6 +118,8 @@ class Operator:
         self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
         self._dirty = asyncio.Event()
         self._stop = asyncio.Event()
+        self._round_lock = asyncio.Lock()
+        self._site_lock = asyncio.Lock()
         self._records: dict[str, ProviderRecord | None] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._egress: EgressListener | None = None
@@ -385,6 +387,11 @@ class Operator:
             await asyncio.sleep(self.settings.site_probe_interval_s)
 
     async def _site_round(self) -> None:
+        """One site round; rounds never overlap, whoever starts one."""
+        async with self._site_lock:
+            await self._reconcile_sites()
+
+    async def _reconcile_sites(self) -> None:
         """Discover sites, then move every site's phase; marks the view dirty on change."""
         sites = await self._sites()
         members = self.member_states()
@@ -411,9 +418,11 @@ class Operator:
         return [s for s in sites if s.spec.grid_network_ref == self.served.name]
 
     async def _render_round(self) -> None:
-        with self.reconcile_seconds.labels("render").time():
-            await self._publish_records()
-            await self.reconcile_overlays()
+        # Rounds never overlap, whoever starts one: two would race on the same writes.
+        async with self._round_lock:
+            with self.reconcile_seconds.labels("render").time():
+                await self._publish_records()
+                await self.reconcile_overlays()
 
     async def reconcile_overlays(self) -> None:
         """Render every gateway this site serves; write changed overlays and status."""
