@@ -20,8 +20,6 @@ from grid.core.resources import GridSite
 from grid.core.resources.lifecycle import Probe, SiteObservation, next_site_phase
 from grid.core.resources.phases import SitePhase
 from grid.core.swim.members import MemberState
-from grid.core.trust import normalize_fingerprint
-from grid.errors import ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +67,13 @@ class SiteController:
         egress = site.spec.egress
         if self._tls is None or egress is None or not egress.address:
             return Probe.NOT_RUN
-        pinned = site.spec.trust.cert_fingerprint if site.spec.trust else None
         server_name = egress.tls.server_name if egress.tls else None
         result = await probe(egress.address, self._tls, server_name, self._probe_timeout_s)
         if not result.reachable:
             return Probe.UNREACHABLE
-        try:
-            expected = normalize_fingerprint(pinned or "")
-        except ValidationError:
-            return Probe.FINGERPRINT_MISMATCH
-        return Probe.PASSED if result.fingerprint == expected else Probe.FINGERPRINT_MISMATCH
+        # A site matches any of its pins (certFingerprint and canonicalFingerprints).
+        accepted = site.spec.accepted_fingerprints
+        return Probe.PASSED if result.fingerprint in accepted else Probe.FINGERPRINT_MISMATCH
 
     async def _reconcile_one(self, site: GridSite, members: dict[str, MemberState]) -> SitePhase:
         current = self.phases.get(site.name, site.phase)
