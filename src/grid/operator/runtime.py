@@ -302,6 +302,8 @@ class Operator:
         ]
 
     async def _sync_providers(self) -> None:
+        network = self.served.network
+        self.providers.metrics_default_s = network.spec.metrics_refresh_s if network else None
         self.providers.sync(await self._own_providers())
         await self._write_matching_sites()
 
