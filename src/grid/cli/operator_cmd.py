@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import NoneType
-from typing import Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import click
 import pydantic
@@ -27,6 +27,9 @@ from grid.errors import GridError
 from grid.operator import logs
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings, env_name, flag_name
+
+if TYPE_CHECKING:
+    from grid.operator.leader import ElectedOperator
 
 log = logging.getLogger("grid.operator")
 
@@ -51,6 +54,18 @@ def _setting_options(fn: F) -> F:
     """Add one ``--flag`` per `OperatorSettings` field, with its GRID_* fallback and help."""
     for name, field in reversed(list(OperatorSettings.model_fields.items())):
         required = field.is_required()
+        if field.annotation is bool:  # an on/off switch: --flag / --no-flag
+            flag = flag_name(name)
+            fn = click.option(
+                f"{flag}/--no-{flag.removeprefix('--')}",
+                name,
+                envvar=env_name(name),
+                show_envvar=True,
+                default=field.default,
+                show_default=True,
+                help=field.description,
+            )(fn)
+            continue
         fn = click.option(
             flag_name(name),
             name,
@@ -66,8 +81,20 @@ def _setting_options(fn: F) -> F:
 
 
 async def _serve(settings: OperatorSettings) -> None:
-    store = await open_store(settings.store)
-    operator = Operator(settings, store)
+    store = await open_store(settings.store, kubeconfig=settings.kubeconfig)
+    operator: Operator | ElectedOperator
+    if settings.leader_election:
+        # Imported here: the Kubernetes client costs about half a second to import, which
+        # every other grid command (and an operator on the embedded store) should not pay.
+        from grid.adapters.store.kubernetes import KubernetesStore
+        from grid.operator.leader import ElectedOperator
+
+        if not isinstance(store, KubernetesStore):
+            await store.close()
+            raise GridError("--leader-election needs --store kubernetes", code="invalid")
+        operator = ElectedOperator(settings, store)
+    else:
+        operator = Operator(settings, store)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, operator.stop)

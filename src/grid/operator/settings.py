@@ -33,6 +33,13 @@ class OperatorSettings(BaseModel):
     store: str = Field(
         DEFAULT_STORE, description="Resource store URL: sqlite:PATH (embedded) or kubernetes."
     )
+    kubeconfig: FilePath | None = Field(
+        None,
+        description=(
+            "Kubeconfig for --store kubernetes; absent means KUBECONFIG, then the in-cluster "
+            "service account, then ~/.kube/config."
+        ),
+    )
     network: str | None = Field(
         None, description="The GridNetwork to serve; absent means the only one in the store."
     )
@@ -100,6 +107,33 @@ class OperatorSettings(BaseModel):
             "Seconds a graceful stop may spend leaving the SWIM mesh before the node is "
             "closed anyway."
         ),
+    )
+
+    leader_election: bool = Field(
+        False,
+        description=(
+            "Lead through a Lease so several replicas can run: only the leader reconciles, "
+            "gossips and binds SWIM (--store kubernetes only)."
+        ),
+    )
+    lease_name: str | None = Field(
+        None,
+        description="The Lease, in POD_NAMESPACE; absent means grid-operator-{site}.",
+    )
+    lease_duration_s: float = Field(
+        15.0,
+        ge=0.1,
+        description="Seconds a follower waits after the Lease last changed before taking it.",
+    )
+    renew_deadline_s: float = Field(
+        10.0,
+        ge=0.1,
+        description="Seconds a leader leads without a successful renewal (< lease duration).",
+    )
+    retry_period_s: float = Field(
+        2.0,
+        ge=0.05,
+        description="Seconds between renewals and takeover attempts (< renew deadline).",
     )
 
 
