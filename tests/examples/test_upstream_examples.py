@@ -14,7 +14,7 @@ from grid.adapters.manifests import load_manifests
 from grid.cli import main
 
 UPSTREAM = Path(__file__).resolve().parents[2] / "examples" / "upstream"
-ALL_IN_ONE = UPSTREAM / "all-in-one" / "grid.yaml"
+ALL_IN_ONE = UPSTREAM.parent / "upstream-all-in-one" / "grid.yaml"
 SIGNALS = UPSTREAM / "signals.json"
 SOURCES = [UPSTREAM, ALL_IN_ONE]
 
