@@ -69,7 +69,7 @@ class OverlayLoop:
         self._epoch = int(time.time())
         self._hysteresis: Hysteresis | None = None
 
-    def _held(
+    def stabilized_holds(
         self, network: GridNetwork, signals: SignalsDocument, now_s: float
     ) -> frozenset[tuple[str, str]] | None:
         """Feed this round's pressure ratios to the stabilized-admission machine (§2a).
@@ -113,7 +113,7 @@ class OverlayLoop:
         signals = signals_document(
             network.name, self.site, records, now=now, epoch=self._epoch, sequence=self._sequence
         )
-        held = self._held(network, signals, now.timestamp())
+        held = self.stabilized_holds(network, signals, now.timestamp())
         overlays = []
         served = served_gateways(network, self.site)
         self.writer.per_gateway = len(served) > 1
