@@ -398,4 +398,6 @@ class Operator:
             network, sites, own, secrets, self.replica, self.sites.phases
         )
         self.ready = True
-        await self.served.write_status(network.name, overlays, self.sites.phases)
+        await self.served.write_status(
+            network.name, overlays, self.sites.phases, self.overlays.consumer_status
+        )

@@ -325,7 +325,7 @@ async def test_restart_keeps_grid_id_and_store(mesh: DemoMesh, look: Any) -> Non
     assert grid_id
     before = await _store_snapshot(look, "central")
     configmaps = set(await look.objects("central", "ConfigMap"))
-    assert configmaps == {f"grid-overlay-{NETWORK}-edge-central"}
+    assert configmaps == {f"grid-overlay-{NETWORK}-edge-central", "praxis-consumer-config"}
     mesh.kill_operator("central", signal.SIGTERM)
     assert await mesh.wait_exit("operator-central", 15.0) == 0
     # A graceful stop leaves the SWIM mesh, so the peers record that it left.
@@ -456,6 +456,8 @@ async def test_token_never_leaks(mesh: DemoMesh, look: Any) -> None:
     )
     scanned = [p for p in _files(mesh.root)]
     assert any(p.name == "grid-overlay.json" for p in scanned)
+    assert any(p.name == "praxis.yaml" for p in scanned), "the scan covers praxis.yaml"
+    assert any(p.name.startswith("gateway-") and p.suffix == ".log" for p in scanned)
     assert any(p.suffix == ".log" and p.name.startswith("operator-") for p in scanned)
     for path in scanned:
         assert not leaks(path.read_bytes()), f"token bytes in {path.relative_to(mesh.root)}"
