@@ -12,6 +12,8 @@ from click.testing import CliRunner, Result
 
 from grid.adapters.manifests import load_manifests
 from grid.cli import main
+from grid.core.overlay import Scope
+from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config
 
 UPSTREAM = Path(__file__).resolve().parents[2] / "examples" / "upstream"
 ALL_IN_ONE = UPSTREAM.parent / "upstream-all-in-one" / "grid.yaml"
@@ -104,3 +106,19 @@ def test_grid_explain_shows_both_hosting_sites(path: Path) -> None:
     assert "vllm-pool@cluster-east" in result.output
     assert "vllm-pool@cluster-west" in result.output
     assert "existing_only" in result.output
+
+
+def test_the_upstream_consumer_config_renders_a_complete_praxis_config() -> None:
+    envelope = render(UPSTREAM)
+    network = load_manifests(UPSTREAM).networks["production"]
+    (ref,) = network.spec.gateway_refs
+    assert ref.consumer_config is not None and ref.consumer_config.enabled
+    scope = Scope(**envelope["scope"])
+    rendered = render_consumer_config(envelope["overlay"], scope, ref.consumer_config)
+    assert isinstance(rendered, RenderedConsumerConfig), rendered
+    assert rendered.document["listeners"][0]["address"] == "0.0.0.0:8080"
+    filters = {f["filter"]: f for f in rendered.document["filter_chains"][0]["filters"]}
+    (credential,) = filters["credential_inject"]["credentials"]
+    assert credential["file"] == "/run/secrets/grid-credentials/openai-token/token"
+    clusters = {c["name"] for c in filters["load_balancer"]["clusters"]}
+    assert clusters == {"vllm-pool", "openai-api", "anthropic-api"}
