@@ -49,9 +49,9 @@ def run_schedules(seed: int) -> tuple[dict[tuple[str, str], list[float]], list[f
     records: list[float] = []
     loop = VirtualTimeLoop()
 
-    async def health(p: InferenceProvider) -> bool:
-        calls[p.name, "health"].append(loop.time())
-        if p.name == "slow":
+    async def health(state: ProviderState) -> bool:
+        calls[state.provider.name, "health"].append(loop.time())
+        if state.provider.name == "slow":
             await asyncio.sleep(3600)
         return True
 

@@ -25,21 +25,24 @@ import asyncio
 import datetime as dt
 import logging
 import random
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from grid.adapters.provider_tls import provider_ssl_context
 from grid.adapters.scrape import ProviderScraper, ScrapeError, check_health
 from grid.adapters.store.port import ResourceStore
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import InferenceProvider
 from grid.core.resources.lifecycle import ProviderObservation, next_provider_phase
 from grid.core.resources.phases import ProviderPhase
+from grid.core.resources.provider_spec import ProviderTls
 from grid.core.resources.status import InferenceProviderStatus
 from grid.core.routing.mesh_view import record_for
-from grid.core.routing.metrics_mapping import ScrapedSignals
+from grid.core.routing.metrics_mapping import ScrapedSignals, carried_sample
 from grid.errors import GridError, NotFound
 from grid.operator.schedule import Job, provider_jobs, run_every
 
@@ -65,11 +68,17 @@ class ProviderState:
     metric_healthy: bool | None = None
     signals: RecordSignals = field(default_factory=RecordSignals)
     scrape_ran: bool = False
+    observed_at: float | None = None
+    """The time of a carried sample (staleMetricsSeconds) standing in; None: now."""
+    last_good: tuple[float, RecordSignals] | None = None
+    """The last successful scrape's time and signals (for staleMetricsSeconds)."""
+    tls: dict[str, ssl.SSLContext] = field(default_factory=dict)
+    """TLS contexts of ``healthCheck.tls`` and ``metricsConfig.tls``, built once."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
-HealthProbe = Callable[[InferenceProvider], Awaitable[bool]]
+HealthProbe = Callable[[ProviderState], Awaitable[bool]]
 """Checks one provider's health (raises nothing; a timeout is the caller's)."""
 ScrapeProbe = Callable[[ProviderState], Awaitable[ScrapedSignals]]
 """Scrapes one provider; raises `ScrapeError`."""
@@ -98,6 +107,8 @@ class ProviderController:
         self._health = health or self._http_health
         self._scrape = scrape or self._http_scrape
         self._rng = rng or random.Random()
+        self.metrics_default_s: float | None = None
+        """The served GridNetwork's metricsRefreshInterval in seconds, if set."""
 
     @property
     def names(self) -> set[str]:
@@ -149,7 +160,7 @@ class ProviderController:
         state = self._states.get(name)
         if state is None:
             return
-        jobs = provider_jobs(state.provider, self._refresh_s)
+        jobs = provider_jobs(state.provider, self._refresh_s, self.metrics_default_s)
         async with asyncio.TaskGroup() as group:
             for job in jobs:
                 group.create_task(run_every(job, self._job(name, job), self._rng))
@@ -170,25 +181,38 @@ class ProviderController:
 
         return run
 
-    async def _http_health(self, provider: InferenceProvider) -> bool:
-        assert self._session is not None and provider.spec.endpoint is not None
-        result = await check_health(
-            self._session, provider.spec.endpoint, provider.spec.health_check
-        )
+    async def _http_health(self, state: ProviderState) -> bool:
+        assert self._session is not None
+        spec = state.provider.spec
+        health = spec.health_check
+        tls = await self._tls(state, "health", health.tls if health else None)
+        result = await check_health(self._session, spec.endpoint or "", health, tls)
         return result.healthy
 
     async def _http_scrape(self, state: ProviderState) -> ScrapedSignals:
         assert self._session is not None
         spec = state.provider.spec
         if state.scraper is None:
-            assert spec.metrics_config is not None
-            state.scraper = ProviderScraper(self._session, spec.endpoint or "", spec.metrics_config)
+            metrics = spec.metrics_config
+            assert metrics is not None
+            tls = await self._tls(state, "metrics", metrics.tls)
+            state.scraper = ProviderScraper(self._session, spec.endpoint or "", metrics, tls)
         return await state.scraper.scrape()
+
+    async def _tls(
+        self, state: ProviderState, use: str, tls: ProviderTls | None
+    ) -> ssl.SSLContext | None:
+        """The TLS context of ``use`` (health or metrics), built from the store once."""
+        if tls is None:
+            return None
+        if use not in state.tls:
+            state.tls[use] = await provider_ssl_context(self._store, tls)
+        return state.tls[use]
 
     async def _run_health(self, state: ProviderState, timeout_s: float) -> None:
         try:
             async with asyncio.timeout(timeout_s):
-                ok = await self._health(state.provider)
+                ok = await self._health(state)
         except TimeoutError:
             ok = False
         state.health_ok, state.health_ran = ok, True
@@ -202,6 +226,14 @@ class ProviderController:
             state.metrics_ok = False
             reason = exc.reason if isinstance(exc, ScrapeError) else "timeout"
             log.info("scrape failed", extra={"provider": state.provider.name, "reason": reason})
+            metrics = state.provider.spec.metrics_config
+            last, now = state.last_good, time.time()
+            stale_s = metrics.stale_metrics_seconds if metrics is not None else None
+            if last is not None and carried_sample(last[0], now, stale_s):
+                # staleMetricsSeconds: the last good sample stands in, with its own time.
+                state.observed_at, state.signals = last
+            else:
+                state.observed_at, state.signals = None, RecordSignals()
         else:
             v = scraped.values
             state.signals = RecordSignals(
@@ -211,11 +243,15 @@ class ProviderController:
                 p99_latency_ms=v.p99_latency_ms,
             )
             state.metrics_ok, state.metric_healthy = True, scraped.healthy
+            state.observed_at = None
+            state.last_good = (time.time(), state.signals)
         state.scrape_ran = True
 
     def _checked(self, state: ProviderState) -> bool:
         """Whether every declared check has run once (before that, nothing is judged)."""
-        jobs = {j.name for j in provider_jobs(state.provider, self._refresh_s)}
+        jobs = {
+            j.name for j in provider_jobs(state.provider, self._refresh_s, self.metrics_default_s)
+        }
         return ("health" not in jobs or state.health_ran) and (
             "scrape" not in jobs or state.scrape_ran
         )
@@ -246,7 +282,7 @@ class ProviderController:
                 self._site,
                 signals=state.signals,
                 healthy=healthy,
-                observed_at_s=time.time(),
+                observed_at_s=state.observed_at or time.time(),
             )
             self._on_record(provider.name, state.record)
 
@@ -273,7 +309,8 @@ class ProviderController:
         overlay rather than routed to with a reference the gateway cannot inject.
         """
         auth = state.provider.spec.auth
-        ref = auth.secret_ref if auth is not None else None
+        # auth.manual: the user wires the credential at the gateway; nothing to resolve.
+        ref = auth.secret_ref if auth is not None and not auth.manual else None
         if ref is None:
             state.credentials = (True, "NoSecretReferenced")
             return

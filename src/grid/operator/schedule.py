@@ -43,17 +43,23 @@ class Job:
     timeout_s: float
 
 
-def provider_jobs(provider: InferenceProvider, refresh_s: float) -> list[Job]:
-    """The jobs a provider's spec declares, plus the record's re-publication."""
+def provider_jobs(
+    provider: InferenceProvider, refresh_s: float, metrics_default_s: float | None = None
+) -> list[Job]:
+    """The jobs a provider's spec declares, plus the record's re-publication.
+
+    ``metrics_default_s`` is the GridNetwork's metricsRefreshInterval, the scrape
+    interval of a metricsConfig that sets none.
+    """
     spec = provider.spec
     jobs = []
     health = spec.health_check
-    if health is not None and spec.endpoint is not None:
+    if health is not None and (health.endpoint or spec.endpoint):
         jobs.append(Job("health", parse_duration(health.interval), parse_duration(health.timeout)))
     metrics = spec.metrics_config
-    if metrics is not None and (metrics.endpoint or spec.endpoint):
+    if metrics is not None and (metrics.base_url or spec.endpoint):
         jobs.append(
-            Job("scrape", parse_duration(metrics.interval), parse_duration(metrics.timeout))
+            Job("scrape", metrics.interval_s(metrics_default_s), parse_duration(metrics.timeout))
         )
     jobs.append(Job("publish", refresh_s, refresh_s))
     return jobs

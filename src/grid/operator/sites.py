@@ -5,19 +5,21 @@ Each round, for every GridSite of the network, the controller gathers a
 the site carry the auto-discover label, is its egress known, and, once
 Connecting or beyond, did an mTLS probe of ``egress.address`` present the
 pinned certificate), asks `grid.core.resources.lifecycle.next_site_phase` for the next
-phase, and writes status only when the phase, the reason or the gossiped
-certificate (``status.publicCertPem``) changed.
+phase, and writes status only when the phase, the reason or a shown field changed.
 
 A member counts as departed when it left gracefully (at once) or has been
 declared dead for the network's ``staleCandidateTtlSeconds`` (300 s unset); the
 controller measures "dead for" on its own clock from the round it first saw the
 member dead. Phases are keyed by the member's site name (`member_of`), which for
-an auto-discovered GridSite differs from the object's name.
+an auto-discovered GridSite differs from the object's name. Before any probe
+has shown the site's certificate, ``status.publicCertPem`` holds the chain its
+cert lane gossips, so a person can pin a site nobody probed yet.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import ssl
 import time
@@ -32,10 +34,13 @@ from grid.core.resources.lifecycle import Probe, SiteObservation, departed, next
 from grid.core.resources.phases import SitePhase
 from grid.core.resources.status import GridSiteStatus
 from grid.core.swim.members import MemberState
-from grid.core.trust import normalize_fingerprint
-from grid.errors import ValidationError
 
 log = logging.getLogger(__name__)
+
+PROBE_TIME_REFRESH_S = 60.0
+"""How stale ``status.lastProbeTime`` may get before a probe writes it on its own. Every
+probe refreshes it when something else is written; between changes one write a
+minute keeps it telling while a steady mesh stays almost write-free."""
 
 _REASONS = {
     SitePhase.DISCOVERED: "SwimMemberAlive",
@@ -44,12 +49,6 @@ _REASONS = {
     SitePhase.UNREACHABLE: "ProbeFailed",
     SitePhase.LEFT: "LeftMesh",
 }
-
-
-def _offered(status: GridSiteStatus | None) -> list[dict[str, Any]]:
-    if status is None:
-        return []
-    return [c.model_dump(by_alias=True, exclude_none=True) for c in status.capabilities]
 
 
 class SiteController:
@@ -71,6 +70,8 @@ class SiteController:
         self._dead_since: dict[str, float] = {}
         self.phases: dict[str, SitePhase] = {}
         """Each site's phase, keyed by its member's site name."""
+        self._probed: dict[str, tuple[str, str | None]] = {}
+        """Per site, the last egress probe's time and the leaf PEM it was shown."""
 
     async def reconcile(
         self,
@@ -120,16 +121,15 @@ class SiteController:
         egress = site.spec.egress
         if self._tls is None or egress is None or not egress.address:
             return Probe.NOT_RUN
-        pinned = site.spec.trust.cert_fingerprint if site.spec.trust else None
         server_name = egress.tls.server_name if egress.tls else None
         result = await probe(egress.address, self._tls, server_name, self._probe_timeout_s)
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        self._probed[site.name] = (now, result.pem)
         if not result.reachable:
             return Probe.UNREACHABLE
-        try:
-            expected = normalize_fingerprint(pinned or "")
-        except ValidationError:
-            return Probe.FINGERPRINT_MISMATCH
-        return Probe.PASSED if result.fingerprint == expected else Probe.FINGERPRINT_MISMATCH
+        # A site matches any of its pins (certFingerprint and canonicalFingerprints).
+        accepted = site.spec.accepted_fingerprints
+        return Probe.PASSED if result.fingerprint in accepted else Probe.FINGERPRINT_MISMATCH
 
     async def _reconcile_one(
         self,
@@ -160,21 +160,66 @@ class SiteController:
         if phase is SitePhase.LEFT:
             reason = "LeftMesh" if state is MemberState.LEFT else "MemberDead"
         status = site.status
-        patch: dict[str, object] = {}
-        if status is None or status.phase is not phase or status.reason != reason:
-            patch = {"phase": phase.value, "reason": reason}
-        pem = certs.get(member)
-        if pem and (status is None or status.public_cert_pem != pem):
-            patch["publicCertPem"] = pem
-        offer = None if offers is None else offers.get(member, [])
-        if offer is not None and _offered(status) != offer:
-            patch["capabilities"] = offer
-        if patch:
-            patch["observedGeneration"] = site.metadata.generation
-            await self._store.patch_status("GridSite", site.name, patch)
+        probed = self._probed.pop(site.name, None) if result is not Probe.NOT_RUN else None
+        moved = status is None or status.phase is not phase or status.reason != reason
+        patch = _probe_fields(status, probed, moved)
+        patch.update(_shown_fields(status, certs.get(member), probed, offers, member))
+        if moved:
+            patch.update(
+                phase=phase.value, reason=reason, observedGeneration=site.metadata.generation
+            )
             if phase is not current or status is None:
                 log.info(
                     "site phase",
                     extra={"site": site.name, "from": current.value, "to": phase.value},
                 )
+        if patch:
+            await self._store.patch_status("GridSite", site.name, patch)
         return phase
+
+
+def _offered(status: GridSiteStatus | None) -> list[dict[str, Any]]:
+    if status is None:
+        return []
+    return [c.model_dump(by_alias=True, exclude_none=True) for c in status.capabilities]
+
+
+def _shown_fields(
+    status: GridSiteStatus | None,
+    lane_pem: str | None,
+    probed: tuple[str, str | None] | None,
+    offers: Mapping[str, list[dict[str, Any]]] | None,
+    member: str,
+) -> dict[str, Any]:
+    """The gossiped certificate (until a probe shows one) and the site's offer, when changed."""
+    patch: dict[str, Any] = {}
+    probe_pem = probed[1] if probed is not None else None
+    shown = status.public_cert_pem if status is not None else None
+    # The probe's leaf wins once seen; the lane's chain only fills an empty field, so
+    # the two never take turns.
+    if lane_pem and probe_pem is None and not shown:
+        patch["publicCertPem"] = lane_pem
+    offer = None if offers is None else offers.get(member, [])
+    if offer is not None and _offered(status) != offer:
+        patch["capabilities"] = offer
+    return patch
+
+
+def _probe_fields(
+    status: GridSiteStatus | None, probed: tuple[str, str | None] | None, moved: bool
+) -> dict[str, Any]:
+    """The probe's status fields due now: ``publicCertPem`` when it changed, and
+    ``lastProbeTime`` with any other write or once it is `PROBE_TIME_REFRESH_S` old."""
+    if probed is None:
+        return {}
+    when, pem = probed
+    patch: dict[str, Any] = {}
+    if pem is not None and (status is None or status.public_cert_pem != pem):
+        patch["publicCertPem"] = pem
+    last = status.last_probe_time if status is not None else None
+    stale = last is None or (
+        dt.datetime.fromisoformat(when) - dt.datetime.fromisoformat(last)
+    ) >= dt.timedelta(seconds=PROBE_TIME_REFRESH_S)
+    if patch or moved or stale:
+        patch["lastProbeTime"] = when
+    return patch

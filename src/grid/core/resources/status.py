@@ -152,6 +152,8 @@ class GridNetworkStatus(_StatusBase):
     overlays: list[OverlayStatus] = Field(default_factory=list)
     consumer_config_status: list[ConsumerConfigStatus] = Field(default_factory=list)
     gateway_feedback: GatewayFeedbackStatus | None = None
+    budget_status: list[BudgetStatus] = Field(default_factory=list)
+    """Spend of each tenant of spec.budgetPolicy, sorted by tenantId (§12)."""
 
     def transition_to(self, target: str) -> None:
         """Move to `target` if the GridNetwork phase table allows it, else raise unchanged."""
@@ -167,13 +169,24 @@ class SiteCapability(WireModel):
     providers: list[Text] = Field(default_factory=list)
 
 
+class BudgetStatus(WireModel):
+    """One tracked tenant's spend (§12)."""
+
+    tenant_id: Text = Field(min_length=1, max_length=256)
+    spend_usd: float = Field(ge=0.0)
+    cap_usd: float = Field(ge=0.0)
+    spend_ratio: float = Field(ge=0.0, le=1.0)
+
+
 class GridSiteStatus(_StatusBase):
     """Observed state of a GridSite."""
 
     phase: SitePhase = Field(default=SitePhase.PENDING, strict=False)
     public_cert_pem: str | None = Field(default=None, max_length=65536)
-    """The site's public certificate chain as gossiped on its cert lane (never a key)."""
+    """The leaf certificate (PEM, public part only) the last egress probe was shown;
+    before any probe, the chain the site's cert lane gossips (never a key)."""
     last_probe_time: Timestamp | None = None
+    """When the operator last probed the site's egress."""
     capabilities: list[SiteCapability] = Field(default_factory=list)
     """What the site offers: each model with its capabilities and context window."""
 
@@ -186,6 +199,8 @@ class InferenceProviderStatus(_StatusBase):
     """Observed state of an InferenceProvider."""
 
     phase: ProviderPhase = Field(default=ProviderPhase.PENDING, strict=False)
+    matching_sites: list[ObjectName] = Field(default_factory=list)
+    """The GridSites spec.siteSelector selects, sorted (empty without a selector)."""
 
     def transition_to(self, target: str) -> None:
         """Move to `target` if the InferenceProvider phase table allows it, else raise."""
