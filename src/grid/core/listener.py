@@ -158,3 +158,36 @@ class ConnectionBook:
                 if self.peer <= 0:
                     raise RuntimeError("release without a peer connection")
                 self.peer -= 1
+
+
+_HEAD_END = b"\r\n\r\n"
+
+
+class HeadTracker:
+    """Whether a connection is in the middle of a request head, from the bytes it sent.
+
+    The header deadline runs from a request's first byte to the blank line that
+    ends its head. Both signals routes carry no body (a body is refused), so a
+    byte after a head's end starts the next head. Feeding bytes one at a time
+    gives the same answer as feeding them at once.
+    """
+
+    def __init__(self) -> None:
+        self.in_head = False
+        self._tail = b""
+
+    def feed(self, data: bytes) -> bool:
+        """Account for ``data``; True when a new head started in it (start the deadline)."""
+        if not data:
+            return False
+        was_in_head = self.in_head
+        window = self._tail + data
+        end = window.rfind(_HEAD_END)
+        if end < 0:
+            self.in_head = True
+            self._tail = window[-(len(_HEAD_END) - 1) :]
+            return not was_in_head
+        rest = window[end + len(_HEAD_END) :]
+        self.in_head = bool(rest)
+        self._tail = rest[-(len(_HEAD_END) - 1) :]
+        return self.in_head
