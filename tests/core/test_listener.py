@@ -90,31 +90,3 @@ def test_caps_hold_under_any_sequence_of_events(steps: list[str]) -> None:
         assert book.peer <= limits.peer_connections_max
         # Peers alone never leave fewer than the reserve for Local and handshakes.
         assert limits.connections_max - book.peer >= limits.local_reserved
-
-
-def test_head_tracker_sees_a_head_start_and_end_byte_by_byte() -> None:
-    from grid.core.listener import HeadTracker
-
-    request = b"GET /v1/site/signals HTTP/1.1\r\nHost: x\r\n\r\n"
-    tracker = HeadTracker()
-    starts = [tracker.feed(request[i : i + 1]) for i in range(len(request))]
-    assert starts[0] and not any(starts[1:])
-    assert not tracker.in_head
-    whole = HeadTracker()
-    assert not whole.feed(request) and not whole.in_head
-    assert whole.feed(request + b"GET /") and whole.in_head
-
-
-@given(st.binary(max_size=200), st.lists(st.integers(1, 30), max_size=20))
-def test_head_tracker_is_independent_of_chunking(data: bytes, cuts: list[int]) -> None:
-    from grid.core.listener import HeadTracker
-
-    one = HeadTracker()
-    one.feed(data)
-    chunked = HeadTracker()
-    pos = 0
-    for cut in cuts:
-        chunked.feed(data[pos : pos + cut])
-        pos += cut
-    chunked.feed(data[pos:])
-    assert one.in_head == chunked.in_head

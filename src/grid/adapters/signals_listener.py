@@ -13,10 +13,10 @@ the declared `grid.core.trust.TrustPolicy`:
 * neither Local nor a peer: answered with 403 ``{code: "unauthorized"}`` and
   closed, without reading the request.
 
-While aiohttp serves it, the connection enforces the header deadline (from a
-request's first byte to the end of its head, `grid.core.listener.HeadTracker`);
-aiohttp's keep-alive timer closes it when idle. Its slot is returned when it
-ends, however it ends. Nothing a client sent is logged.
+Once classified, the connection is served by the shared listener policy's
+request handler (`grid.adapters.http_listener.PolicedRequestHandler`): header
+and idle deadlines, refusals closed unread, errors logged by class and reason
+only. Its slot is returned when it ends, however it ends.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from grid.core.listener import ConnectionBook, ConnectionClass, HeadTracker, Refusal
+from grid.core.listener import ConnectionBook, ConnectionClass, Refusal
 from grid.core.trust import PeerClass, TrustPolicy
 
 
@@ -74,19 +74,17 @@ class ClassifiedConnection(asyncio.Protocol):
     """
 
     def __init__(
-        self, state: ListenerState, inner: Callable[[], asyncio.Protocol], head_timeout_s: float
+        self, state: ListenerState, inner: Callable[[asyncio.Transport], asyncio.Protocol]
     ) -> None:
         self._state = state
         self._make_inner = inner
-        self._head_timeout_s = head_timeout_s
+        self._raw: asyncio.Transport | None = None
         self._inner: asyncio.Protocol | None = None
         self._secured: asyncio.Transport | None = None
         self._class: ConnectionClass | None = None
         self._pending = False
         self._early: list[bytes] = []
         self._early_eof = False
-        self._head = HeadTracker()
-        self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Take a slot (or abort at once), then start the TLS handshake."""
@@ -97,6 +95,7 @@ class ClassifiedConnection(asyncio.Protocol):
             raw.abort()
             return
         self._pending = True
+        self._raw = raw
         raw.pause_reading()  # start_tls resumes reading once the TLS layer is in place
         task = asyncio.get_running_loop().create_task(self._secure(raw))
         self._state.tasks.add(task)
@@ -148,36 +147,21 @@ class ClassifiedConnection(asyncio.Protocol):
         self._secured = secured
         self._state.classes[secured] = verdict
         self._state.on_classified(verdict)
-        inner = self._inner = self._make_inner()
+        assert self._raw is not None
+        inner = self._inner = self._make_inner(self._raw)
         inner.connection_made(secured)
         early, self._early = self._early, []
         for data in early:
-            self.data_received(data)
+            inner.data_received(data)
         if self._early_eof:
             inner.eof_received()
 
     def data_received(self, data: bytes) -> None:
-        """Track the request head's deadline and forward the bytes to aiohttp."""
-        if self._inner is None:
+        """Forward decrypted request bytes (kept until aiohttp is attached)."""
+        if self._inner is not None:
+            self._inner.data_received(data)
+        else:
             self._early.append(data)
-            return
-        if self._head.feed(data):
-            self._arm_head_timer()
-        elif not self._head.in_head and self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-        self._inner.data_received(data)
-
-    def _arm_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._head_timer = loop.call_later(self._head_timeout_s, self._head_expired)
-
-    def _head_expired(self) -> None:
-        self._head_timer = None
-        if self._head.in_head and self._secured is not None:
-            self._secured.abort()  # a request head too slow to arrive: drop the connection
 
     def eof_received(self) -> bool | None:
         """Forward the peer's end of stream (remembered until aiohttp is attached)."""
@@ -198,9 +182,6 @@ class ClassifiedConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Return the slot and tell aiohttp."""
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
         if self._class is not None:
             self._state.book.release(self._class)
             self._class = None

@@ -11,7 +11,9 @@ with no body when ``If-None-Match`` names it.
 More routes (the ingest feedback POST, seed 000) are added with `route` before
 `start`; `connection_class` tells a handler who is calling. Every refusal is
 JSON ``{code, message}``, including aiohttp's own (404, 405, an oversized or
-malformed request line or head), and none is logged with what the client sent.
+malformed request line or head). Deadlines and error logging are the shared
+listener policy's (`grid.adapters.http_listener`), so nothing a client sent
+reaches the logs.
 Each request runs within the request budget; past it the answer is 504
 ``budget_exceeded``.
 
@@ -22,15 +24,14 @@ connections by class, refused connections by reason.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from grid.adapters.health_server import ClosedCounter
+from grid.adapters.http_listener import ListenerPolicy, PolicedRequestHandler
 from grid.adapters.signals_listener import (
     ClassifiedConnection,
     ListenerState,
@@ -62,21 +63,6 @@ _REFUSAL_CODES = {
 }
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-# aiohttp logs a malformed request with its traceback and parser message, which
-# can quote what the client sent; this logger keeps only that it happened.
-_http_log = logging.getLogger("grid.signals.http")
-
-
-class _QuietRecords(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = "malformed request refused", ()
-        record.exc_info, record.exc_text, record.levelno = None, None, logging.DEBUG
-        record.levelname = "DEBUG"
-        return True
-
-
-_http_log.addFilter(_QuietRecords())
 
 
 class SignalsSource(Protocol):
@@ -113,28 +99,6 @@ class RequestMetrics:
         route = ROUTES.get(path or "", "other")
         code = str(status) if str(status) in self.codes else "other"
         self._counter.labels(route, code).inc()
-
-
-class _SignalsRequestHandler(RequestHandler):
-    """aiohttp's per-connection handler with JSON refusals for malformed requests."""
-
-    metrics: RequestMetrics | None = None
-
-    def handle_error(
-        self,
-        request: Any,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        super().handle_error(request, status, exc, message)  # logs (quietly), may raise
-        if self.metrics is not None:
-            self.metrics.observe(None, status)
-        response = refusal(
-            status, _REFUSAL_CODES.get(status, "malformed_request"), "request refused"
-        )
-        response.force_close()
-        return response
 
 
 class SignalsServer:
@@ -224,6 +188,12 @@ class SignalsServer:
         self.requests.observe(request.path, response.status)
         return response
 
+    def _error_answer(self, status: int, reason: str) -> web.StreamResponse:
+        """The answer to a request the listener refuses before routing (a malformed head)."""
+        self.requests.observe(None, status)
+        code = {500: "internal_error", 504: "budget_exceeded"}.get(status, reason)
+        return refusal(status, code, "request refused")
+
     async def _signals(self, request: web.Request) -> web.StreamResponse:
         try:
             scope = parse_scope(request.query.get("scope"))
@@ -249,25 +219,26 @@ class SignalsServer:
         loop = asyncio.get_running_loop()
         limits = self.limits
 
-        def handler() -> asyncio.Protocol:
-            inner = _SignalsRequestHandler(
+        policy = ListenerPolicy(
+            header_read_timeout_s=limits.header_timeout_s,
+            idle_timeout_s=limits.idle_timeout_s,
+            connections_max=limits.connections_max,
+        )
+
+        def handler(raw: asyncio.Transport) -> asyncio.Protocol:
+            return PolicedRequestHandler(
                 server,
-                loop=loop,
-                keepalive_timeout=limits.idle_timeout_s,
-                logger=_http_log,
-                # No access log: its lines quote the request line and client headers.
-                access_log=None,  # type: ignore[arg-type]
+                raw,
+                policy,
+                self._error_answer,
                 max_line_size=limits.request_line_bytes_max,
                 max_field_size=limits.header_field_bytes_max,
                 max_headers=limits.headers_max,
-                lingering_time=0,
             )
-            inner.metrics = self.requests
-            return inner
 
         try:
             self._listener = await loop.create_server(
-                lambda: ClassifiedConnection(self._state, handler, limits.header_timeout_s),
+                lambda: ClassifiedConnection(self._state, handler),
                 host,
                 port,
                 reuse_address=True,

@@ -62,8 +62,9 @@ class ListenerLimits:
     by stalled clients sooner but may cut off peers on slow links."""
 
     header_timeout_s: float = 5.0
-    """Seconds to receive a complete request head once the connection is idle. A slow
-    sender loses its connection after this; longer tolerates worse networks."""
+    """Seconds a request head may take: the first from accept (handshake included), a
+    later one from its first byte. A slow sender loses its connection after this;
+    longer tolerates worse networks but lets a slow client hold a slot longer."""
 
     idle_timeout_s: float = 60.0
     """Seconds a keep-alive connection may sit between requests before it is closed.
@@ -158,36 +159,3 @@ class ConnectionBook:
                 if self.peer <= 0:
                     raise RuntimeError("release without a peer connection")
                 self.peer -= 1
-
-
-_HEAD_END = b"\r\n\r\n"
-
-
-class HeadTracker:
-    """Whether a connection is in the middle of a request head, from the bytes it sent.
-
-    The header deadline runs from a request's first byte to the blank line that
-    ends its head. Both signals routes carry no body (a body is refused), so a
-    byte after a head's end starts the next head. Feeding bytes one at a time
-    gives the same answer as feeding them at once.
-    """
-
-    def __init__(self) -> None:
-        self.in_head = False
-        self._tail = b""
-
-    def feed(self, data: bytes) -> bool:
-        """Account for ``data``; True when a new head started in it (start the deadline)."""
-        if not data:
-            return False
-        was_in_head = self.in_head
-        window = self._tail + data
-        end = window.rfind(_HEAD_END)
-        if end < 0:
-            self.in_head = True
-            self._tail = window[-(len(_HEAD_END) - 1) :]
-            return not was_in_head
-        rest = window[end + len(_HEAD_END) :]
-        self.in_head = bool(rest)
-        self._tail = rest[-(len(_HEAD_END) - 1) :]
-        return self.in_head

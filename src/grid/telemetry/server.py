@@ -54,6 +54,8 @@ log = logging.getLogger("grid.telemetry")
 READ_CHUNK_BYTES = 64 * 1024
 PRUNE_EVERY_REQUESTS = 1024
 ROSTER_RETRY_S = 1.0
+
+
 def server_ssl_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext:
     """A TLS server context that requires a client certificate chained to ``client_ca``."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=client_ca)
