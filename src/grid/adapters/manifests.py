@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.resources.manifest import (
     NO_FIELD,
     NO_RESOURCE,
@@ -71,12 +72,9 @@ class _Unreadable(Exception):
 
 def _read_text(file: Path) -> str:
     try:
-        with file.open("rb") as handle:
-            data = handle.read(MANIFEST_FILE_BYTES_MAX + 1)
-    except OSError as exc:
-        raise _Unreadable(f"cannot read file: {exc.strerror or exc.__class__.__name__}") from exc
-    if len(data) > MANIFEST_FILE_BYTES_MAX:
-        raise _Unreadable(f"file is larger than {MANIFEST_FILE_BYTES_MAX} bytes")
+        data = read_bounded(file, MANIFEST_FILE_BYTES_MAX)
+    except UnreadableFile as exc:
+        raise _Unreadable(exc.message) from exc
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

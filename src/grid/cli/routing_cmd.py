@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.cli.resources_cmd import load_or_exit
+from grid.core.json_document import DocumentError, DocumentUnreadable, decode_json
 from grid.core.overlay import verify
 from grid.core.resources.manifest import Manifests
 from grid.core.routing.explain import ExplainRow, Explanation, explain
@@ -43,16 +44,12 @@ def _fail(lines: list[str]) -> NoReturn:
     sys.exit(EXIT_INVALID)
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def read_json(path: str) -> Any:
-    """Decode a JSON file, refusing NaN/Infinity; raises ValueError or OSError."""
-    data = Path(path).read_bytes()[: SIGNALS_FILE_BYTES_MAX + 1]
-    if len(data) > SIGNALS_FILE_BYTES_MAX:
-        raise ValueError(f"larger than {SIGNALS_FILE_BYTES_MAX} bytes")
-    return json.loads(data, parse_constant=_reject_constant)
+    """Decode a JSON file within the size and depth bounds.
+
+    Raises `UnreadableFile` (size, I/O) or `DocumentError` (syntax, depth, encoding).
+    """
+    return decode_json(read_bounded(path, SIGNALS_FILE_BYTES_MAX))
 
 
 def _inputs(path: str) -> RenderInputs:
@@ -70,10 +67,10 @@ def _signals(path: str | None) -> SignalsDocument | None:
         return None
     try:
         return parse_signals(read_json(path))
-    except OSError as exc:
-        _fail([f"{path}: cannot read signals file: {exc.strerror or type(exc).__name__}"])
-    except ValueError as exc:  # includes json.JSONDecodeError
-        _fail([f"{path}: not a JSON signals document: {exc}"])
+    except UnreadableFile as exc:
+        _fail([f"{path}: cannot read signals file: {exc.message}"])
+    except DocumentError as exc:
+        _fail([f"{path}: not a JSON signals document: {exc.message}"])
     except ValidationError as exc:
         _fail([f"{path}: {exc.message}"])
 
@@ -225,7 +222,11 @@ def verify_command(
     namespace: str | None,
     local_site: str | None,
 ) -> None:
-    """Verify an overlay envelope (or a bare overlay); exit 0 on accept, 1 on reject."""
+    """Verify an overlay envelope (or a bare overlay).
+
+    Exit 0 on accept, 1 on reject, 2 when the file cannot be read at all (too large,
+    unreadable, not UTF-8, nested past the depth bound).
+    """
     expected = {
         "network": network,
         "gateway": gateway,
@@ -234,8 +235,10 @@ def verify_command(
     }
     try:
         document: Any = read_json(file)
-    except (OSError, ValueError):
-        document = None  # unreadable or not JSON: a malformed structure
+    except (UnreadableFile, DocumentUnreadable) as exc:
+        _fail([f"{file}: cannot read overlay: {exc.message}"])
+    except DocumentError:
+        document = None  # readable text that is not JSON: a malformed structure
     verdict = verify(document, expected)
     click.echo(json.dumps(verdict.as_dict()))
     if not verdict.accepted:

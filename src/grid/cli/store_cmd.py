@@ -39,9 +39,10 @@ from grid.core.resources import (
     parse_resource,
     resource_label,
 )
-from grid.core.resources.errors import InvalidResource
+from grid.core.resources.errors import InvalidResource, printable
 from grid.core.resources.manifest import (
     NO_FIELD,
+    NO_RESOURCE,
     Document,
     ManifestError,
     Problem,
@@ -175,6 +176,9 @@ def load_apply_input(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             seen[key] = doc
             found.append(obj)
     problems.extend(_missing_keys(parsed))
+    if not problems and not found:
+        message = "no resources to apply: the input holds no YAML documents"
+        problems.append(Problem(str(path), NO_RESOURCE, NO_FIELD, message))
     if problems:
         raise ManifestError(problems)
     return sorted(found, key=lambda o: APPLY_ORDER.index(o["kind"]))
@@ -192,20 +196,29 @@ async def apply_one(store: ResourceStore, obj: Mapping[str, Any]) -> str:
     """Create or replace one object; returns ``created``, ``configured`` or ``unchanged``."""
     info, namespace, name = objects.identify(dict(obj))
     desired = _desired(obj)
+    # An input resourceVersion is a precondition, as with kubectl: the object must exist
+    # at exactly that version, or the apply is refused with a conflict.
+    given = obj["metadata"].get("resourceVersion")
     for _attempt in range(APPLY_ATTEMPTS):
         try:
             current = await store.get(info.kind, name, namespace=namespace or None)
         except NotFound:
+            if given:
+                raise Conflict(
+                    f"{info.kind} {printable(name)!r} carries resourceVersion but does not exist"
+                ) from None
             try:
                 await store.create(desired)
             except AlreadyExists:
                 continue
             return "created"
-        version = current["metadata"]["resourceVersion"]
+        version = given or current["metadata"]["resourceVersion"]
         update = {**desired, "metadata": {**desired["metadata"], "resourceVersion": version}}
         try:
             stored = await store.replace(update)
         except (Conflict, NotFound):
+            if given:
+                raise
             continue
         return "unchanged" if stored["metadata"]["resourceVersion"] == version else "configured"
     raise Conflict(f"{info.kind} {name!r} kept changing; tried {APPLY_ATTEMPTS} times")

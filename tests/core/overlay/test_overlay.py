@@ -264,7 +264,7 @@ def test_check_order_structure_before_schema_version_before_digest() -> None:
     del envelope["schema_version"]
     envelope["overlay"]["candidates"][0]["fresh"] = False  # also a digest mismatch
     assert verify(envelope).reason == "missing_schema_version"
-    envelope["overlay"]["candidates"][0]["rank"] = 7  # and now malformed
+    envelope["overlay"]["candidates"][0]["rank"] = -1  # and now malformed
     assert verify(envelope).reason == "malformed_structure"
 
 

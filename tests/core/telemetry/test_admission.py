@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from grid.core.telemetry.admission import Admission
 from grid.core.telemetry.refusals import (
@@ -191,6 +192,35 @@ def test_stamping_replaces_client_supplied_origin_and_reception() -> None:
     assert (out.reception.gateway_id, out.reception.request_id) == ("gw-1", "req-1")
     assert out.reception.received_at.seconds * 10**9 + out.reception.received_at.nanos == NOW_NS
     assert out.record_id == "i0" and out.observed_at == rec.observed_at
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+@pytest.mark.parametrize("batch_count", [1, 3])
+def test_unknown_protobuf_fields_are_dropped_before_stamping(batch_count: int) -> None:
+    # Field 99 (varint) unknown to the schema, in each record and in the batch itself;
+    # the published bytes hold none of them.
+    unknown = b"\x98\x06\x2a"
+    batch = event_batch(batch_count)
+    body = bytearray()
+    for field, value in batch.ListFields():
+        if field.name != "events":
+            body += type(batch)(**{field.name: value}).SerializeToString()
+    for event in batch.events:
+        record = event.SerializeToString() + unknown
+        body += b"\x1a" + _varint(len(record)) + record  # events is field 3
+    body += unknown
+    stamped = _accept(_admission(), bytes(body), "events")
+    for _record_id, data in stamped.records:  # type: ignore[attr-defined]
+        assert not len(UnknownFieldSet(Event.FromString(data)))
+        assert unknown not in data
 
 
 def test_batch_id_is_stable_for_identical_bodies_and_differs_otherwise() -> None:

@@ -18,12 +18,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from grid.adapters.store.port import DEFAULT_NAMESPACE, STORED_KINDS, KindInfo, LabelSelector, Obj
+from grid.core.resources.types import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 from grid.errors import Conflict, ValidationError
 
 NAME_MAX_CHARS = 253
 """Longest ``metadata.name`` (a Kubernetes DNS subdomain)."""
 
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+NAMESPACE_MAX_CHARS = 63
+"""Longest ``metadata.namespace`` (a Kubernetes DNS label)."""
+
+# The same RFC 1123 rules the resource models use, so the store and the CRDs agree.
+_NAME = re.compile(DNS_SUBDOMAIN_PATTERN)
+_NAMESPACE = re.compile(DNS_LABEL_PATTERN)
 CLIENT_METADATA = ("labels", "annotations", "ownerReferences")
 """Metadata fields a client controls; everything else in metadata is the store's."""
 _ENVELOPE = ("apiVersion", "kind", "metadata", "status")
@@ -52,7 +58,11 @@ def resolve_namespace(info: KindInfo, namespace: str | None) -> str:
             )
         return ""
     ns = namespace or DEFAULT_NAMESPACE
-    _check_name(ns, "metadata.namespace")
+    if not isinstance(ns, str) or len(ns) > NAMESPACE_MAX_CHARS or not _NAMESPACE.match(ns):
+        raise ValidationError(
+            f"must be a lowercase RFC 1123 label (a-z, 0-9, '-'), at most {NAMESPACE_MAX_CHARS}",
+            path="metadata.namespace",
+        )
     return ns
 
 
@@ -61,7 +71,7 @@ def _check_name(name: object, path: str) -> None:
         raise ValidationError("is required", path=path)
     if len(name) > NAME_MAX_CHARS or not _NAME.match(name):
         raise ValidationError(
-            f"{name!r} must be lowercase alphanumerics, '-' or '.', at most {NAME_MAX_CHARS}",
+            f"must be a lowercase RFC 1123 name (a-z, 0-9, '-', '.'), at most {NAME_MAX_CHARS}",
             path=path,
         )
 

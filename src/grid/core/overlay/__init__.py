@@ -26,7 +26,7 @@ from grid.core.overlay.envelope import (
     format_timestamp,
 )
 from grid.core.overlay.ids import stable_id
-from grid.core.overlay.structure import CANDIDATES_MAX
+from grid.core.overlay.structure import CANDIDATES_MAX, secret_ref_of, stable_id_of
 from grid.core.overlay.verify import ACCEPT, ACCEPT_LEGACY, REJECT, Verdict, verify
 
 __all__ = [
@@ -46,6 +46,8 @@ __all__ = [
     "candidate_document",
     "canonical_digest",
     "format_timestamp",
+    "secret_ref_of",
     "stable_id",
+    "stable_id_of",
     "verify",
 ]

@@ -239,16 +239,15 @@ def canonical_digest(overlay: Mapping[str, Any]) -> str:
     """Lowercase-hex SHA-256 of the JCS form of ``{candidates, local_site, network}``.
 
     ``overlay`` is JSON data (string keys), as built by `build_overlay` or decoded
-    from a file; the canonical bytes are exactly RFC 8785's (`dumps_json`).
+    from a file; the canonical bytes are exactly RFC 8785's (`dumps_json`). The
+    digest covers the raw overlay object as received, less ``generated_at``: for
+    what Grid writes that is exactly ``{candidates, local_site, network}``, and a
+    newer producer's additive fields stay covered (SPEC-DECISIONS §5).
     """
     return digest(overlay, numbers_checked=False)
 
 
 def digest(overlay: Mapping[str, Any], *, numbers_checked: bool) -> str:
     """`canonical_digest`; ``numbers_checked`` as `dumps_json` takes it."""
-    content = {
-        "candidates": overlay["candidates"],
-        "local_site": overlay["local_site"],
-        "network": overlay["network"],
-    }
+    content = {key: value for key, value in overlay.items() if key != "generated_at"}
     return hashlib.sha256(dumps_json(content, numbers_checked=numbers_checked)).hexdigest()

@@ -1,69 +1,68 @@
-"""Structural checks of the overlay and its envelope (the ``malformed_structure`` rule).
+"""What an overlay reader accepts: the structure rules of SPEC-DECISIONS §5.
 
-`grid.core.overlay.verify` runs these first. Each check returns ``None`` for a
-well-formed value or one sentence naming the offending path. Messages name
-fields and positions, never field values, so nothing from a hostile document
-is echoed into logs.
+A producer and a reader differ on purpose. Grid always writes every candidate
+field; a reader (``grid overlay verify``, the gateway's overlay loader) accepts
+what the upstream Praxis consumer accepts, so overlays from other producers and
+from newer 1.x producers load:
 
-The shapes are SPEC-DECISIONS §5 exactly: unknown keys are refused, numbers
-must be finite (and booleans are not numbers), and a credential can only be a
-``{strategy, secretRef: {name, namespace, key}}`` reference, so no token bytes
-can ride along in a well-formed overlay.
+* a candidate needs only ``kind`` (``inference_model`` or ``mcp_tool``),
+  ``name``, ``site`` and ``cluster``; ``fresh`` defaults to true; ``stable_id``,
+  ``admission_state``, ``selection_tier``, ``rank``, ``score`` and
+  ``score_breakdown`` are type-checked when present;
+* unknown fields are allowed at every level, except inside ``credential`` and its
+  ``secretRef`` (alias ``secret_ref``), so no token can ride along in a reference;
+* strings are 1-256 characters and not blank.
+
+`verify` runs these checks first (the ``malformed_structure`` reason). Each check
+returns ``None`` for a well-formed value or one sentence naming the offending
+path; messages name fields and positions, never values, so nothing from a hostile
+document is echoed into logs. The verifier judges the document, not the
+producer's arithmetic: a score that differs from its breakdown is the digest's
+business.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
-
-from grid.core.overlay.ids import stable_id
 
 CANDIDATES_MAX = 1024
 """Most candidates one overlay may carry (§5). Renderers keep the top-ranked
 ones so they never produce an overlay this check refuses; the bound keeps the
 document a gateway must parse and hold small."""
 
+TEXT_CHARS_MAX = 256
+"""Longest identity or envelope string a reader accepts (§5), in characters."""
+
 ENVELOPE_KEYS = frozenset(
     {"schema_version", "revision", "content_digest", "scope", "provenance", "overlay"}
 )
-OVERLAY_KEYS = frozenset({"network", "local_site", "candidates", "generated_at"})
-CANDIDATE_REQUIRED = frozenset(
-    {
-        "kind",
-        "name",
-        "site",
-        "cluster",
-        "fresh",
-        "stable_id",
-        "admission_state",
-        "selection_tier",
-        "rank",
-    }
-)
-CANDIDATE_OPTIONAL = frozenset({"score", "score_breakdown", "credential"})
+"""Any of these at the top level makes the document an envelope (no legacy fallback)."""
+
+CANDIDATE_KINDS = frozenset({"inference_model", "mcp_tool"})
+IDENTITY_KEYS = ("kind", "name", "site", "cluster")
 BREAKDOWN_KEYS = frozenset(
     {"locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost", "total"}
 )
 ADMISSION_STATES = frozenset({"new_and_existing", "existing_only"})
 SELECTION_TIERS = frozenset({"same_site", "same_zone", "same_region", "cross_region"})
 CREDENTIAL_STRATEGIES = frozenset({"bearer_token", "api_key"})
-SCOPE_KEYS = frozenset({"network", "gateway", "namespace", "local_site"})
-PROVENANCE_KEYS = frozenset(
-    {
-        "producer",
-        "producer_version",
-        "source_name",
-        "source_uid",
-        "source_generation",
-        "rendered_at",
-    }
+SECRET_REF_KEYS = frozenset({"name", "namespace", "key"})
+SCOPE_KEYS = ("gateway", "local_site", "namespace", "network")
+PROVENANCE_TEXT_KEYS = ("producer", "producer_version", "source_name", "source_uid")
+
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
 )
 
 
 def is_text(value: object) -> bool:
-    """A non-empty string that encodes to UTF-8 (no lone surrogates)."""
-    if not isinstance(value, str) or not value:
+    """A string of 1-256 characters, not blank, that encodes to UTF-8."""
+    if not isinstance(value, str) or not value or len(value) > TEXT_CHARS_MAX:
+        return False
+    if value.isspace():
         return False
     try:
         value.encode()
@@ -77,96 +76,109 @@ def is_one_of(value: object, allowed: frozenset[str]) -> bool:
     return isinstance(value, str) and value in allowed
 
 
-def is_unit_number(value: object) -> bool:
-    """A finite JSON number (not a boolean) in [0, 1]."""
+def is_number(value: object) -> bool:
+    """A finite JSON number (booleans are not numbers)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    return math.isfinite(value) and 0 <= value <= 1
+    return math.isfinite(value)
 
 
-def _keys_problem(
-    value: object, path: str, required: frozenset[str], optional: frozenset[str] = frozenset()
-) -> str | None:
+def is_unit_number(value: object) -> bool:
+    """A finite JSON number (not a boolean) in [0, 1]."""
+    return is_number(value) and 0 <= value <= 1  # type: ignore[operator]
+
+
+def _object_problem(value: object, path: str, required: tuple[str, ...]) -> str | None:
     if not isinstance(value, dict):
         return f"{path or 'document'} must be an object"
-    missing = sorted(required - value.keys())
+    missing = sorted(set(required) - value.keys())
     if missing:
         return f"{path or 'document'} lacks {', '.join(missing)}"
-    unknown = [k for k in value if k not in required | optional]
-    if unknown:
-        return f"{path or 'document'} has unknown keys"
     return None
 
 
 def _text_fields(value: Mapping[str, Any], path: str, keys: tuple[str, ...]) -> str | None:
     for key in keys:
-        if not is_text(value[key]):
-            return f"{path}.{key} must be a non-empty string"
+        if key in value and not is_text(value[key]):
+            return f"{path}.{key} must be a non-blank string of 1-{TEXT_CHARS_MAX} characters"
     return None
 
 
+def secret_ref_of(credential: Mapping[str, Any]) -> Any:
+    """A credential's ``secretRef``, accepting the ``secret_ref`` alias (§5)."""
+    return credential["secretRef"] if "secretRef" in credential else credential.get("secret_ref")
+
+
+def stable_id_of(candidate: Mapping[str, Any]) -> str:
+    """A candidate's ``stable_id``, else the reader's ``"{kind}/{name}/{site}/{cluster}"``."""
+    given = candidate.get("stable_id")
+    if isinstance(given, str):
+        return given
+    return "/".join(str(candidate[key]) for key in IDENTITY_KEYS)
+
+
 def _credential_problem(credential: object, path: str) -> str | None:
-    problem = _keys_problem(credential, path, frozenset({"strategy", "secretRef"}))
-    if problem is not None:
-        return problem
-    assert isinstance(credential, dict)
+    if not isinstance(credential, dict):
+        return f"{path} must be an object"
+    ref_keys = [k for k in ("secretRef", "secret_ref") if k in credential]
+    if "strategy" not in credential or len(ref_keys) != 1:
+        return f"{path} needs strategy and exactly one of secretRef or secret_ref"
+    if len(credential) != 2:
+        return f"{path} has unknown keys"
     if not is_one_of(credential["strategy"], CREDENTIAL_STRATEGIES):
         return f"{path}.strategy must be bearer_token or api_key"
-    ref_path = f"{path}.secretRef"
-    ref = credential["secretRef"]
-    problem = _keys_problem(ref, ref_path, frozenset({"name", "namespace", "key"}))
-    if problem is not None:
-        return problem
-    assert isinstance(ref, dict)
+    ref_path = f"{path}.{ref_keys[0]}"
+    ref = credential[ref_keys[0]]
+    if not isinstance(ref, dict) or ref.keys() != SECRET_REF_KEYS:
+        return f"{ref_path} must be exactly {{name, namespace, key}}"
     return _text_fields(ref, ref_path, ("name", "namespace", "key"))
 
 
 def _score_problem(candidate: Mapping[str, Any], path: str) -> str | None:
-    has_score, has_breakdown = "score" in candidate, "score_breakdown" in candidate
-    if has_score != has_breakdown:
-        return f"{path}: score and score_breakdown go together"
-    if not has_score:
+    if "score" in candidate and not is_number(candidate["score"]):
+        return f"{path}.score must be a number"
+    if "score_breakdown" not in candidate:
         return None
-    if not is_unit_number(candidate["score"]):
-        return f"{path}.score must be a number in [0, 1]"
     breakdown = candidate["score_breakdown"]
-    problem = _keys_problem(breakdown, f"{path}.score_breakdown", BREAKDOWN_KEYS)
-    if problem is not None:
-        return problem
-    assert isinstance(breakdown, dict)
-    for key in sorted(BREAKDOWN_KEYS):
-        if not is_unit_number(breakdown[key]):
-            return f"{path}.score_breakdown.{key} must be a number in [0, 1]"
-    if breakdown["total"] != candidate["score"]:
-        return f"{path}.score_breakdown.total must equal score"
+    if not isinstance(breakdown, dict):
+        return f"{path}.score_breakdown must be an object"
+    for key in sorted(BREAKDOWN_KEYS & breakdown.keys()):
+        if not is_number(breakdown[key]):
+            return f"{path}.score_breakdown.{key} must be a number"
     return None
+
+
+def _optional_fields_problem(candidate: Mapping[str, Any], path: str) -> str | None:
+    if "fresh" in candidate and not isinstance(candidate["fresh"], bool):
+        return f"{path}.fresh must be a boolean"
+    if "stable_id" in candidate and not is_text(candidate["stable_id"]):
+        return f"{path}.stable_id must be a non-blank string of 1-{TEXT_CHARS_MAX} characters"
+    if "admission_state" in candidate and not is_one_of(
+        candidate["admission_state"], ADMISSION_STATES
+    ):
+        return f"{path}.admission_state must be new_and_existing or existing_only"
+    if "selection_tier" in candidate and not is_one_of(
+        candidate["selection_tier"], SELECTION_TIERS
+    ):
+        return f"{path}.selection_tier is not a known tier"
+    rank = candidate.get("rank", 0)
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        return f"{path}.rank must be a non-negative integer"
+    return _score_problem(candidate, path)
 
 
 def check_candidate(candidate: object, index: int) -> str | None:
     """Problems of one candidate at position ``index``, or ``None``."""
     path = f"overlay.candidates[{index}]"
-    problem = _keys_problem(candidate, path, CANDIDATE_REQUIRED, CANDIDATE_OPTIONAL)
+    problem = _object_problem(candidate, path, IDENTITY_KEYS)
     if problem is not None:
         return problem
     assert isinstance(candidate, dict)
-    if candidate["kind"] != "inference_model":
-        return f"{path}.kind must be inference_model"
+    if not is_one_of(candidate["kind"], CANDIDATE_KINDS):
+        return f"{path}.kind must be inference_model or mcp_tool"
     problem = _text_fields(candidate, path, ("name", "site", "cluster"))
-    if problem is not None:
-        return problem
-    if not isinstance(candidate["fresh"], bool):
-        return f"{path}.fresh must be a boolean"
-    identity = (candidate["kind"], candidate["name"], candidate["site"], candidate["cluster"])
-    if candidate["stable_id"] != stable_id(*identity):
-        return f"{path}.stable_id does not match kind/name/site/cluster"
-    if not is_one_of(candidate["admission_state"], ADMISSION_STATES):
-        return f"{path}.admission_state must be new_and_existing or existing_only"
-    if not is_one_of(candidate["selection_tier"], SELECTION_TIERS):
-        return f"{path}.selection_tier is not a known tier"
-    rank = candidate["rank"]
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank != index:
-        return f"{path}.rank must equal its position {index}"
-    problem = _score_problem(candidate, path)
+    if problem is None:
+        problem = _optional_fields_problem(candidate, path)
     if problem is None and "credential" in candidate:
         problem = _credential_problem(candidate["credential"], f"{path}.credential")
     return problem
@@ -175,11 +187,13 @@ def check_candidate(candidate: object, index: int) -> str | None:
 def check_overlay_structure(overlay: object, prefix: str = "overlay") -> str | None:
     """Problems of a ``grid-config.json`` document, or ``None``."""
     path = prefix or "overlay"
-    problem = _keys_problem(overlay, path, OVERLAY_KEYS)
+    problem = _object_problem(overlay, path, ("network", "local_site", "candidates"))
     if problem is not None:
         return problem
     assert isinstance(overlay, dict)
-    problem = _text_fields(overlay, path, ("network", "local_site", "generated_at"))
+    problem = _text_fields(overlay, path, ("network", "local_site"))
+    if problem is None and "generated_at" in overlay and not is_timestamp(overlay["generated_at"]):
+        problem = f"{path}.generated_at must be an RFC 3339 timestamp"
     if problem is not None:
         return problem
     candidates = overlay["candidates"]
@@ -187,21 +201,27 @@ def check_overlay_structure(overlay: object, prefix: str = "overlay") -> str | N
         return f"{path}.candidates must be an array"
     if len(candidates) > CANDIDATES_MAX:
         return f"{path}.candidates holds more than {CANDIDATES_MAX} entries"
-    seen: set[tuple[str, str, str, str]] = set()
+    seen: set[tuple[str, ...]] = set()
     for index, candidate in enumerate(candidates):
         problem = check_candidate(candidate, index)
         if problem is not None:
             return problem
-        identity = (candidate["kind"], candidate["name"], candidate["site"], candidate["cluster"])
+        identity = tuple(candidate[key] for key in IDENTITY_KEYS)
         if identity in seen:
             return f"{path}.candidates[{index}] duplicates an earlier (kind, name, site, cluster)"
         seen.add(identity)
     return None
 
 
+def is_timestamp(value: object) -> bool:
+    """An RFC 3339 date-time string."""
+    return isinstance(value, str) and len(value) <= 64 and _RFC3339.fullmatch(value) is not None
+
+
 def _digest_problem(value: object, path: str, with_kind: bool) -> str | None:
-    keys = frozenset({"algorithm", "value"} | ({"kind"} if with_kind else set()))
-    problem = _keys_problem(value, path, keys)
+    problem = _object_problem(
+        value, path, ("algorithm", "value", *(("kind",) if with_kind else ()))
+    )
     if problem is not None:
         return problem
     assert isinstance(value, dict)
@@ -215,20 +235,20 @@ def _digest_problem(value: object, path: str, with_kind: bool) -> str | None:
 
 
 def _provenance_problem(provenance: object) -> str | None:
-    problem = _keys_problem(provenance, "provenance", PROVENANCE_KEYS)
-    if problem is not None:
-        return problem
-    assert isinstance(provenance, dict)
-    problem = _text_fields(
-        provenance, "provenance", ("producer", "producer_version", "source_name", "rendered_at")
-    )
-    if problem is not None:
-        return problem
-    if provenance["source_uid"] is not None and not is_text(provenance["source_uid"]):
-        return "provenance.source_uid must be a string or null"
-    generation = provenance["source_generation"]
-    if generation is not None and (isinstance(generation, bool) or not isinstance(generation, int)):
-        return "provenance.source_generation must be an integer or null"
+    if not isinstance(provenance, dict):
+        return "provenance must be an object"
+    for key in PROVENANCE_TEXT_KEYS:
+        value = provenance.get(key)
+        if value is not None and not is_text(value):
+            return f"provenance.{key} must be a non-blank string of 1-{TEXT_CHARS_MAX} characters"
+    generation = provenance.get("source_generation")
+    if generation is not None and (
+        isinstance(generation, bool) or not isinstance(generation, int) or generation < 1
+    ):
+        return "provenance.source_generation must be a positive integer"
+    rendered_at = provenance.get("rendered_at")
+    if rendered_at is not None and not is_timestamp(rendered_at):
+        return "provenance.rendered_at must be an RFC 3339 timestamp"
     return None
 
 
@@ -236,12 +256,9 @@ def check_envelope_structure(envelope: Mapping[str, Any]) -> str | None:
     """Problems of a ``grid-overlay.json`` envelope's shape, or ``None``.
 
     ``schema_version`` is not judged here: its absence and its value have their
-    own reasons, checked after the structure.
+    own reasons, checked after the structure. Unknown keys are allowed (§5).
     """
-    unknown = [k for k in envelope if k not in ENVELOPE_KEYS]
-    if unknown:
-        return "the envelope has unknown keys"
-    missing = sorted(ENVELOPE_KEYS - {"schema_version"} - envelope.keys())
+    missing = sorted({"revision", "content_digest", "scope", "overlay"} - envelope.keys())
     if missing:
         return f"the envelope lacks {', '.join(missing)}"
     problem = check_overlay_structure(envelope["overlay"])
@@ -250,9 +267,9 @@ def check_envelope_structure(envelope: Mapping[str, Any]) -> str | None:
     if problem is None:
         problem = _digest_problem(envelope["content_digest"], "content_digest", with_kind=False)
     if problem is None:
-        problem = _keys_problem(envelope["scope"], "scope", SCOPE_KEYS)
+        problem = _object_problem(envelope["scope"], "scope", SCOPE_KEYS)
     if problem is None:
-        problem = _text_fields(envelope["scope"], "scope", tuple(sorted(SCOPE_KEYS)))
-    if problem is None:
+        problem = _text_fields(envelope["scope"], "scope", SCOPE_KEYS)
+    if problem is None and "provenance" in envelope:
         problem = _provenance_problem(envelope["provenance"])
     return problem

@@ -10,6 +10,7 @@ from a model validator to attach a sub-path to the model's own location.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,6 +46,28 @@ class InvalidResource(ValidationError):
         super().__init__(
             prefix + "; ".join(str(issue) for issue in self.issues), path=self.issues[0].path
         )
+
+
+_UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters escaped (``\\x1b``, ``\\u202e``).
+
+    Names and paths from a user's file end up in terminal output; an escape sequence
+    in ``metadata.name`` must show as text, not recolour or rewrite the terminal.
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char == " " or unicodedata.category(char) not in _UNPRINTABLE_CATEGORIES:
+            out.append(char)
+        elif ord(char) < 0x100:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}")
+    return "".join(out)
 
 
 def field_error(sub_path: str, message: str) -> PydanticCustomError:

@@ -34,7 +34,7 @@ from grid.core.resources import (
     parse_resource,
     resource_label,
 )
-from grid.core.resources.errors import InvalidResource, join_path
+from grid.core.resources.errors import InvalidResource, join_path, printable
 from grid.core.resources.object_meta import SecretRef
 from grid.core.resources.secret import Secret, parse_secret
 from grid.errors import ValidationError
@@ -44,6 +44,11 @@ _R = TypeVar("_R", GridNetwork, GridSite, InferenceProvider)
 DOCUMENT_NODES_MAX = 100_000
 """Most YAML nodes one document may expand to once aliases are followed. Real CRs
 have a few hundred; the cap stops an alias bomb before validation walks it."""
+
+YAML_DEPTH_MAX = 64
+"""Deepest nesting of YAML collections accepted in one document. CRs nest about ten
+levels; the bound keeps the composer, the constructor and every later walk of the
+value far from the interpreter's recursion limit."""
 
 NO_RESOURCE = "-"
 """`Problem.resource` when the problem concerns no identifiable resource."""
@@ -64,7 +69,7 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.resource}: {self.field}: {self.message}"
+        return printable(f"{where}: {self.resource}: {self.field}: {self.message}")
 
 
 class ManifestError(ValidationError):
@@ -177,13 +182,37 @@ def _at(doc: Document) -> str:
     return f"{doc.file}:{doc.line}"
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with a nesting bound checked while composing."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > YAML_DEPTH_MAX:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                problem = f"nested deeper than {YAML_DEPTH_MAX} levels"
+                raise yaml.composer.ComposerError(None, None, problem, mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def decode_documents(source: Source, problems: list[Problem]) -> Iterator[Document]:
     """Yield each non-empty YAML document of `source`; record a problem on bad YAML.
 
     A syntax error stops the file (YAML cannot resynchronize), but documents decoded
     before it are still yielded so their own problems are reported too.
     """
-    loader = yaml.SafeLoader(source.text)
+    try:
+        # The reader checks the whole text for unprintable characters at once.
+        loader = _BoundedLoader(source.text)
+    except yaml.YAMLError as exc:
+        problems.append(_yaml_problem(source.file, exc))
+        return
     try:
         while loader.check_node():
             node = loader.get_node()
@@ -259,6 +288,8 @@ def _yaml_problem(file: str, exc: yaml.YAMLError) -> Problem:
     # str(exc) quotes the offending source line, which could be a Secret value.
     mark = getattr(exc, "problem_mark", None)
     what = getattr(exc, "problem", None) or "not valid YAML"
+    if isinstance(exc, yaml.reader.ReaderError):
+        what = f"character #x{exc.character:04x} is not allowed (offset {exc.position})"
     context = getattr(exc, "context", None)
     message = f"malformed YAML: {what}" + (f" ({context})" if context else "")
     if mark is not None:

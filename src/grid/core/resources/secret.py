@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import pydantic
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator
 
-from grid.core.resources.errors import InvalidResource, field_error, issues_from
+from grid.core.resources.errors import InvalidResource, issues_from
 from grid.core.resources.object_meta import SecretRef
 from grid.core.resources.types import (
     LabelValue,
@@ -68,14 +68,17 @@ class Secret(WireModel):
                     raise ValueError("keys must match [-._a-zA-Z0-9]+")
         return value
 
-    @model_validator(mode="after")
-    def _data_is_base64(self) -> Secret:
-        for key, encoded in self.data.items():
+    @field_validator("data", mode="after")
+    @classmethod
+    def _data_is_base64(cls, data: dict[str, str]) -> dict[str, str]:
+        # A field validator, not a model one, so a bad stringData key and a bad data
+        # value are reported together instead of one hiding the other.
+        for key, encoded in data.items():
             try:
                 base64.b64decode(encoded, validate=True)
             except (binascii.Error, ValueError):
-                raise field_error("data", f"the value of key {key!r} is not valid base64") from None
-        return self
+                raise ValueError(f"the value of key {key!r} is not valid base64") from None
+        return data
 
     @property
     def keys(self) -> frozenset[str]:

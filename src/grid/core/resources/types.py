@@ -28,7 +28,10 @@ HOST_PORT_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9]
 FINGERPRINT_PATTERN = r"^([0-9a-f]{64}|[0-9a-f]{2}(:[0-9a-f]{2}){31})$"
 """SHA-256 of a leaf certificate's DER: 64 lowercase hex digits, optionally colon-separated."""
 
-URL_PATTERN = r"^https?://[^\s/?#]+([/?#][^\s]*)?$"
+URL_PATTERN = (
+    r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?)(:[0-9]{1,5})?"
+    r"([/?#][^\s]*)?$"
+)
 """An absolute ``http`` or ``https`` URL."""
 
 HTTP_PATH_PATTERN = r"^/[^\s?#]*$"
@@ -112,6 +115,22 @@ def _check_host_port(text: str) -> str:
     return text
 
 
+def _check_url(text: str) -> str:
+    # The pattern fixes the shape (a DNS name, IPv4 or bracketed IPv6 host, an optional
+    # port); the port's range and the bracketed address need a second look.
+    authority = text.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if authority.startswith("["):
+        address, _, rest = authority[1:].partition("]")
+        if address.count(":") < 2 or ".." in address:
+            raise ValueError("the bracketed host must be an IPv6 address")
+        port = rest[1:] if rest.startswith(":") else None
+    else:
+        port = authority.rpartition(":")[2] if ":" in authority else None
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise ValueError("port must be between 1 and 65535")
+    return text
+
+
 def _timestamp_to_text(value: Any) -> Any:
     # YAML turns an unquoted RFC 3339 timestamp into a datetime; keep it a string.
     if isinstance(value, _dt.datetime):
@@ -141,7 +160,7 @@ HostPort = Annotated[
     str, Field(max_length=261, pattern=HOST_PORT_PATTERN), AfterValidator(_check_host_port)
 ]
 Fingerprint = Annotated[str, Field(pattern=FINGERPRINT_PATTERN)]
-Url = Annotated[str, Field(max_length=2048, pattern=URL_PATTERN)]
+Url = Annotated[str, Field(max_length=2048, pattern=URL_PATTERN), AfterValidator(_check_url)]
 HttpPath = Annotated[str, Field(max_length=1024, pattern=HTTP_PATH_PATTERN)]
 MetricSource = Annotated[
     str,

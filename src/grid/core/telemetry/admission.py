@@ -138,6 +138,9 @@ class Admission:
         The whole batch is encoded once, stamped: backbones store it as one unit.
         """
         batch = decode_batch(ticket.route, body)
+        # Fields this schema does not know are dropped before stamping, at every level:
+        # a published record holds only what the contract names (SPEC-DECISIONS §8).
+        batch.DiscardUnknownFields()
         check_versions(batch)
         records = batch_records(batch)
         check_record_count(ticket.route, len(records), self.settings)

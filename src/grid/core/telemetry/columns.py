@@ -78,7 +78,7 @@ def stamp_clearly_valid(
     decoded = batch_records(batch)
     count = len(decoded)
     if count == 0 or len(UnknownFieldSet(batch)):
-        return None  # batch fields this schema does not know: the exact path keeps them
+        return None  # batch fields this schema does not know: decide on the exact path
     canonical = batch.SerializeToString(deterministic=True)
     columns = BatchColumns.FromString(canonical).records
     if columns.origin or columns.reception:
