@@ -12,6 +12,7 @@ from pathlib import Path
 DEFAULT_STORE = "sqlite:.grid/store.db"
 DEFAULT_SWIM_BIND = "0.0.0.0:7946"
 DEFAULT_METRICS_BIND = "0.0.0.0:9090"
+DEFAULT_SIGNALS_BIND = "0.0.0.0:7947"
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,10 @@ class OperatorSettings:
     rules (freshness, stale-candidate eviction) take effect within this bound."""
     shutdown_timeout_s: float = 5.0
     """Budget for a graceful stop: leave the mesh, finish writes, close the store."""
+    signals_bind: str = DEFAULT_SIGNALS_BIND
+    """``host:port`` of the mTLS signals listener, bound only under
+    ``signalTransport.mode: poll``. Peers poll a site at its SWIM-advertised host and
+    this port (port 0 picks a free one; the bound port is advertised to peers)."""
+    signals_poll_interval_s: float = 2.0
+    """Seconds between polls of each peer's signals under poll. Shorter spreads load
+    changes faster at the cost of one request per peer per interval."""
