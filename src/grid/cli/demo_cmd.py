@@ -26,8 +26,10 @@ from grid.demo.table import mesh_view
 DEFAULT_SITES = ("east", "west", "central")
 
 
-async def _run(root: Path, sites: list[str], duration: float | None, console: Console) -> None:
-    mesh = DemoMesh(root, sites)
+async def _run(
+    root: Path, sites: list[str], duration: float | None, transport: str, console: Console
+) -> None:
+    mesh = DemoMesh(root, sites, signal_transport=transport)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -39,15 +41,20 @@ async def _run(root: Path, sites: list[str], duration: float | None, console: Co
         await mesh.start()
         path = mesh.write_description()
         console.print(f"mesh is up; reach it through {path}")
+        console.print(
+            f"signal transport: {transport}"
+            + ("; local scoring is off, candidates carry no score" if transport == "poll" else "")
+        )
         load = asyncio.create_task(drive([pp.port for pp in mesh.plan.providers], MODEL))
         dirs = {name: s.overlay_dir for name, s in mesh.plan.sites.items()}
+        scoring = transport != "poll"
         deadline = None if duration is None else loop.time() + duration
-        with Live(mesh_view(dirs), console=console, refresh_per_second=2) as live:
+        with Live(mesh_view(dirs, scoring=scoring), console=console, refresh_per_second=2) as live:
             while not stop.is_set() and (deadline is None or loop.time() < deadline):
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(1.0):
                         await stop.wait()
-                live.update(mesh_view(dirs))
+                live.update(mesh_view(dirs, scoring=scoring))
     finally:
         if load is not None:
             load.cancel()
@@ -88,16 +95,9 @@ async def _run(root: Path, sites: list[str], duration: float | None, console: Co
 )
 def demo_cmd(site_count: int, duration: float | None, signal_transport: str, root: Path) -> None:
     """Run a live local mesh: operators, mock providers and a live ranked table."""
-    if signal_transport == "poll":
-        click.echo(
-            "error: --signal-transport poll needs the signals listener, which this build "
-            "does not include; use gossip",
-            err=True,
-        )
-        sys.exit(2)
     names = [*DEFAULT_SITES, *(f"site-{i}" for i in range(4, 10))][:site_count]
     try:
-        asyncio.run(_run(root, names, duration, Console()))
+        asyncio.run(_run(root, names, duration, signal_transport, Console()))
     except TimeoutError as exc:
         click.echo(f"error: {exc}; see the logs under {root / 'logs'}", err=True)
         sys.exit(1)

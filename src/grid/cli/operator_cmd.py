@@ -21,6 +21,7 @@ from grid.operator import logs
 from grid.operator.runtime import Operator
 from grid.operator.settings import (
     DEFAULT_METRICS_BIND,
+    DEFAULT_SIGNALS_BIND,
     DEFAULT_STORE,
     DEFAULT_SWIM_BIND,
     OperatorSettings,
@@ -126,6 +127,22 @@ async def _serve(settings: OperatorSettings) -> None:
     default=5.0,
     show_default=True,
     help="Seconds a graceful stop may take (leaving the mesh first).",
+)
+@click.option(
+    "--signals-bind",
+    envvar="GRID_SIGNALS_BIND",
+    default=DEFAULT_SIGNALS_BIND,
+    show_default=True,
+    help="host:port of the mTLS signals listener (bound only under signalTransport poll).",
+)
+@click.option(
+    "--signals-poll-interval",
+    "signals_poll_interval_s",
+    envvar="GRID_SIGNALS_POLL_INTERVAL",
+    type=click.FloatRange(min=0.05),
+    default=2.0,
+    show_default=True,
+    help="Seconds between polls of each peer's signals (poll mode).",
 )
 @click.option(
     "--log-level",

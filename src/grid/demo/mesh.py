@@ -59,8 +59,13 @@ class DemoMesh:
         probe_interval: str = "500ms",
         suspicion_timeout: str = "2s",
         scrape_interval: str = "1s",
+        signal_transport: str = "gossip",
+        signals_poll_interval_s: float = 1.0,
     ) -> None:
         self.root = root
+        self.signal_transport = signal_transport
+        """The mode the GridNetwork declares (demo.json's ``signals`` follows it)."""
+        self.signals_poll_interval_s = signals_poll_interval_s
         self.plan = p.plan_mesh(root, sites)
         self.probe_interval = probe_interval
         self.suspicion_timeout = suspicion_timeout
@@ -89,6 +94,7 @@ class DemoMesh:
             self.plan,
             probe_interval=self.probe_interval,
             suspicion_timeout=self.suspicion_timeout,
+            signal_transport=self.signal_transport,
         )
         sites = [
             p.site_doc(s, self.pki.sites[s.name].fingerprint) for s in self.plan.sites.values()
@@ -151,6 +157,10 @@ class DemoMesh:
             "1",
             "--site-probe-interval",
             "0.5",
+            "--signals-bind",
+            f"127.0.0.1:{site.signals_port}",
+            "--signals-poll-interval",
+            str(self.signals_poll_interval_s),
         )
 
     async def start(self) -> None:
@@ -264,7 +274,9 @@ class DemoMesh:
             sites[name] = {
                 "pid": proc.pid if proc else None,
                 "swim": f"127.0.0.1:{site.swim_port}",
-                "signals": None,
+                "signals": (
+                    f"127.0.0.1:{site.signals_port}" if self.signal_transport == "poll" else None
+                ),
                 "metrics": f"127.0.0.1:{site.metrics_port}",
                 "store": str(site.store),
                 "overlay_dir": str(site.overlay_dir),

@@ -92,6 +92,8 @@ class SitePlan:
     egress_port: int
     root: Path
     providers: list[ProviderPlan] = field(default_factory=list)
+    signals_port: int = 0
+    """The mTLS signals listener's port (bound only under poll)."""
 
     @property
     def store(self) -> Path:
@@ -133,6 +135,7 @@ def plan_mesh(root: Path, site_names: list[str]) -> MeshPlan:
     for i, name in enumerate(site_names):
         region, zone = SITE_GEOGRAPHY.get(name, (f"region-{i}", f"region-{i}a"))
         site = SitePlan(name, region, zone, pick_port(), pick_port(), pick_port(), root / name)
+        site.signals_port = pick_port()
         count = 2 if i == 0 else 1
         for j in range(count):
             suffix = "" if count == 1 else f"-{'ab'[j]}"
@@ -146,9 +149,15 @@ def _meta(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {"name": name, "labels": labels or {}}
 
 
-def network_doc(plan: MeshPlan, *, probe_interval: str, suspicion_timeout: str) -> dict[str, Any]:
-    """The GridNetwork every site's store holds."""
-    return {
+def network_doc(
+    plan: MeshPlan,
+    *,
+    probe_interval: str,
+    suspicion_timeout: str,
+    signal_transport: str = "gossip",
+) -> dict[str, Any]:
+    """The GridNetwork every site's store holds (``signalTransport`` only under poll)."""
+    doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "GridNetwork",
         "metadata": _meta(NETWORK),
@@ -171,6 +180,9 @@ def network_doc(plan: MeshPlan, *, probe_interval: str, suspicion_timeout: str) 
             "staleCandidateTtlSeconds": 10,
         },
     }
+    if signal_transport != "gossip":
+        doc["spec"]["signalTransport"] = {"mode": signal_transport}
+    return doc
 
 
 def site_doc(site: SitePlan, fingerprint: str) -> dict[str, Any]:

@@ -31,9 +31,10 @@ _SHORT = {
 }
 
 
-def site_table(site: str, overlay: dict[str, Any] | None) -> Table:
-    """One site's candidates in rank order."""
-    table = Table(title=f"site {site}", title_justify="left", expand=True)
+def site_table(site: str, overlay: dict[str, Any] | None, *, scoring: bool = True) -> Table:
+    """One site's candidates in rank order; under poll the title says scoring is off."""
+    title = f"site {site}" if scoring else f"site {site} (scoring off: signals polled)"
+    table = Table(title=title, title_justify="left", expand=True)
     for column in ("rank", "model", "site", "cluster", "tier", "admission", "score", "fresh"):
         table.add_column(column, justify="right" if column in ("rank", "score") else "left")
     if overlay is None:
@@ -54,6 +55,8 @@ def site_table(site: str, overlay: dict[str, Any] | None) -> Table:
     return table
 
 
-def mesh_view(overlay_dirs: dict[str, Path]) -> Group:
+def mesh_view(overlay_dirs: dict[str, Path], *, scoring: bool = True) -> Group:
     """A table per site, in site order."""
-    return Group(*(site_table(s, read_overlay(d)) for s, d in overlay_dirs.items()))
+    return Group(
+        *(site_table(s, read_overlay(d), scoring=scoring) for s, d in overlay_dirs.items())
+    )
