@@ -171,3 +171,9 @@ def test_declared_trust_changes_exactly_when_authorized_peers_change(ca: DevCA) 
     assert base == same
     assert base != added
     assert base != declared_trust("spiffe", "example.org", own, "east", {})
+
+
+def test_a_rotated_svid_with_the_same_id_is_the_same_trust(ca: DevCA) -> None:
+    before = TrustPolicy.spiffe(_der(ca.issue_site("east").cert_pem), "example.org")
+    after = TrustPolicy.spiffe(_der(ca.issue_site("east").cert_pem), "example.org")
+    assert before == after

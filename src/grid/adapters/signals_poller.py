@@ -117,7 +117,7 @@ class SignalsPoller:
         body_bytes_max: int = BODY_BYTES_MAX,
     ) -> None:
         ssl_context.check_hostname = False  # peers are identified by trust, not by name
-        self._ssl = ssl_context
+        self.ssl_context = ssl_context
         self._trust = trust
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._body_bytes_max = body_bytes_max
@@ -134,7 +134,7 @@ class SignalsPoller:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = _TrustedConnector(
-                self._trust, ssl=self._ssl, limit_per_host=1, keepalive_timeout=KEEPALIVE_S
+                self._trust, ssl=self.ssl_context, limit_per_host=1, keepalive_timeout=KEEPALIVE_S
             )
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session

@@ -24,8 +24,9 @@ connections by class, refused connections by reason.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -107,12 +108,13 @@ class SignalsServer:
     def __init__(
         self,
         source: SignalsSource,
-        ssl_context: Any,
+        ssl_context: ssl.SSLContext,
         trust: Callable[[], TrustPolicy],
         registry: CollectorRegistry,
         limits: ListenerLimits | None = None,
     ) -> None:
         self.source = source
+        self.ssl_context = ssl_context
         self.limits = limits or ListenerLimits()
         self.book = ConnectionBook(self.limits)
         self.requests = RequestMetrics(registry)

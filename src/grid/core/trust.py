@@ -152,11 +152,15 @@ class TrustPolicy:
 
     @classmethod
     def spiffe(cls, own_leaf_der: bytes, trust_domain: str) -> TrustPolicy:
-        """A spiffe-mode policy; Local is the SPIFFE ID of the site's own leaf."""
+        """A spiffe-mode policy; Local is the SPIFFE ID of the site's own leaf.
+
+        The leaf's fingerprint is deliberately not kept: a rotated SVID with the
+        same SPIFFE ID is the same trust, not a trust change.
+        """
         own = x509.load_der_x509_certificate(own_leaf_der)
         return cls(
             mode="spiffe",
-            local_fingerprint=fingerprint_der(own_leaf_der),
+            local_fingerprint="",
             trust_domain=trust_domain,
             local_spiffe_id=svid_id(own, trust_domain),
         )

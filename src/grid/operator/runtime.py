@@ -12,22 +12,31 @@
   overlay only when its revision changed; then the GridNetwork status;
 * the metrics/health endpoint.
 
-Only the mode read at start is served: ``signalTransport.mode: poll`` needs the
-signals listener, so this build refuses it with a clear error rather than pick
-another mode. SIGTERM leaves the SWIM mesh first, then stops.
+The signal transport is read once, at start (seed 000). Under gossip the
+records carry their signals over SWIM and the signals listener is never bound.
+Under poll (`grid.operator.signals`) the operator serves its own signals on the
+mTLS listener, polls every alive peer, renders from what it pulled with local
+scoring off, and publishes records without signal values. A declared mode
+other than the running one, or a peer-trust change under poll, stops the
+process with one clear line so its supervisor restarts it
+(`grid.core.signal_mode`). Certificate rotation follows the declared trust on
+every check. SIGTERM leaves the SWIM mesh first, then stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
+import hashlib
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from grid.adapters.health_server import ClosedCounter, HealthServer
 from grid.adapters.store.port import EventType, Expired, ResourceStore
@@ -35,6 +44,7 @@ from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
 from grid.adapters.udp import parse_address
 from grid.core.crdt.record import ProviderRecord
+from grid.core.crdt.record import ProviderSignals as RecordSignals
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import (
     CertLaneValue,
@@ -56,21 +66,30 @@ from grid.core.routing.mesh_view import (
     live_records,
     mesh_inputs,
     signals_document,
+    signals_entry,
 )
 from grid.core.routing.render import render
+from grid.core.routing.signals import SignalsDocument
+from grid.core.signal_mode import Mode, Running, judge, rotates
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.core.swim.members import MemberState
-from grid.core.trust import public_chain_pem
+from grid.core.trust import TrustPolicy, public_chain_pem
 from grid.core.wire.keyring import Keyring
 from grid.errors import GridError, NotFound, ValidationError
 from grid.operator.output import OverlayWriter, configmap_name
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
+from grid.operator.signals import (
+    SIGNALS_PORT_LABEL,
+    PollTransport,
+    leaf_der,
+    poll_targets,
+    trust_of,
+)
 from grid.operator.sites import SiteController
 from grid.operator.startup import (
     StartupError,
-    check_mode,
     new_grid_id,
     select_network,
     swim_key,
@@ -96,6 +115,11 @@ class Operator:
         self.members_gauge = Gauge(
             "grid_swim_members", "SWIM members by state.", ["state"], registry=self.registry
         )
+        self.cert_rotations = Counter(
+            "grid_cert_rotations",
+            "Reloads of the site certificate after its files changed (spiffe trust only).",
+            registry=self.registry,
+        )
         self.health = HealthServer(self.registry, ready=lambda: self.ready)
         self.ready = False
         self.network: GridNetwork | None = None
@@ -116,9 +140,14 @@ class Operator:
         self.providers = ProviderController(
             store, settings.site, self._on_record, settings.record_refresh_s
         )
+        self.running: Running | None = None
+        self.transport: PollTransport | None = None
+        self._tls_contexts: list[ssl.SSLContext] = []
+        self._cert_digest = self._read_cert_digest()
         tls = None
         if settings.ca and settings.cert and settings.key:
             tls = client_context(settings.ca, settings.cert, settings.key)
+            self._tls_contexts.append(tls)
         self.sites = SiteController(store, settings.site, tls)
 
     # -- lifecycle -----------------------------------------------------------
@@ -127,6 +156,7 @@ class Operator:
         """Start everything, serve until stopped, then shut down gracefully."""
         network = await select_network(self.store, self.settings.network)
         self.network = await self._initialize(network)
+        await self._fix_mode(self.network)
         await self._start_endpoints()
         await self._start_swim(self.network)
         await self.providers.start()
@@ -138,7 +168,14 @@ class Operator:
             asyncio.create_task(self._events(), name="swim-events"),
             asyncio.create_task(self._site_loop(), name="sites"),
             asyncio.create_task(self._render_loop(), name="render"),
+            asyncio.create_task(self._rotation_loop(), name="cert-rotation"),
         ]
+        if self.transport is not None:
+            self._tasks.append(
+                asyncio.create_task(
+                    self.transport.run(self._poll_targets, self._dirty.set), name="signals-poll"
+                )
+            )
         await self._sync_providers()
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -168,6 +205,8 @@ class Operator:
         await self.providers.stop()
         if self._egress is not None:
             await self._egress.stop()
+        if self.transport is not None:
+            await self.transport.stop()
         await self.health.stop()
         log.info("operator stopped", extra={"site": self.settings.site})
 
@@ -199,11 +238,117 @@ class Operator:
         bound = await self.health.start(host, port)
         self.addresses["metrics"] = f"{bound[0]}:{bound[1]}"
         s = self.settings
+        if self.transport is not None:
+            self.addresses["signals"] = await self.transport.start(s.signals_bind)
+            log.info("signals listener bound", extra={"signals": self.addresses["signals"]})
         if s.egress_bind and s.ca and s.cert and s.key:
-            self._egress = EgressListener(server_context(s.ca, s.cert, s.key))
+            egress_ctx = server_context(s.ca, s.cert, s.key)
+            self._tls_contexts.append(egress_ctx)
+            self._egress = EgressListener(egress_ctx)
             host, port = parse_address(s.egress_bind)
             e_host, e_port = await self._egress.start(host, port)
             self.addresses["egress"] = f"{e_host}:{e_port}"
+
+    # -- the signal transport, fixed at start -----------------------------------
+
+    async def _fix_mode(self, network: GridNetwork) -> None:
+        """Read the mode once; under poll, build the transport with the declared trust."""
+        mode: Mode = network.spec.signal_mode
+        if mode == "gossip":
+            self.running = Running(network.name, mode)
+            return
+        s = self.settings
+        if not (s.ca and s.cert and s.key):
+            raise StartupError("signalTransport.mode: poll needs --ca, --cert and --key")
+        trust = await self._declared_trust(network)
+        assert trust is not None
+        self.running = Running(network.name, mode, trust)
+        self.transport = PollTransport(
+            network.name,
+            s.site,
+            epoch=self._epoch,
+            now=dt.datetime.now(dt.UTC),
+            trust=trust,
+            tls_files=(s.ca, s.cert, s.key),
+            registry=self.registry,
+            poll_interval_s=s.signals_poll_interval_s,
+        )
+        self._tls_contexts += [self.transport.server.ssl_context, self.transport.poller.ssl_context]
+        log.info("signal transport fixed", extra={"mode": mode})
+
+    async def _declared_trust(self, network: GridNetwork | None) -> TrustPolicy | None:
+        """The trust the store declares now, or None without a site certificate."""
+        if network is None or self.settings.cert is None:
+            return None
+        sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
+        return trust_of(network, sites, self.settings.site, leaf_der(self.settings.cert))
+
+    async def _judge_declared(self, network: GridNetwork | None) -> None:
+        """Exit (for a restart) when the declaration no longer matches what runs."""
+        if network is None or self.running is None:
+            return
+        trust = await self._declared_trust(network) if self.running.mode == "poll" else None
+        verdict = judge(self.running, network.spec.signal_mode, trust)
+        if verdict is not None:
+            raise StartupError(verdict)
+
+    def _lane_labels(self) -> dict[str, str]:
+        """Metadata-lane labels: the gridId, and the signals port when one is bound."""
+        labels = {GRID_ID_LABEL: self.grid_id}
+        if self.transport is not None and self.transport.server.address is not None:
+            labels[SIGNALS_PORT_LABEL] = str(self.transport.server.address[1])
+        return labels
+
+    def _poll_targets(self) -> dict[str, str]:
+        """Every alive member at its SWIM host and its advertised signals port."""
+        if self.swim is None:
+            return {}
+        ports = {}
+        for origin in self.replica.origins():
+            snapshot = self.replica.snapshot(origin)
+            port = dict(snapshot.metadata.labels).get(SIGNALS_PORT_LABEL) if snapshot else None
+            if port is not None and port.isdigit():
+                ports[origin] = int(port)
+        return poll_targets(self.swim.members(), self.settings.site, ports)
+
+    def _read_cert_digest(self) -> str:
+        s = self.settings
+        digest = hashlib.sha256()
+        for path in (s.cert, s.key):
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+    async def _rotation_loop(self) -> None:
+        """Reload the site certificate when its files change, if declared trust rotates.
+
+        The declared trust is read on every check (seed 000): under spiffe the
+        mounted SVID files are re-read when they change; under pin nothing is,
+        so a switch to pin stops rotation without a restart (under poll that
+        switch is a trust change, which restarts the process instead).
+        """
+        while True:
+            await asyncio.sleep(self.settings.cert_check_interval_s)
+            network = self.network
+            tls = network.spec.tls if network is not None else None
+            if not rotates(tls.trust.mode if tls is not None else "pin"):
+                continue
+            digest = self._read_cert_digest()
+            if digest == self._cert_digest:
+                continue
+            s = self.settings
+            assert s.cert is not None and s.key is not None
+            try:
+                for context in self._tls_contexts:
+                    context.load_cert_chain(str(s.cert), str(s.key))
+            except (OSError, ssl.SSLError, ValueError):
+                log.warning("rotated certificate unreadable; keeping the current one")
+                continue
+            self._cert_digest = digest
+            self.cert_rotations.inc()
+            log.info("site certificate reloaded")
+            await self._publish_site_lanes()
 
     async def _start_swim(self, network: GridNetwork) -> None:
         key = await swim_key(self.store, network, self.settings.swim_key_file)
@@ -266,7 +411,7 @@ class Operator:
             region=own.spec.region or "",
             zone=own.spec.zone or "",
             sovereignty_zone=own.spec.sovereignty_zone or "",
-            labels=sorted_pairs({**own.metadata.labels, GRID_ID_LABEL: self.grid_id}),
+            labels=sorted_pairs({**own.metadata.labels, **self._lane_labels()}),
         )
         gateway = GatewayLaneValue(
             egress_address=own.spec.egress.address if own.spec.egress else ""
@@ -291,8 +436,17 @@ class Operator:
             return ""
 
     async def _publish_records(self) -> None:
-        """Write changed own records into the local snapshot and disseminate them."""
+        """Write changed own records into the local snapshot and disseminate them.
+
+        Under poll the signal values travel by poll, not over SWIM, so the
+        records published carry none.
+        """
         records = dict(self._records)
+        if self.transport is not None:
+            records = {
+                n: (None if r is None else dataclasses.replace(r, signals=RecordSignals()))
+                for n, r in records.items()
+            }
 
         def change(snap: GridStateSnapshot) -> GridStateSnapshot:
             held = snap.state.live_providers()
@@ -317,11 +471,10 @@ class Operator:
                         await self._sync_providers()
                     elif kind == "GridNetwork":
                         await self._on_network(event.type, event.object)
-                    elif (
-                        kind == "GridSite"
-                        and event.object["metadata"]["name"] == self.settings.site
-                    ):
-                        await self._publish_site_lanes()
+                    elif kind == "GridSite":
+                        await self._judge_declared(self.network)
+                        if event.object["metadata"]["name"] == self.settings.site:
+                            await self._publish_site_lanes()
                     self._dirty.set()
                 return
             except Expired:
@@ -339,12 +492,20 @@ class Operator:
         if kind is EventType.DELETED:
             return
         if obj["metadata"]["name"] != self._net_name:
+            other = GridNetwork.model_validate(obj)
+            assert self.running is not None
+            if other.spec.signal_mode != self.running.mode:
+                raise StartupError(
+                    f"GridNetwork {other.name!r} appeared declaring signalTransport.mode: "
+                    f"{other.spec.signal_mode}, this process serves {self.running.mode}; "
+                    "one operator serves one GridNetwork"
+                )
             raise StartupError(
                 f"a second GridNetwork {obj['metadata']['name']!r} appeared; "
                 "one operator serves one GridNetwork"
             )
         network = GridNetwork.model_validate(obj)
-        check_mode(network)
+        await self._judge_declared(network)
         self.network = network
 
     @property
@@ -437,15 +598,7 @@ class Operator:
             trusted,
         )
         inputs = mesh_inputs(network, sites, own, secrets, records, self.settings.site)
-        self._sequence += 1
-        signals = signals_document(
-            network.name,
-            self.settings.site,
-            records,
-            now=now,
-            epoch=self._epoch,
-            sequence=self._sequence,
-        )
+        signals = self._signals_view(network, records, now, ttl)
         overlays = []
         served = [
             ref
@@ -490,6 +643,27 @@ class Operator:
             )
         self.ready = True
         await self._write_network_status(network, overlays)
+
+    def _signals_view(
+        self,
+        network: GridNetwork,
+        records: list[OriginRecord],
+        now: dt.datetime,
+        ttl: int | None,
+    ) -> SignalsDocument:
+        """The signals to render from: gossiped records, or under poll own plus pulled."""
+        site = self.settings.site
+        if self.transport is None:
+            self._sequence += 1
+            return signals_document(
+                network.name, site, records, now=now, epoch=self._epoch, sequence=self._sequence
+            )
+        own = [
+            signals_entry(self._records[r.record.name] or r.record)
+            for r in records
+            if r.origin == site and self._records.get(r.record.name) is not None
+        ]
+        return self.transport.refresh(own, now, float(ttl) if ttl is not None else None)
 
     async def _converge_grid_id(self, network: GridNetwork) -> None:
         """Adopt the grid's oldest gridId as peers gossip theirs (unless spec pins one)."""

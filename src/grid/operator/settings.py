@@ -57,6 +57,9 @@ class OperatorSettings:
     """``host:port`` of the mTLS signals listener, bound only under
     ``signalTransport.mode: poll``. Peers poll a site at its SWIM-advertised host and
     this port (port 0 picks a free one; the bound port is advertised to peers)."""
+    cert_check_interval_s: float = 5.0
+    """Seconds between checks of the site certificate files for rotation (spiffe
+    trust only). Shorter picks up a renewed SVID sooner at the cost of a file read."""
     signals_poll_interval_s: float = 2.0
     """Seconds between polls of each peer's signals under poll. Shorter spreads load
     changes faster at the cost of one request per peer per interval."""
