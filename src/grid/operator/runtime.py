@@ -144,6 +144,7 @@ class Operator:
         self.transport: PollTransport | None = None
         self._tls_contexts: list[ssl.SSLContext] = []
         self._cert_digest = self._read_cert_digest()
+        self.rotation_checks = 0
         tls = None
         if settings.ca and settings.cert and settings.key:
             tls = client_context(settings.ca, settings.cert, settings.key)
@@ -330,6 +331,7 @@ class Operator:
         """
         while True:
             await asyncio.sleep(self.settings.cert_check_interval_s)
+            self.rotation_checks += 1
             network = self.network
             tls = network.spec.tls if network is not None else None
             if not rotates(tls.trust.mode if tls is not None else "pin"):
