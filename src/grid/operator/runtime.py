@@ -199,9 +199,15 @@ class Operator:
                         await self.swim.leave()
             finally:
                 await self.swim.stop()
+        pending = set(self._tasks)
+        while pending:
+            # Re-sent each second: a cancellation some library swallowed is not the end.
+            for task in pending:
+                task.cancel()
+            _done, pending = await asyncio.wait(pending, timeout=1.0)
         for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+            if not task.cancelled():
+                task.exception()  # retrieved: the failure that ended the run is raised by run()
         await self.providers.stop()
         if self._egress is not None:
             await self._egress.stop()
