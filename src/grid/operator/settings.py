@@ -19,6 +19,7 @@ from grid.core.crdt.origin import AuthLimits
 DEFAULT_STORE = "sqlite:.grid/store.db"
 DEFAULT_SWIM_BIND = "0.0.0.0:7946"
 DEFAULT_METRICS_BIND = "0.0.0.0:9090"
+DEFAULT_SIGNALS_BIND = "0.0.0.0:7947"
 
 
 class OperatorSettings(BaseModel):
@@ -108,6 +109,30 @@ class OperatorSettings(BaseModel):
         description=(
             "Seconds a graceful stop may spend leaving the SWIM mesh before the node is "
             "closed anyway."
+        ),
+    )
+    signals_bind: str = Field(
+        DEFAULT_SIGNALS_BIND,
+        description=(
+            "host:port of the mTLS signals listener, bound only under signalTransport.mode: "
+            "poll. Peers poll a site at its SWIM-advertised host and this port (port 0 picks "
+            "a free one; the bound port is advertised to peers)."
+        ),
+    )
+    signals_poll_interval_s: float = Field(
+        2.0,
+        ge=0.05,
+        description=(
+            "Seconds between polls of each alive peer's signals under poll. Shorter spreads "
+            "load changes faster at the cost of one request per peer per interval."
+        ),
+    )
+    cert_check_interval_s: float = Field(
+        5.0,
+        ge=0.05,
+        description=(
+            "Seconds between checks of the site certificate files for rotation (spiffe trust "
+            "only). Shorter picks up a renewed SVID sooner at the cost of a file read."
         ),
     )
     pending_items_max: int = Field(
