@@ -145,6 +145,32 @@ async def _serve(settings: OperatorSettings) -> None:
     help="Seconds between polls of each peer's signals (poll mode).",
 )
 @click.option(
+    "--ingest-feedback/--no-ingest-feedback",
+    "ingest_feedback",
+    envvar="GRID_INGEST_FEEDBACK",
+    default=True,
+    show_default=True,
+    help="Serve POST /v1/site/signals/ingest under poll (off: the POST answers 405).",
+)
+@click.option(
+    "--feedback-reporter-capacity",
+    "feedback_reporter_capacity",
+    envvar="GRID_FEEDBACK_REPORTER_CAPACITY",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Gateway reporters persisted per network; a new one past it gets 429.",
+)
+@click.option(
+    "--feedback-write-attempts",
+    "feedback_write_attempts",
+    envvar="GRID_FEEDBACK_WRITE_ATTEMPTS",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Attempts in all of the feedback status write on store conflicts.",
+)
+@click.option(
     "--log-level",
     envvar="GRID_LOG_LEVEL",
     default="info",

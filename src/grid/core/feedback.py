@@ -26,6 +26,7 @@ reporter states and the condition are always computed, and written, together.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -114,6 +115,57 @@ class ReporterCapacity(FeedbackRefusal):
 
     code = "reporter_capacity"
     status = 429
+
+
+class BodyNotEmpty(FeedbackRefusal):
+    """The request carries a body byte or a chunked body; it is never read."""
+
+    code = "body_not_empty"
+    status = 413
+
+
+class Unauthorized(FeedbackRefusal):
+    """The caller is not Local (the site's own certificate)."""
+
+    code = "unauthorized"
+    status = 403
+
+
+class WriteFailure(FeedbackRefusal):
+    """The store refused the write for another reason than a conflict, or its answer
+    did not show the report persisted."""
+
+    code = "write_failure"
+    status = 503
+
+
+class ConflictExhausted(FeedbackRefusal):
+    """Every attempt of the optimistic status write met a newer resourceVersion."""
+
+    code = "conflict_exhausted"
+    status = 503
+
+
+class BudgetExceeded(FeedbackRefusal):
+    """Reading, admission and the write did not finish within the request budget."""
+
+    code = "budget_exceeded"
+    status = 504
+
+
+class FeedbackEvent(enum.StrEnum):
+    """The events ``grid_gateway_feedback_events_total{event}`` counts (a closed set)."""
+
+    CONFLICT = "conflict"
+    """One store 409 (a resourceVersion race) on the status write."""
+    CONFLICT_EXHAUSTED = "conflict_exhausted"
+    """Every attempt of one report met a conflict."""
+    OVERFLOW = "overflow"
+    """A new reporter identity refused at capacity."""
+    UNAUTHORIZED = "unauthorized"
+    """A caller that is not Local submitted feedback."""
+    WRITE_FAILURE = "write_failure"
+    """Any other store error, or a store answer that did not show the write."""
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ from grid.core.swim.members import MemberState
 from grid.core.trust import TrustPolicy, public_chain_pem
 from grid.core.wire.keyring import Keyring
 from grid.errors import GridError, NotFound, ValidationError
+from grid.operator.feedback_ingest import wire_ingest
+from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
 from grid.operator.output import OverlayWriter, configmap_name
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
@@ -142,6 +144,7 @@ class Operator:
         )
         self.running: Running | None = None
         self.transport: PollTransport | None = None
+        self.feedback: FeedbackWriter | None = None
         self._tls_contexts: list[ssl.SSLContext] = []
         self._cert_digest = self._read_cert_digest()
         self.rotation_checks = 0
@@ -275,7 +278,22 @@ class Operator:
             poll_interval_s=s.signals_poll_interval_s,
         )
         self._tls_contexts += [self.transport.server.ssl_context, self.transport.poller.ssl_context]
+        self._wire_feedback(network)
         log.info("signal transport fixed", extra={"mode": mode})
+
+    def _wire_feedback(self, network: GridNetwork) -> None:
+        """Add the ingest route to the signals listener: the single writer, or 405 when off."""
+        assert self.transport is not None
+        s = self.settings
+        settings = None
+        if s.ingest_feedback:
+            settings = FeedbackSettings(
+                reporter_capacity=s.feedback_reporter_capacity,
+                write_attempts=s.feedback_write_attempts,
+            )
+        _events, self.feedback = wire_ingest(
+            self.transport.server, self.store, network.name, self.registry, settings
+        )
 
     async def _declared_trust(self, network: GridNetwork | None) -> TrustPolicy | None:
         """The trust the store declares now, or None without a site certificate."""

@@ -63,3 +63,13 @@ class OperatorSettings:
     signals_poll_interval_s: float = 2.0
     """Seconds between polls of each peer's signals under poll. Shorter spreads load
     changes faster at the cost of one request per peer per interval."""
+    ingest_feedback: bool = True
+    """Serve ``POST /v1/site/signals/ingest`` under poll. Off (``--no-ingest-feedback``)
+    the POST is refused 405 and nothing is acknowledged, as by an operator without
+    feedback; GET polling keeps working either way."""
+    feedback_reporter_capacity: int = 64
+    """Gateway reporters persisted per GridNetwork; a new identity past it gets 429
+    ``reporter_capacity``. More admits more gateway processes but grows the status."""
+    feedback_write_attempts: int = 3
+    """Attempts in all of the feedback status write when the store answers 409. More
+    rides out busier writers but spends more of the 5 s request budget."""
