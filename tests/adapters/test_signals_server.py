@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import aiohttp
+import aiohttp.web
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -282,4 +283,39 @@ async def test_300_peer_connections_are_capped_at_248_and_local_is_served_within
     finally:
         for w in writers:
             w.close()
+        await server.stop()
+
+
+async def test_an_added_route_runs_within_the_budget_and_knows_its_caller(
+    signals_pki: SignalsPki,
+) -> None:
+    registry = CollectorRegistry()
+    east = signals_pki.leaves["east"]
+    trust = policy(signals_pki)
+    server = SignalsServer(
+        Feeds(),
+        server_context(signals_pki.ca, east.cert, east.key),
+        lambda: trust,
+        registry,
+        ListenerLimits(request_budget_s=0.2),
+    )
+    seen: list[object] = []
+
+    async def slow(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        seen.append(server.connection_class(request))
+        await asyncio.sleep(5)
+        return aiohttp.web.Response(status=204)
+
+    server.route("POST", "/v1/site/signals/ingest", slow)
+    host, port = await server.start("127.0.0.1", 0)
+    try:
+        async with (
+            session(signals_pki, "east") as client,
+            client.post(f"https://{host}:{port}/v1/site/signals/ingest") as resp,
+        ):
+            assert resp.status == 504
+            assert (await resp.json())["code"] == "budget_exceeded"
+        assert [str(c) for c in seen] == ["local"]
+        assert sample(registry, "grid_signals_requests_total", route="ingest", code="504") == 1
+    finally:
         await server.stop()

@@ -21,7 +21,10 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import functools
+import gc
 import ssl
+import time
 from asyncio import sslproto
 from collections.abc import Callable, Mapping
 from typing import cast
@@ -42,26 +45,72 @@ transport after the TLS handshake (peer certificate, address)."""
 
 
 class ConnectionGate:
-    """Counts open connections against a total cap and, once classified, per-class caps."""
+    """Counts open connections against a total cap and, once classified, per-class caps.
 
-    def __init__(self, limit: int, class_limits: Mapping[str, int] | None = None) -> None:
+    With ``evict_unsettled`` a full gate makes room for a new connection by
+    aborting the oldest one that has not yet sent a complete request head
+    (handshaking, silent or slow) and older than ``evictable_after_s``, instead
+    of refusing the newcomer: a flood of
+    slow connections then cannot lock out a health probe, which completes its
+    head within milliseconds and is no longer evictable.
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        class_limits: Mapping[str, int] | None = None,
+        *,
+        evict_unsettled: bool = False,
+        evictable_after_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limit = limit
         self.class_limits = dict(class_limits or {})
+        self.evict_unsettled = evict_unsettled
+        self.evictable_after_s = evictable_after_s
+        self._clock = clock
         self.open = 0
         self.refused = 0
+        self.evicted = 0
         self.by_class: dict[str, int] = dict.fromkeys(self.class_limits, 0)
+        # Connections without a complete first head, oldest first, with accept times.
+        self._unsettled: dict[asyncio.BaseTransport, float] = {}
 
-    def enter(self) -> bool:
-        """Take a slot for a new connection; False when the listener is full."""
-        if self.open >= self.limit:
+    def enter(self, transport: asyncio.BaseTransport | None = None) -> bool:
+        """Take a slot for a new connection; False when the listener is full.
+
+        A ``transport`` counts as unsettled (evictable) until `settle` is called.
+        """
+        if self.open >= self.limit and not self._evict_oldest():
             self.refused += 1
             return False
         self.open += 1
+        if transport is not None:
+            self._unsettled[transport] = self._clock()
         return True
 
-    def leave(self) -> None:
+    def settle(self, transport: asyncio.BaseTransport) -> None:
+        """The connection sent a complete request head: it is no longer evictable."""
+        self._unsettled.pop(transport, None)
+
+    def _evict_oldest(self) -> bool:
+        if not self.evict_unsettled or not self._unsettled:
+            return False
+        oldest, accepted_at = next(iter(self._unsettled.items()))
+        if self._clock() - accepted_at < self.evictable_after_s:
+            return False
+        del self._unsettled[oldest]
+        self.evicted += 1
+        # Its slot is given back when the abort is reported (connection_lost);
+        # until then the gate holds one connection over its cap.
+        cast(asyncio.Transport, oldest).abort()
+        return True
+
+    def leave(self, transport: asyncio.BaseTransport | None = None) -> None:
         """Give a connection's slot back."""
         self.open -= 1
+        if transport is not None:
+            self._unsettled.pop(transport, None)
 
     def enter_class(self, name: str) -> bool:
         """Count a classified connection in its class; False when that class is full."""
@@ -95,6 +144,9 @@ class HeapTrim:
 
     def _run(self) -> None:
         self._pending = None
+        # A closed connection's aiohttp objects form reference cycles; collecting
+        # them first is what lets their memory be handed back.
+        gc.collect()
         if self._trim is not None:
             self._trim(0)
 
@@ -117,12 +169,14 @@ async def start_compact_tls(
     context: ssl.SSLContext,
     handshake_timeout_s: float,
     shutdown_timeout_s: float,
+    first_bytes: bytes = b"",
 ) -> asyncio.Transport | None:
     """``loop.start_tls(server_side=True)`` with the compact read buffer.
 
     The steps are asyncio's own (``BaseEventLoop.start_tls``); only the protocol
-    class differs. Returns the TLS transport once the handshake is done, or None
-    when the peer went away as it finished.
+    class differs, and ``first_bytes`` (ciphertext already read from ``raw``) are
+    fed to the TLS layer first. Returns the TLS transport once the handshake is
+    done, or None when the peer went away as it finished.
     """
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
@@ -139,20 +193,34 @@ async def start_compact_tls(
     raw.pause_reading()
     raw.set_protocol(tls)
     made = loop.call_soon(tls.connection_made, raw)
+    fed = loop.call_soon(_feed, tls, first_bytes)
     resumed = loop.call_soon(raw.resume_reading)
     try:
         await waiter
     except BaseException:
         raw.close()
         made.cancel()
+        fed.cancel()
         resumed.cancel()
         raise
     return cast(asyncio.Transport | None, tls._app_transport)
 
 
-InnerFactory = Callable[[asyncio.Transport], asyncio.Protocol]
+def _feed(tls: sslproto.SSLProtocol, data: bytes) -> None:
+    """Hand already-read ciphertext to the TLS layer as if it had just been received."""
+    view = memoryview(data)
+    while view:
+        buffer = tls.get_buffer(len(view))
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        tls.buffer_updated(size)
+        view = view[size:]
+
+
+InnerFactory = Callable[[asyncio.Transport, Callable[[], None]], asyncio.Protocol]
 """Makes the HTTP protocol of one admitted connection, given its raw TCP transport
-(which a refusal closes directly, so no TLS shutdown keeps reading)."""
+(which a refusal closes directly, so no TLS shutdown keeps reading) and a callback
+to call once its first request head is complete (it is then no longer evictable)."""
 
 
 class GuardedConnection(asyncio.Protocol):
@@ -183,32 +251,50 @@ class GuardedConnection(asyncio.Protocol):
         self._trim = trim
         self._inner: asyncio.Protocol | None = None
         self._holds_slot = False
+        self._slot: asyncio.Transport | None = None
         self._class: str | None = None
         # Bytes (and an EOF) the TLS layer delivers in the same read as the end of
         # the handshake, before the handshake has returned and HTTP is attached.
         self._early: list[bytes] = []
         self._early_eof = False
+        self._raw: asyncio.Transport | None = None  # a TLS connection before its first byte
+        self._silence: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Take a slot (or abort at once), then admit the connection or start TLS."""
         raw = cast(asyncio.Transport, transport)
-        if not self._gate.enter():
+        if not self._gate.enter(raw):
             raw.abort()
             return
         self._holds_slot = True
+        self._slot = raw
         if self._tls is None:
             self._attach(raw, raw)
             return
+        # The TLS layer (buffers, handshake task) is built only once the client
+        # speaks, so a silent socket costs little more than its descriptor.
+        self._raw = raw
+        self._silence = asyncio.get_running_loop().call_later(self._handshake_timeout_s, raw.abort)
+
+    def _begin_tls(self, raw: asyncio.Transport, first_bytes: bytes) -> None:
+        if self._silence is not None:
+            self._silence.cancel()
+            self._silence = None
         raw.pause_reading()  # the TLS layer resumes reading once it is in place
-        task = asyncio.get_running_loop().create_task(self._secure(raw))
+        task = asyncio.get_running_loop().create_task(self._secure(raw, first_bytes))
         self._handshakes.add(task)
         task.add_done_callback(self._handshakes.discard)
 
-    async def _secure(self, raw: asyncio.Transport) -> None:
+    async def _secure(self, raw: asyncio.Transport, first_bytes: bytes) -> None:
         assert self._tls is not None
         try:
             secured = await start_compact_tls(
-                raw, self, self._tls, self._handshake_timeout_s, self._handshake_timeout_s
+                raw,
+                self,
+                self._tls,
+                self._handshake_timeout_s,
+                self._handshake_timeout_s,
+                first_bytes,
             )
         except BaseException as exc:
             # Refused certificate, timeout, reset, or shutdown: the TLS layer never
@@ -230,7 +316,7 @@ class GuardedConnection(asyncio.Protocol):
                 raw.abort()
                 return
             self._class = name
-        inner = self._inner = self._make_inner(raw)
+        inner = self._inner = self._make_inner(raw, functools.partial(self._gate.settle, raw))
         inner.connection_made(transport)
         early, self._early = self._early, []
         for data in early:
@@ -241,7 +327,8 @@ class GuardedConnection(asyncio.Protocol):
     def _release(self) -> None:
         if self._holds_slot:
             self._holds_slot = False
-            self._gate.leave()
+            self._gate.leave(self._slot)
+            self._slot = None
             if self._class is not None:
                 self._gate.leave_class(self._class)
                 self._class = None
@@ -249,8 +336,11 @@ class GuardedConnection(asyncio.Protocol):
                 self._trim.connection_closed()
 
     def data_received(self, data: bytes) -> None:
-        """Forward request bytes (kept until HTTP is attached)."""
-        if self._inner is not None:
+        """Start TLS on the first ciphertext; then forward bytes (kept until HTTP is attached)."""
+        if self._raw is not None:
+            raw, self._raw = self._raw, None
+            self._begin_tls(raw, data)
+        elif self._inner is not None:
             self._inner.data_received(data)
         else:
             self._early.append(data)
@@ -274,6 +364,10 @@ class GuardedConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Return the slot and tell the HTTP protocol."""
+        if self._silence is not None:
+            self._silence.cancel()
+            self._silence = None
+        self._raw = None
         self._release()
         inner, self._inner = self._inner, None
         if inner is not None:

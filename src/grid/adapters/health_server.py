@@ -24,10 +24,14 @@ from grid.adapters.http_listener import HttpListener, ListenerPolicy
 DEFAULT_METRICS_HOST = "0.0.0.0"
 DEFAULT_METRICS_PORT = 9090
 """The operator's metrics/health port (SPEC-DECISIONS §1)."""
-METRICS_POLICY = ListenerPolicy(header_read_timeout_s=5.0, idle_timeout_s=30.0, connections_max=128)
+METRICS_POLICY = ListenerPolicy(
+    header_read_timeout_s=5.0, idle_timeout_s=30.0, connections_max=128, evict_unsettled=True
+)
 """The metrics listener's deadlines and cap. It is unauthenticated and often bound to
 every interface, so the cap is small: enough for scrapers, probes and a few UI
-viewers, far below a process's 1,024 file descriptors."""
+viewers, far below a process's 1,024 file descriptors. When it is full, the oldest
+connection without a complete request head makes room, so liveness probes still get
+through a flood of slow connections."""
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
 

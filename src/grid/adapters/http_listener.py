@@ -51,6 +51,12 @@ log = logging.getLogger("grid.http")
 SHUTDOWN_TIMEOUT_S = 5.0
 """Seconds in-flight requests get to finish when a listener stops."""
 
+ACCEPT_BACKLOG = 256
+"""Connections the kernel may queue before the listener accepts them (asyncio also
+accepts up to this many in one go). A short queue makes a burst of connects wait for
+SYN retransmits (a second each); a long one lets one burst of accepts hold that many
+descriptors at once before the cap closes them."""
+
 ErrorAnswer = Callable[[int, str], web.StreamResponse]
 """Builds the answer to a request the listener refuses itself: (HTTP status, reason)."""
 
@@ -76,6 +82,15 @@ class ListenerPolicy:
     classify: Classifier | None = None
     """Names a connection's class once admitted (after the TLS handshake), e.g. from
     its peer certificate; None leaves connections unclassified."""
+    evict_unsettled: bool = False
+    """When full, abort the oldest connection that has not sent a complete request
+    head (and is older than ``evictable_after_s``) to admit a new one, instead of
+    refusing the newcomer. Keeps a listener reachable for clients that send their
+    head at once (probes, scrapers) during a flood of slow connections."""
+    evictable_after_s: float = 0.5
+    """Seconds a connection without a complete head is safe from eviction: time for
+    an honest client's handshake and head, so a burst of newcomers cannot evict each
+    other (or a probe) before their first bytes are read."""
     refused_body_discard_bytes_max: int = 64 * 1024
     """Largest declared body that is read and dropped after an answer that left it
     unread (a refusal), so the client keeps its connection; within the header-read
@@ -117,6 +132,7 @@ class PolicedRequestHandler(RequestHandler):
         self,
         manager: web.Server,
         raw: asyncio.Transport,
+        settled: Callable[[], None],
         policy: ListenerPolicy,
         error_answer: ErrorAnswer,
         **kwargs: Any,
@@ -132,6 +148,7 @@ class PolicedRequestHandler(RequestHandler):
             **kwargs,
         )
         self._raw = raw
+        self._settled: Callable[[], None] | None = settled
         self._policy = policy
         self._error_answer = error_answer
         self._deadline: asyncio.TimerHandle | None = None
@@ -152,6 +169,9 @@ class PolicedRequestHandler(RequestHandler):
         super().data_received(data)
         if self._request_count != heads:  # a complete head (or a malformed one) arrived
             self._disarm()
+            if self._settled is not None:
+                self._settled()
+                self._settled = None
 
     def connection_lost(self, exc: BaseException | None) -> None:
         """Stop the deadline and let aiohttp clean up."""
@@ -204,6 +224,10 @@ class PolicedRequestHandler(RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         """Answer a malformed request or a failed handler; log class and reason only."""
+        if isinstance(exc, ConnectionError) or self.transport is None:
+            # The client went away mid-request: nothing to answer, nothing to report.
+            log.debug("client left mid-request", extra={"reason": "client_reset"})
+            raise ConnectionError("the client left")
         reason = error_reason(status, exc)
         log.warning(
             "request refused",
@@ -258,7 +282,12 @@ class HttpListener:
         self.app = app
         self.policy = policy or ListenerPolicy()
         self.ssl_context = ssl_context
-        self.connections = ConnectionGate(self.policy.connections_max, self.policy.class_limits)
+        self.connections = ConnectionGate(
+            self.policy.connections_max,
+            self.policy.class_limits,
+            evict_unsettled=self.policy.evict_unsettled,
+            evictable_after_s=self.policy.evictable_after_s,
+        )
         self._error_answer = error_answer
         self._auto_decompress = auto_decompress
         self._runner: web.AppRunner | None = None
@@ -277,9 +306,14 @@ class HttpListener:
         assert server is not None
         policy = self.policy
 
-        def inner(raw: asyncio.Transport) -> asyncio.Protocol:
+        def inner(raw: asyncio.Transport, settled: Callable[[], None]) -> asyncio.Protocol:
             return PolicedRequestHandler(
-                server, raw, policy, self._error_answer, auto_decompress=self._auto_decompress
+                server,
+                raw,
+                settled,
+                policy,
+                self._error_answer,
+                auto_decompress=self._auto_decompress,
             )
 
         try:
@@ -296,6 +330,7 @@ class HttpListener:
                 host,
                 port,
                 reuse_address=True,
+                backlog=ACCEPT_BACKLOG,
             )
         except OSError:
             await runner.cleanup()

@@ -14,8 +14,9 @@ JSON ``{code, message}``, including aiohttp's own (404, 405, an oversized or
 malformed request line or head). Deadlines and error logging are the shared
 listener policy's (`grid.adapters.http_listener`), so nothing a client sent
 reaches the logs.
-Each request runs within the request budget; past it the answer is 504
-``budget_exceeded``.
+A route that waits on anything (the ingest POST reads and writes the store)
+runs within the request budget; past it the answer is 504 ``budget_exceeded``.
+The signals GET answers from memory without awaiting, so it carries no timer.
 
 Metrics (closed label sets, no identities): requests by route and status code,
 connections by class, refused connections by reason.
@@ -91,15 +92,19 @@ class RequestMetrics:
             ["route", "code"],
             registry=registry,
         )
-        for route in self.routes:
-            for code in self.codes:
-                self._counter.labels(route, code)
+        # Children looked up once: a labels() call per request costs more than the answer.
+        self._children = {
+            (route, code): self._counter.labels(route, code)
+            for route in self.routes
+            for code in self.codes
+        }
 
     def observe(self, path: str | None, status: int) -> None:
         """Count one answered request (unknown paths and codes fold into ``other``)."""
         route = ROUTES.get(path or "", "other")
-        code = str(status) if str(status) in self.codes else "other"
-        self._counter.labels(route, code).inc()
+        code = str(status)
+        child = self._children.get((route, code)) or self._children[(route, "other")]
+        child.inc()
 
 
 class SignalsServer:
@@ -152,15 +157,17 @@ class SignalsServer:
             on_classified=lambda c: self.connections.inc(c.value),
         )
         self._routes: list[tuple[str, str, Handler]] = [("GET", SIGNALS_PATH, self._signals)]
+        self._budgeted: set[Handler] = set()
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self.address: tuple[str, int] | None = None
 
     def route(self, method: str, path: str, handler: Handler) -> None:
-        """Add a route before `start` (the ingest POST, for one)."""
+        """Add a route before `start` (the ingest POST, for one); it runs within the budget."""
         if self._runner is not None:
             raise RuntimeError("routes are added before start")
         self._routes.append((method, path, handler))
+        self._budgeted.add(handler)
 
     def connection_class(self, request: web.Request) -> ConnectionClass | None:
         """The class of the connection a request arrived on."""
@@ -177,7 +184,10 @@ class SignalsServer:
     @web.middleware
     async def _policy(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            async with asyncio.timeout(self.limits.request_budget_s):
+            if handler in self._budgeted:
+                async with asyncio.timeout(self.limits.request_budget_s):
+                    response = await handler(request)
+            else:
                 response = await handler(request)
         except web.HTTPException as exc:
             code = _REFUSAL_CODES.get(exc.status, "malformed_request")

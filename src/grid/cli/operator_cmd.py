@@ -145,6 +145,15 @@ async def _serve(settings: OperatorSettings) -> None:
     help="Seconds between polls of each peer's signals (poll mode).",
 )
 @click.option(
+    "--cert-check-interval",
+    "cert_check_interval_s",
+    envvar="GRID_CERT_CHECK_INTERVAL",
+    type=click.FloatRange(min=0.05),
+    default=5.0,
+    show_default=True,
+    help="Seconds between checks of --cert/--key for rotation (spiffe trust only).",
+)
+@click.option(
     "--ingest-feedback/--no-ingest-feedback",
     "ingest_feedback",
     envvar="GRID_INGEST_FEEDBACK",

@@ -27,7 +27,7 @@ import aiohttp
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.pki import DevPki, write_dev_pki
-from grid.errors import AlreadyExists
+from grid.errors import AlreadyExists, Conflict
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +233,28 @@ class DemoMesh:
                     if self._described:
                         self.write_description()
             await asyncio.sleep(0.2)
+
+    async def declare_signal_transport(self, mode: str) -> None:
+        """Declare ``mode`` on every site's GridNetwork, as an administrator would.
+
+        The operators were started in the old mode, so each exits and the
+        supervisor restarts it into the declared one (seed 000); demo.json then
+        follows the declaration.
+        """
+        self.signal_transport = mode
+        for site in self.plan.sites.values():
+            store = await SqliteStore.open(site.store)
+            try:
+                for _attempt in range(20):
+                    network = await store.get("GridNetwork", p.NETWORK)
+                    network["spec"]["signalTransport"] = {"mode": mode}
+                    try:
+                        await store.replace(network)
+                        break
+                    except Conflict:
+                        continue  # the operator wrote its status meanwhile
+            finally:
+                await store.close()
 
     def kill_operator(self, site: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one operator and stop supervising it (tests restart it)."""

@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -106,6 +107,21 @@ async def _site_phases(look: Any, store_site: str) -> dict[str, tuple[str, str]]
         name: ((o.get("status") or {}).get("phase", ""), (o.get("status") or {}).get("reason", ""))
         for name, o in sites.items()
     }
+
+
+def _port_open(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((host, int(port))) == 0
+
+
+async def test_gossip_mesh_leaves_every_signals_port_closed(mesh: DemoMesh, look: Any) -> None:
+    """Gossip is the default: no operator binds the mTLS signals listener (seed 000)."""
+    await look.wait_for("east is ready", lambda: look.ready("east"), CONVERGE_TIMEOUT_S)
+    for name, site in mesh.plan.sites.items():
+        assert not _port_open(f"127.0.0.1:{site.signals_port}"), name
+        assert mesh.describe()["sites"][name]["signals"] is None
 
 
 async def test_wrong_fingerprint_never_active(mesh: DemoMesh, look: Any) -> None:
