@@ -238,9 +238,11 @@ class SignalsServer:
         )
 
         def handler(raw: asyncio.Transport) -> asyncio.Protocol:
+            # Slots are the connection book's, taken at accept: nothing to settle.
             return PolicedRequestHandler(
                 server,
                 raw,
+                lambda: None,
                 policy,
                 self._error_answer,
                 max_line_size=limits.request_line_bytes_max,
