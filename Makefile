@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
-APT_PACKAGES := nats-server
+APT_PACKAGES := nats-server prometheus
 BENCH_APT_PACKAGES := serf
 LINT_PATHS := src tests $(wildcard bench)
 
@@ -28,7 +28,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -qq -e '.[dev]'
 	@touch $(STAMP)
 
-# Debian packages the test suite needs (nats-server for the JetStream backbone tests).
+# Debian packages the test suite needs (nats-server for the JetStream backbone tests,
+# prometheus for promtool, which checks the operator's /metrics).
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES)"
 
