@@ -51,7 +51,7 @@ from typing import Any  # noqa: E402
 import aiohttp  # noqa: E402
 
 from grid.adapters.store.sqlite import SqliteStore  # noqa: E402
-from grid.core.crdt.record import ProviderRecord, ProviderSignals  # noqa: E402
+from grid.core.crdt.record import ProviderRecord, RecordSignals  # noqa: E402
 from grid.core.crdt.replica import GridState  # noqa: E402
 from grid.core.crdt.snapshot import GridStateSnapshot  # noqa: E402
 from grid.core.resources import API_VERSION, GridSite  # noqa: E402
@@ -257,7 +257,7 @@ def _record(i: int, origin: str, queue: float, now: float) -> ProviderRecord:
         models=(MODEL,),
         healthy=i % 97 != 0,
         observed_at=now,
-        signals=ProviderSignals(
+        signals=RecordSignals(
             queue_depth=queue,
             kv_cache_utilization=(i * 13 % 100) / 100,
             prefix_cache_hit_ratio=(i * 3 % 100) / 100,

@@ -5,20 +5,21 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
-from grid.adapters.pushpull import PushPullServer, PushPullSettings, exchange, seal_frame
+from grid.adapters.pushpull import PushPullServer, PushPullSettings, exchange
 from grid.adapters.udp import TransportCounters, format_address
 from grid.core.crdt.payload import encode_lane
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.snapshot import GridStateSnapshot
-from grid.core.crdt.snapshot import Lane as CrdtLane
 from grid.core.swim.messages import Alive, BroadcastItem, Dead, Lane, PushPull
 from grid.core.wire import codec
+from grid.core.wire.codec import prefix_length
 from grid.core.wire.frame import seal
 from grid.core.wire.keyring import Keyring
+from grid.testing.poll import eventually
 
 KEY = bytes(range(32))
 WRONG_KEY = bytes(range(1, 33))
@@ -28,16 +29,6 @@ OURS = PushPull(
     (Alive("server", "127.0.0.1:1", 4), Dead("gone", "127.0.0.1:2", 1, "gone")),
     (BroadcastItem(Lane.METADATA, "server", 2, b"meta"),),
 )
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Poll `condition` until it holds; fail after `timeout_s`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.005)
 
 
 class Recorder:
@@ -92,7 +83,7 @@ async def test_a_state_lane_with_2000_providers_crosses_the_stream(
         snapshot = snapshot.put_provider(f"p-{i}", record)
     payload = encode_lane(snapshot.state)
     assert len(payload) > 90 * 1400  # far beyond one datagram
-    item = BroadcastItem(Lane.STATE, "client", snapshot.revision(CrdtLane.STATE), payload)
+    item = BroadcastItem(Lane.STATE, "client", snapshot.revision(Lane.STATE), payload)
     mine = PushPull("client", (), (item,))
     reply = await exchange(_address(srv), mine, Keyring(KEY), TransportCounters(), SETTINGS)
     assert reply == OURS
@@ -123,14 +114,16 @@ async def test_bad_frames_are_dropped_and_counted_and_the_server_keeps_serving(
         "truncated": length + body[: len(body) // 2],
         "bad_magic": length + b"XXXX" + body[4:],
         "unknown_version": length + b"GRID\x07" + body[5:],
-        "auth_failed": seal_frame(Keyring(WRONG_KEY), codec.encode_stream(OURS)),
-        "malformed": seal_frame(Keyring(KEY), os.urandom(64)),
+        "auth_failed": prefix_length(Keyring(WRONG_KEY).seal(codec.encode_stream(OURS))),
+        "malformed": prefix_length(Keyring(KEY).seal(os.urandom(64))),
     }
     for data in cases.values():
         assert await _send_raw(srv, data) == b""
     await _send_raw(srv, length[:2])  # closed inside the length prefix
     dropped = srv.counters.streams_dropped
-    await wait_for(lambda: sum(dropped.values()) == len(cases) + 1)
+    await eventually(
+        lambda: sum(dropped.values()) == len(cases) + 1, "sum(dropped.values()) == len(cases) + 1"
+    )
     assert {reason: dropped[reason] for reason in cases} == {
         **dict.fromkeys(cases, 1),
         "truncated": 2,
@@ -158,7 +151,7 @@ async def test_connections_beyond_the_limit_are_refused_as_busy() -> None:
     await srv.start("127.0.0.1", 0)
     try:
         _, holder = await asyncio.open_connection("127.0.0.1", srv.port)
-        await wait_for(lambda: srv._active == 1)
+        await eventually(lambda: srv._active == 1, "srv._active == 1")
         reader, extra = await asyncio.open_connection("127.0.0.1", srv.port)
         assert await asyncio.wait_for(reader.read(), 5) == b""
         assert srv.counters.streams_dropped["busy"] == 1
@@ -175,7 +168,10 @@ async def test_exchange_with_a_wrong_key_or_a_closed_port_fails_quietly(
     srv, recorder = server
     counters = TransportCounters()
     assert await exchange(_address(srv), OURS, Keyring(WRONG_KEY), counters, SETTINGS) is None
-    await wait_for(lambda: srv.counters.streams_dropped["auth_failed"] == 1)
+    await eventually(
+        lambda: srv.counters.streams_dropped["auth_failed"] == 1,
+        "srv.counters.streams_dropped['auth_failed'] == 1",
+    )
     assert recorder.received == []
     assert counters.streams_dropped["truncated"] == 1  # the server hung up
     closed = PushPullServer(Keyring(KEY), TransportCounters(), Recorder(), SETTINGS)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from grid.adapters.scrape import (
+    METRICS_BODY_MAX_BYTES,
     ProviderScraper,
     ScrapeError,
     ScrapeFailure,
@@ -21,7 +21,9 @@ from grid.adapters.scrape import (
     parse_exposition,
 )
 from grid.core.resources.provider_spec import HealthCheck, MetricsConfig
+from grid.core.routing.metrics_mapping import ScrapedSignals
 from grid.demo.mock_provider import MockProvider, MockSettings
+from grid.testing.poll import eventually
 
 MODEL = "m1"
 
@@ -65,12 +67,12 @@ async def test_scraping_the_mock_provider_tracks_its_real_load(
                 assert resp.status == 200
 
         load = asyncio.gather(*(send(i) for i in range(3)))
-        deadline = time.monotonic() + 5
-        busy = await scraper.scrape()
-        while busy.values.queue_depth != 0.5:
-            assert time.monotonic() < deadline, busy
-            await asyncio.sleep(0.01)
+
+        async def busy_scrape() -> ScrapedSignals | None:
             busy = await scraper.scrape()
+            return busy if busy.values.queue_depth == 0.5 else None
+
+        busy = await eventually(busy_scrape, "a queue depth of 0.5 under load", interval_s=0.01)
         assert busy.values.kv_cache_utilization == pytest.approx(0.75)
         await load
         after = await scraper.scrape()
@@ -103,13 +105,15 @@ def closed_port() -> int:
 
 async def test_failures_have_closed_reasons(http: aiohttp.ClientSession) -> None:
     never = asyncio.Event()
+    # Built before the server starts and sent at once, just past the bound.
+    oversized = b"x 1\n" * (METRICS_BODY_MAX_BYTES // 4 + 1)
 
     async def hang(_request: web.Request) -> web.Response:
         await never.wait()
         return web.Response(text="")
 
     async def huge(_request: web.Request) -> web.Response:
-        return web.Response(text="x 1\n" * (2 * 1024 * 1024))
+        return web.Response(body=oversized, content_type="text/plain")
 
     async def garbage(_request: web.Request) -> web.Response:
         return web.Response(text="this is { not prometheus\n")
@@ -119,18 +123,21 @@ async def test_failures_have_closed_reasons(http: aiohttp.ClientSession) -> None
     app.router.add_get("/huge/metrics", huge)
     app.router.add_get("/garbage/metrics", garbage)
     runner, base = await serve(app)
+    # Only the hanging endpoint meets the short deadline; every other case has a
+    # deadline it cannot reach on a loaded machine, so its reason is the only outcome.
     fast = MetricsConfig.model_validate({"timeout": "200ms"})
+    patient = MetricsConfig.model_validate({"timeout": "60s", "interval": "60s"})
     cases = {
-        f"{base}/hang": ScrapeFailure.TIMEOUT,
-        f"{base}/huge": ScrapeFailure.TOO_LARGE,
-        f"{base}/garbage": ScrapeFailure.PARSE,
-        f"{base}/missing": ScrapeFailure.HTTP_STATUS,
-        f"http://127.0.0.1:{closed_port()}": ScrapeFailure.CONNECT,
+        f"{base}/hang": (fast, ScrapeFailure.TIMEOUT),
+        f"{base}/huge": (patient, ScrapeFailure.TOO_LARGE),
+        f"{base}/garbage": (patient, ScrapeFailure.PARSE),
+        f"{base}/missing": (patient, ScrapeFailure.HTTP_STATUS),
+        f"http://127.0.0.1:{closed_port()}": (patient, ScrapeFailure.CONNECT),
     }
     try:
-        for url, reason in cases.items():
+        for url, (config, reason) in cases.items():
             with pytest.raises(ScrapeError) as failed:
-                await ProviderScraper(http, url, fast).scrape()
+                await ProviderScraper(http, url, config).scrape()
             assert failed.value.reason is reason, url
         timeout = await check_health(
             http, f"{base}/hang", HealthCheck(path="/metrics", timeout="200ms")

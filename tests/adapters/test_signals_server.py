@@ -26,6 +26,7 @@ from grid.core.routing.signals import (
     SignalsScope,
 )
 from grid.core.trust import TrustPolicy, fingerprint_der
+from grid.testing.poll import eventually
 
 from .conftest import SignalsPki
 
@@ -184,10 +185,10 @@ async def test_missing_or_foreign_certificate_is_refused_at_the_handshake(
     with pytest.raises((ssl.SSLError, ConnectionError, aiohttp.ClientError)):
         async with session(signals_pki, client) as s, s.get(url + "/v1/site/signals") as resp:
             await resp.read()
-    deadline = time.monotonic() + 5
-    while sample(registry, "grid_signals_refused_connections_total", reason="handshake") < 1:
-        assert time.monotonic() < deadline, "the refused handshake was not counted"
-        await asyncio.sleep(0.01)
+    await eventually(
+        lambda: sample(registry, "grid_signals_refused_connections_total", reason="handshake"),
+        "the refused handshake is counted",
+    )
     assert server.book.total == 0
     async with session(signals_pki, "east") as s, s.get(url + "/v1/site/signals") as resp:
         assert resp.status == 200
@@ -224,7 +225,7 @@ async def test_a_slow_request_head_loses_its_connection(signals_pki: SignalsPki)
         answer = await raw(url, ctx(signals_pki, "west"), b"GET /v1/site/sig")
         assert answer == b""
         assert time.monotonic() - started < 3
-        await _until(lambda: server.book.total == 0)
+        await eventually(lambda: server.book.total == 0, "the connection is gone")
     finally:
         await server.stop()
 
@@ -236,16 +237,9 @@ async def test_an_idle_keepalive_connection_is_closed(signals_pki: SignalsPki) -
         async with session(signals_pki, "west") as s:
             async with s.get(url + "/v1/site/signals") as resp:
                 assert resp.status == 200
-            await _until(lambda: server.book.peer == 0)
+            await eventually(lambda: server.book.peer == 0, "the idle connection is closed")
     finally:
         await server.stop()
-
-
-async def _until(check: object, deadline_s: float = 5.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < end, "condition did not hold in time"
-        await asyncio.sleep(0.01)
 
 
 async def _hold(url: str, context: ssl.SSLContext) -> asyncio.StreamWriter | None:
@@ -269,7 +263,7 @@ async def test_300_peer_connections_are_capped_at_248_and_local_is_served_within
         for batch in range(0, 300, 50):
             held = await asyncio.gather(*(_hold(url, peer_ctx) for _ in range(batch, batch + 50)))
             writers += [w for w in held if w is not None]
-        await _until(lambda: server.book.pending == 0)
+        await eventually(lambda: server.book.pending == 0, "every handshake ended")
         assert server.book.peer == 248
         refused = sample(
             registry, "grid_signals_refused_connections_total", reason="peers_full"

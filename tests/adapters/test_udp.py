@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -37,19 +37,10 @@ from grid.core.wire import codec
 from grid.core.wire.frame import MAGIC, seal
 from grid.core.wire.keyring import Keyring
 from grid.errors import ValidationError
+from grid.testing.poll import eventually
 
 KEY = bytes(range(32))
 WRONG_KEY = bytes(range(1, 33))
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Poll `condition` until it holds; fail after `timeout_s`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.005)
 
 
 class Inbox:
@@ -88,7 +79,7 @@ async def test_sealed_datagram_is_decoded_and_handed_over(
     ep, inbox = endpoint
     packet = seal(KEY, codec.encode_datagram(_ping()))
     raw_socket.sendto(packet, ep.local_address)
-    await wait_for(lambda: len(inbox.messages) == 1)
+    await eventually(lambda: len(inbox.messages) == 1, "len(inbox.messages) == 1")
     source, message = inbox.messages[0]
     assert message == _ping()
     assert parse_address(source) == raw_socket.getsockname()
@@ -117,9 +108,12 @@ async def test_bad_datagrams_are_dropped_and_counted_by_reason(
         for packet in packets:
             raw_socket.sendto(packet, ep.local_address)
     raw_socket.sendto(valid, ep.local_address)  # the node still works afterwards
-    await wait_for(lambda: len(inbox.messages) == 1)
+    await eventually(lambda: len(inbox.messages) == 1, "len(inbox.messages) == 1")
     expected = {reason: len(packets) for reason, packets in bad.items()}
-    await wait_for(lambda: all(ep.counters.datagrams_dropped[r] == n for r, n in expected.items()))
+    await eventually(
+        lambda: all(ep.counters.datagrams_dropped[r] == n for r, n in expected.items()),
+        "all(ep.counters.datagrams_dropped[r] == n for r, n in expected.items())",
+    )
     assert inbox.messages[0][1] == _ping()
     assert sum(ep.counters.datagrams_dropped.values()) == sum(expected.values())
 
@@ -132,7 +126,7 @@ async def test_send_seals_with_the_primary_key_and_the_peer_decodes() -> None:
     try:
         message = PingReq(9, "site-a", "site-c", "127.0.0.1:9", updates=(Dead("x", "h:1", 2, "x"),))
         sender.send(format_address(*receiver.local_address), message)
-        await wait_for(lambda: len(inbox.messages) == 1)
+        await eventually(lambda: len(inbox.messages) == 1, "len(inbox.messages) == 1")
         assert inbox.messages[0][1] == message
         assert sender.counters.datagrams_sent == 1
         assert sender.counters.datagram_bytes_sent == receiver.counters.datagram_bytes_received
@@ -149,7 +143,7 @@ async def test_an_overfull_datagram_is_trimmed_to_the_budget(
     message = Ack(1, "site-a", updates=updates)
     assert len(codec.encode_datagram(message, codec.CodecLimits(datagram_bytes_max=10**6))) > 1400
     ep.send(format_address(*ep.local_address), message)
-    await wait_for(lambda: len(inbox.messages) == 1)
+    await eventually(lambda: len(inbox.messages) == 1, "len(inbox.messages) == 1")
     got = inbox.messages[0][1]
     assert 0 < len(got.updates) < len(updates)
     assert got.updates == updates[: len(got.updates)]

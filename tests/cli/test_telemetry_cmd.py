@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from grid.cli import main
 from grid.demo.pki import DevCA
 from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import Ack, EventBatch, InventoryBatch
+from grid.testing.poll import eventually
 
 GRID = [sys.executable, "-c", "from grid.cli import main; main()"]
 
@@ -124,11 +125,14 @@ async def test_gateway_process_serves_admits_via_cli_and_records_audit(
     assert added.returncode == 0 and admitted.returncode == 0, added.stderr + admitted.stderr
     assert json.loads(admitted.stdout)["state"] == "admitted"
 
+    async def answered(status: int, body: bytes) -> tuple[int, bytes] | None:
+        result = await _post(certs, address, "events", body)
+        return result if result[0] == status else None
+
     # The change reaches the running gateway within 1 s of the append.
-    deadline = time.monotonic() + 1.0
-    while (result := await _post(certs, address, "events", _events(2)))[0] != 200:
-        assert time.monotonic() < deadline, result
-        await asyncio.sleep(0.05)
+    result = await eventually(
+        lambda: answered(200, _events(2)), "the admission reaches the gateway", timeout_s=1.0
+    )
     ack = Ack.FromString(result[1])
     inv = InventoryBatch(protocol_version=1, schema_version=1)
     inv.records.add(record_id="i0", type="host").observed_at.seconds = int(time.time())
@@ -151,10 +155,9 @@ async def test_gateway_process_serves_admits_via_cli_and_records_audit(
         _grid, "telemetry", "roster", "suspend", AGENT, "--data-dir", data
     )
     assert suspended.returncode == 0
-    deadline = time.monotonic() + 1.0
-    while (await _post(certs, address, "events", _events(3)))[0] != 403:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: answered(403, _events(3)), "the suspension reaches the gateway", timeout_s=1.0
+    )
 
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 10) == 0

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -12,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from grid.demo.mock_provider import MockProvider, MockSettings
+from grid.testing.poll import eventually
 
 MODEL = "llama-3.1-8b-instruct"
 
@@ -40,16 +40,6 @@ async def scrape(http: aiohttp.ClientSession, base: str) -> dict[str, float]:
             suffix = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
             values[f"{sample.name}{{{suffix}}}" if suffix else sample.name] = sample.value
     return values
-
-
-async def poll(check: Callable[[], Any], timeout_s: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = await check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        await asyncio.sleep(0.01)
 
 
 def chat(content: str, model: str = MODEL) -> dict[str, Any]:
@@ -105,7 +95,7 @@ async def test_concurrent_requests_drive_waiting_running_and_latency(
             loaded = values["vllm:num_requests_running"] == 2
             return values if loaded and values["vllm:num_requests_waiting"] >= 1 else None
 
-        loaded = await poll(busy)
+        loaded = await eventually(busy, "two running and one waiting request")
         assert loaded["vllm:kv_cache_usage_perc"] > idle["vllm:kv_cache_usage_perc"]
         assert await requests == [200] * 6
         done = await scrape(http, base)

@@ -19,10 +19,9 @@ import pytest
 
 from grid.adapters.swim_node import SwimNode, SwimNodeSettings
 from grid.adapters.udp import parse_address
-from grid.core.crdt.record import ProviderRecord, ProviderSignals
+from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
-from grid.core.crdt.snapshot import Lane as CrdtLane
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, EventKind, Notify
 from grid.core.swim.members import MemberState
@@ -30,6 +29,7 @@ from grid.core.swim.messages import Alive, BroadcastItem, Lane, Ping
 from grid.core.wire import codec
 from grid.core.wire.frame import seal
 from grid.core.wire.keyring import Keyring
+from grid.testing.poll import eventually
 
 KEY = bytes(range(32))
 WRONG_KEY = bytes(reversed(range(32)))
@@ -42,17 +42,6 @@ FAST = SwimConfig(
 DEADLINE_S = 15.0
 
 StartNode = Callable[..., Awaitable[SwimNode]]
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float = DEADLINE_S) -> float:
-    """Poll `condition` until it holds; returns the seconds it took, fails at the deadline."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    while not condition():
-        if loop.time() - start > timeout_s:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.01)
-    return loop.time() - start
 
 
 @pytest.fixture
@@ -84,7 +73,7 @@ async def start_mesh(start_node: StartNode, count: int, **kwargs: Any) -> list[S
     nodes = [first]
     for i in range(1, count):
         nodes.append(await start_node(f"site-{i}", seeds=[first], **kwargs))
-    await wait_for(lambda: full_membership(nodes))
+    await eventually(lambda: full_membership(nodes), "full_membership(nodes)", timeout_s=DEADLINE_S)
     return nodes
 
 
@@ -103,10 +92,12 @@ def drain(node: SwimNode) -> list[Notify | Deliver]:
 async def test_five_encrypted_nodes_converge_to_full_membership(start_node: StartNode) -> None:
     nodes = await start_mesh(start_node, 5)
     # Membership may complete by the join exchanges alone; probes follow.
-    await wait_for(
+    await eventually(
         lambda: all(
             n.counters.datagrams_received > 0 and n.counters.datagrams_sent > 0 for n in nodes
-        )
+        ),
+        "all(n.counters.datagrams_received > 0 and n.counters.datagrams_sent > 0 for n in nodes)",
+        timeout_s=DEADLINE_S,
     )
     for node in nodes:
         joined = {e.member for e in drain(node) if isinstance(e, Notify)}
@@ -126,8 +117,16 @@ async def test_a_node_holding_the_wrong_key_is_never_admitted(start_node: StartN
         for node in nodes:
             raw.sendto(packet, parse_address(node.address))
     # Wait for its seed exchanges to be refused more than once (it retries when alone).
-    await wait_for(lambda: intruder.counters.push_pulls_failed >= len(nodes) + 2)
-    await wait_for(lambda: all(n.counters.datagrams_dropped["auth_failed"] >= 1 for n in nodes))
+    await eventually(
+        lambda: intruder.counters.push_pulls_failed >= len(nodes) + 2,
+        "intruder.counters.push_pulls_failed >= len(nodes) + 2",
+        timeout_s=DEADLINE_S,
+    )
+    await eventually(
+        lambda: all(n.counters.datagrams_dropped["auth_failed"] >= 1 for n in nodes),
+        "all(n.counters.datagrams_dropped['auth_failed'] >= 1 for n in nodes)",
+        timeout_s=DEADLINE_S,
+    )
     refused = sum(n.counters.streams_dropped["auth_failed"] for n in nodes)
     assert refused >= len(nodes) + 2
     assert intruder.members() == []
@@ -148,7 +147,7 @@ def big_snapshot(origin: str, providers: int) -> GridStateSnapshot:
             models=("llama-3.1-8b-instruct",),
             healthy=True,
             observed_at=1_700_000_000.0,
-            signals=ProviderSignals(queue_depth=0.25, kv_cache_utilization=0.5),
+            signals=RecordSignals(queue_depth=0.25, kv_cache_utilization=0.5),
         )
         snapshot = snapshot.put_provider(f"provider-{i:04d}", record)
     return snapshot.add_capability("models", "llama-3.1-8b-instruct")
@@ -161,7 +160,7 @@ async def test_a_snapshot_with_2000_providers_reaches_every_peer(start_node: Sta
     for i in range(1, 4):
         replica = GridState(f"site-{i}")
         nodes.append(await start_node(f"site-{i}", seeds=[first], replica=replica))
-    await wait_for(lambda: full_membership(nodes))
+    await eventually(lambda: full_membership(nodes), "full_membership(nodes)", timeout_s=DEADLINE_S)
     assert await first.publish_snapshot(big_snapshot("site-0", 2000)) == 1
 
     def everyone_has_it() -> bool:
@@ -172,7 +171,7 @@ async def test_a_snapshot_with_2000_providers_reaches_every_peer(start_node: Sta
                 return False
         return True
 
-    await wait_for(everyone_has_it)
+    await eventually(everyone_has_it, "everyone has it", timeout_s=DEADLINE_S)
     payload_bytes = len(first.replica.item("site-0", Lane.STATE).payload)  # type: ignore[union-attr,arg-type]
     assert payload_bytes > 100_000
     for node in nodes[1:]:
@@ -217,8 +216,16 @@ async def test_garbage_datagrams_and_frames_are_dropped_without_harm(
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
         await writer.wait_closed()
-    await wait_for(lambda: sum(target.counters.datagrams_dropped.values()) == len(datagrams))
-    await wait_for(lambda: sum(target.counters.streams_dropped.values()) == len(frames))
+    await eventually(
+        lambda: sum(target.counters.datagrams_dropped.values()) == len(datagrams),
+        "sum(target.counters.datagrams_dropped.values()) == len(datagrams)",
+        timeout_s=DEADLINE_S,
+    )
+    await eventually(
+        lambda: sum(target.counters.streams_dropped.values()) == len(frames),
+        "sum(target.counters.streams_dropped.values()) == len(frames)",
+        timeout_s=DEADLINE_S,
+    )
     dropped = target.counters.datagrams_dropped
     assert dropped["oversize"] == 1 and dropped["malformed"] == 1 and dropped["too_short"] == 2
     # The node still gossips: an item it publishes reaches the others.
@@ -229,7 +236,11 @@ async def test_garbage_datagrams_and_frames_are_dropped_without_harm(
             BroadcastItem(Lane.METADATA, "site-0", 1, b"still here")
         ]
 
-    await wait_for(lambda: all(delivered(node) for node in nodes[1:]))
+    await eventually(
+        lambda: all(delivered(node) for node in nodes[1:]),
+        "all(delivered(node) for node in nodes[1:])",
+        timeout_s=DEADLINE_S,
+    )
     assert full_membership(nodes)
     assert target.counters.machine_errors == 0
 
@@ -238,7 +249,11 @@ async def test_graceful_leave_is_seen_as_left_not_failed(start_node: StartNode) 
     nodes = await start_mesh(start_node, 4)
     leaving, stay = nodes[3], nodes[:3]
     await leaving.leave()
-    await wait_for(lambda: all("site-3" in n.members_in(MemberState.LEFT) for n in stay))
+    await eventually(
+        lambda: all("site-3" in n.members_in(MemberState.LEFT) for n in stay),
+        "all('site-3' in n.members_in(MemberState.LEFT) for n in stay)",
+        timeout_s=DEADLINE_S,
+    )
     for node in stay:
         kinds = [e.kind for e in drain(node) if isinstance(e, Notify) and e.member == "site-3"]
         assert EventKind.LEFT in kinds
@@ -247,7 +262,11 @@ async def test_graceful_leave_is_seen_as_left_not_failed(start_node: StartNode) 
     # A crash, by contrast, is detected as a failure.
     crashed = stay[2]
     await crashed.stop()
-    await wait_for(lambda: all("site-2" in n.members_in(MemberState.DEAD) for n in stay[:2]))
+    await eventually(
+        lambda: all("site-2" in n.members_in(MemberState.DEAD) for n in stay[:2]),
+        "all('site-2' in n.members_in(MemberState.DEAD) for n in stay[:2])",
+        timeout_s=DEADLINE_S,
+    )
 
 
 async def test_keys_rotate_without_a_flag_day(start_node: StartNode) -> None:
@@ -256,10 +275,12 @@ async def test_keys_rotate_without_a_flag_day(start_node: StartNode) -> None:
 
     async def traffic_flows() -> None:
         marks = [n.counters.datagrams_received for n in nodes]
-        await wait_for(
+        await eventually(
             lambda: all(
                 n.counters.datagrams_received > m + 2 for n, m in zip(nodes, marks, strict=True)
-            )
+            ),
+            "all(n.counters.datagrams_received > m + 2 for n, m in zip(nodes, marks, strict=True))",
+            timeout_s=DEADLINE_S,
         )
 
     for keyring in (Keyring(KEY, [new_key]), Keyring(new_key, [KEY]), Keyring(new_key)):
@@ -271,7 +292,11 @@ async def test_keys_rotate_without_a_flag_day(start_node: StartNode) -> None:
     assert all(n.counters.streams_dropped["auth_failed"] == 0 for n in nodes)
     # A member still on the retired key alone is now refused.
     stale = await start_node("stale", seeds=nodes[:1], key=KEY)
-    await wait_for(lambda: stale.counters.push_pulls_failed >= 1)
+    await eventually(
+        lambda: stale.counters.push_pulls_failed >= 1,
+        "stale.counters.push_pulls_failed >= 1",
+        timeout_s=DEADLINE_S,
+    )
     assert stale.members() == []
     assert nodes[0].counters.streams_dropped["auth_failed"] >= 1
 
@@ -280,7 +305,11 @@ async def test_timers_and_tasks_stay_bounded_and_stop_leaves_nothing(
     start_node: StartNode,
 ) -> None:
     nodes = await start_mesh(start_node, 3)
-    await wait_for(lambda: all(n.counters.datagrams_received >= 30 for n in nodes))
+    await eventually(
+        lambda: all(n.counters.datagrams_received >= 30 for n in nodes),
+        "all(n.counters.datagrams_received >= 30 for n in nodes)",
+        timeout_s=DEADLINE_S,
+    )
     for node in nodes:
         # Probe tick, probe timeout, push-pull tick, a relay or suspicion or two.
         assert len(node._timers) <= 8
@@ -289,7 +318,11 @@ async def test_timers_and_tasks_stay_bounded_and_stop_leaves_nothing(
     for node in nodes:
         await node.stop()
         assert len(node._timers) == 0
-    await wait_for(lambda: not [t for t in asyncio.all_tasks() if t.get_name().startswith("swim:")])
+    await eventually(
+        lambda: not [t for t in asyncio.all_tasks() if t.get_name().startswith("swim:")],
+        "not [t for t in asyncio.all_tasks() if t.get_name().startswith('swim:')]",
+        timeout_s=DEADLINE_S,
+    )
 
 
 async def test_a_restarted_site_reasserts_its_own_lane_above_what_peers_hold(
@@ -300,25 +333,31 @@ async def test_a_restarted_site_reasserts_its_own_lane_above_what_peers_hold(
     nodes = [first] + [
         await start_node(f"site-{i}", seeds=[first], replica=replicas[i]) for i in (1, 2)
     ]
-    await wait_for(lambda: full_membership(nodes))
+    await eventually(lambda: full_membership(nodes), "full_membership(nodes)", timeout_s=DEADLINE_S)
     await first.publish_snapshot(big_snapshot("site-0", 3))
-    published = replicas[0].local.revision(CrdtLane.STATE)
+    published = replicas[0].local.revision(Lane.STATE)
 
     def peers_hold(revision: int) -> bool:
         for replica in replicas[1:]:
             snapshot = replica.snapshot("site-0")
-            if snapshot is None or snapshot.revision(CrdtLane.STATE) != revision:
+            if snapshot is None or snapshot.revision(Lane.STATE) != revision:
                 return False
         return True
 
-    await wait_for(lambda: peers_hold(published))
+    await eventually(lambda: peers_hold(published), "peers_hold(published)", timeout_s=DEADLINE_S)
     await first.stop()
     # The site restarts with an empty replica whose revisions start over at 0.
     reborn = GridState("site-0")
     await start_node("site-0", seeds=nodes[1:2], replica=reborn)
-    await wait_for(lambda: reborn.local.revision(CrdtLane.STATE) == published + 1)
+    await eventually(
+        lambda: reborn.local.revision(Lane.STATE) == published + 1,
+        "reborn.local.revision(Lane.STATE) == published + 1",
+        timeout_s=DEADLINE_S,
+    )
     assert len(reborn.local.state.live_providers()) == 3  # our old state, joined
-    await wait_for(lambda: peers_hold(published + 1))
+    await eventually(
+        lambda: peers_hold(published + 1), "peers_hold(published + 1)", timeout_s=DEADLINE_S
+    )
 
 
 async def test_an_owner_that_stops_reading_loses_events_not_memory(

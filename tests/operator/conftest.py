@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +12,6 @@ import pytest
 
 from grid.demo.pki import DevCA
 from grid.testing.store import InMemoryStore
-
-POLL_DEADLINE_S = 10.0
 
 
 class CountingStore(InMemoryStore):
@@ -87,26 +83,3 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         key.write_bytes(issued.key_pem)
         sites[name] = SiteFiles(cert, key, issued.fingerprint)
     return Pki(root / "ca.pem", sites)
-
-
-Check = Callable[[], Awaitable[bool]] | Callable[[], bool]
-Eventually = Callable[..., Awaitable[None]]
-
-
-async def _eventually(check: Check, what: str, deadline_s: float = POLL_DEADLINE_S) -> None:
-    end = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > end:
-            raise AssertionError(f"{what} did not hold within {deadline_s} s")
-        await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-def eventually() -> Eventually:
-    """``await eventually(check, what)``: poll ``check`` until it holds, with a deadline."""
-    return _eventually

@@ -19,8 +19,8 @@ from aiohttp import web
 
 from grid.adapters.tls_probe import client_context
 from grid.demo.plan import MODEL, NETWORK
+from grid.testing.poll import eventually
 
-from .conftest import Eventually
 from .test_signal_lifecycle import east as running_east
 
 PARTIAL_METRICS = """\
@@ -87,7 +87,7 @@ def _candidate(overlay_dir: Path) -> dict[str, Any] | None:
 
 
 async def test_missing_signals_score_neutral_under_gossip(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     async with partial_provider() as port, running_east(tmp_path) as site:
         await site.store.create(provider_doc(port))
@@ -108,7 +108,7 @@ async def test_missing_signals_score_neutral_under_gossip(
 
 
 async def test_missing_signals_are_absent_keys_under_poll(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     async with partial_provider() as port, running_east(tmp_path, mode="poll") as site:
         await site.store.create(provider_doc(port))

@@ -27,6 +27,7 @@ from grid.operator.providers import (
     phase_reason,
     record_health,
 )
+from grid.testing.poll import eventually
 
 MODEL = "llama"
 PACE = "250ms"
@@ -115,7 +116,7 @@ class PhaseLog:
 
 
 async def test_a_healthy_provider_becomes_available_with_its_scraped_signals(
-    store: Any, mock: tuple[MockProvider, str], controller: Any, eventually: Any
+    store: Any, mock: tuple[MockProvider, str], controller: Any
 ) -> None:
     ctl, records = controller
     ctl.sync([await declare(store, provider_doc("vllm-east", mock[1]))])
@@ -146,7 +147,7 @@ async def test_a_healthy_provider_becomes_available_with_its_scraped_signals(
 
 
 async def test_load_on_the_provider_shows_in_the_record(
-    store: Any, mock: tuple[MockProvider, str], controller: Any, eventually: Any
+    store: Any, mock: tuple[MockProvider, str], controller: Any
 ) -> None:
     server, url = mock
     ctl, records = controller
@@ -165,7 +166,7 @@ async def test_load_on_the_provider_shows_in_the_record(
 
 
 async def test_a_failing_health_check_degrades_then_makes_the_provider_unavailable(
-    store: Any, mock: tuple[MockProvider, str], controller: Any, eventually: Any
+    store: Any, mock: tuple[MockProvider, str], controller: Any
 ) -> None:
     server, url = mock
     log = PhaseLog(store)
@@ -195,7 +196,7 @@ async def test_a_failing_health_check_degrades_then_makes_the_provider_unavailab
 
 
 async def test_a_provider_failing_from_the_start_stays_pending_and_unhealthy(
-    store: Any, controller: Any, eventually: Any
+    store: Any, controller: Any
 ) -> None:
     server = MockProvider(MockSettings(model=MODEL, profile="failing"))
     host, port = await server.start()
@@ -213,7 +214,7 @@ async def test_a_provider_failing_from_the_start_stays_pending_and_unhealthy(
 
 
 async def test_a_failing_scrape_without_a_health_check_degrades_for_metrics(
-    store: Any, controller: Any, eventually: Any
+    store: Any, controller: Any
 ) -> None:
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
@@ -271,7 +272,7 @@ def test_the_status_reason_names_what_failed(
 
 
 async def test_recovery_after_failures_returns_the_provider_to_available(
-    store: Any, mock: tuple[MockProvider, str], controller: Any, eventually: Any
+    store: Any, mock: tuple[MockProvider, str], controller: Any
 ) -> None:
     server, url = mock
     ctl, _records = controller
@@ -288,7 +289,7 @@ async def test_recovery_after_failures_returns_the_provider_to_available(
 
 
 async def test_a_provider_without_checks_is_never_contacted_and_is_available(
-    store: Any, controller: Any, eventually: Any
+    store: Any, controller: Any
 ) -> None:
     connections = 0
 
@@ -316,7 +317,7 @@ async def test_a_provider_without_checks_is_never_contacted_and_is_available(
 
 
 async def test_status_is_written_once_per_phase_change_not_every_round(
-    store: Any, mock: tuple[MockProvider, str], controller: Any, eventually: Any
+    store: Any, mock: tuple[MockProvider, str], controller: Any
 ) -> None:
     ctl, records = controller
     ctl.sync([await declare(store, provider_doc("vllm-east", mock[1]))])
@@ -325,7 +326,7 @@ async def test_status_is_written_once_per_phase_change_not_every_round(
 
 
 async def test_removing_a_provider_stops_its_loop_and_withdraws_its_record(
-    store: Any, mock: tuple[MockProvider, str], controller: Any, eventually: Any
+    store: Any, mock: tuple[MockProvider, str], controller: Any
 ) -> None:
     ctl, records = controller
     ctl.sync([await declare(store, provider_doc("vllm-east", mock[1]))])
@@ -361,7 +362,7 @@ async def _credential_condition(store: Any, name: str) -> tuple[str, str] | None
 
 
 async def test_a_missing_credential_secret_keeps_the_provider_out_of_routing(
-    store: Any, controller: Any, eventually: Any
+    store: Any, controller: Any
 ) -> None:
     ctl, records = controller
     doc = _with_secret_ref(provider_doc("openai", None, checks=False))

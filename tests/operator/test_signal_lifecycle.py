@@ -29,8 +29,7 @@ from grid.errors import Conflict
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings
 from grid.operator.startup import StartupError
-
-from .conftest import Eventually
+from grid.testing.poll import eventually
 
 
 @dataclass
@@ -114,12 +113,12 @@ async def east(
         await store.close()
 
 
-async def _ready(site: Site, eventually: Eventually) -> None:
+async def _ready(site: Site) -> None:
     await eventually(lambda: site.operator.ready or site.task.done(), "the operator is ready")
     assert not site.task.done(), site.task
 
 
-async def _exit_line(site: Site, eventually: Eventually) -> str:
+async def _exit_line(site: Site) -> str:
     await eventually(lambda: site.task.done(), "the operator exits")
     error = site.task.exception()
     assert isinstance(error, StartupError), error
@@ -134,32 +133,32 @@ def _port_open(address: str) -> bool:
 
 
 async def test_gossip_is_the_default_and_leaves_the_signals_port_closed(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     async with east(tmp_path) as site:
-        await _ready(site, eventually)
+        await _ready(site)
         assert site.operator.running is not None and site.operator.running.mode == "gossip"
         assert "signals" not in site.operator.addresses
         assert not _port_open(site.settings.signals_bind)
 
 
 async def test_mode_is_read_once_at_start_and_a_declared_change_exits_naming_both(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     async with east(tmp_path) as site:
-        await _ready(site, eventually)
+        await _ready(site)
         await _edit(site.store, "GridNetwork", NETWORK, _set_mode("poll"))
-        line = await _exit_line(site, eventually)
+        line = await _exit_line(site)
         assert "signalTransport.mode: poll" in line and "serves gossip" in line
         # No live flip: the listener was never bound by the gossip process.
         assert not _port_open(site.settings.signals_bind)
 
 
 async def test_a_network_created_after_start_declaring_another_mode_exits(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     async with east(tmp_path) as site:
-        await _ready(site, eventually)
+        await _ready(site)
         late = {
             "apiVersion": "grid.praxis-proxy.io/v1alpha1",
             "kind": "GridNetwork",
@@ -167,15 +166,15 @@ async def test_a_network_created_after_start_declaring_another_mode_exits(
             "spec": {"signalTransport": {"mode": "poll"}},
         }
         await site.store.create(late)
-        line = await _exit_line(site, eventually)
+        line = await _exit_line(site)
         assert "'late'" in line and "poll" in line
 
 
 async def test_poll_serves_own_signals_on_the_mtls_listener_with_scoring_off(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     async with east(tmp_path, mode="poll") as site:
-        await _ready(site, eventually)
+        await _ready(site)
         address = site.operator.addresses["signals"]
         assert address == site.settings.signals_bind
         pki = site.mesh.pki
@@ -197,25 +196,25 @@ async def test_poll_serves_own_signals_on_the_mtls_listener_with_scoring_off(
 
 
 async def test_peer_trust_change_restarts_under_poll(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     async with east(tmp_path, mode="poll") as site:
-        await _ready(site, eventually)
+        await _ready(site)
         other = DevCA().issue_site("west").fingerprint
 
         def repin(obj: Any) -> None:
             obj["spec"]["trust"]["certFingerprint"] = other
 
         await _edit(site.store, "GridSite", "west", repin)
-        line = await _exit_line(site, eventually)
+        line = await _exit_line(site)
         assert "peer trust" in line
 
 
 async def test_peer_trust_change_does_not_restart_under_gossip(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     async with east(tmp_path) as site:
-        await _ready(site, eventually)
+        await _ready(site)
         other = DevCA().issue_site("west").fingerprint
 
         def repin(obj: Any) -> None:
@@ -249,10 +248,10 @@ def _lane_fingerprint(site: Site) -> str | None:
 
 
 async def test_rotation_reads_declared_trust_under_gossip_a_switch_to_pin_stops_it(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     async with east(tmp_path, trust=SPIFFE) as site:
-        await _ready(site, eventually)
+        await _ready(site)
         rotated = _rotate(site)
         await eventually(lambda: _lane_fingerprint(site) == rotated, "the SVID is reloaded")
         assert site.operator.cert_rotations._value.get() == 1  # type: ignore[attr-defined]
@@ -273,17 +272,17 @@ async def test_rotation_reads_declared_trust_under_gossip_a_switch_to_pin_stops_
 
 
 async def test_rotation_switch_to_pin_restarts_under_poll(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     async with east(tmp_path, mode="poll", trust=SPIFFE) as site:
-        await _ready(site, eventually)
+        await _ready(site)
         await _edit(site.store, "GridNetwork", NETWORK, _set_trust({"mode": "pin"}))
-        line = await _exit_line(site, eventually)
+        line = await _exit_line(site)
         assert "peer trust" in line
 
 
 async def test_more_than_one_network_fails_to_start_naming_them(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
     mesh = DemoMesh(tmp_path / "demo", ["east"])
     await mesh.prepare()

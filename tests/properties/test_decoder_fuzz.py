@@ -23,7 +23,7 @@ from grid.core.crdt import (
     Lane,
     MetadataLaneValue,
     ProviderRecord,
-    ProviderSignals,
+    RecordSignals,
 )
 from grid.core.crdt.payload import decode_lane, decode_snapshot, encode_lane, encode_snapshot
 from grid.core.swim import messages as m
@@ -54,7 +54,7 @@ def _snapshot(rnd: random.Random) -> GridStateSnapshot:
             models=("llama", "qwen")[: rnd.randrange(3)],
             healthy=rnd.choice((None, True, False)),
             observed_at=rnd.random() * 2e9,
-            signals=ProviderSignals(queue_depth=rnd.choice((None, rnd.random()))),
+            signals=RecordSignals(queue_depth=rnd.choice((None, rnd.random()))),
         )
         snap = snap.put_provider(f"p{i}", rec)
     snap = snap.add_capability("models", "llama").add_capability("tools", "t")

@@ -16,16 +16,17 @@ from grid.core.crdt import (
     Lane,
     MetadataLaneValue,
     ProviderRecord,
-    ProviderSignals,
+    RecordSignals,
 )
 from grid.core.crdt.payload import decode_lane, decode_snapshot, encode_lane, encode_snapshot
-from grid.core.crdt.replica import GridState, LaneItem
+from grid.core.crdt.replica import GridState
+from grid.core.swim.messages import BroadcastItem
 
 ORIGIN = "east"
 
 ratio = st.none() | st.floats(min_value=0, max_value=1, allow_nan=False)
 signals_st = st.builds(
-    ProviderSignals,
+    RecordSignals,
     queue_depth=ratio,
     kv_cache_utilization=ratio,
     prefix_cache_hit_ratio=ratio,
@@ -140,9 +141,9 @@ def test_snapshot_and_lane_codecs_round_trip(snap: GridStateSnapshot) -> None:
 
 
 @st.composite
-def item_history(draw: st.DrawFn) -> tuple[list[LaneItem], dict[str, GridStateSnapshot]]:
+def item_history(draw: st.DrawFn) -> tuple[list[BroadcastItem], dict[str, GridStateSnapshot]]:
     """Every item published by two origins writing their own snapshots, and their finals."""
-    items: list[LaneItem] = []
+    items: list[BroadcastItem] = []
     finals: dict[str, GridStateSnapshot] = {}
     for origin in ("east", "west"):
         writer = GridState(origin)
@@ -160,7 +161,7 @@ def item_history(draw: st.DrawFn) -> tuple[list[LaneItem], dict[str, GridStateSn
 @settings(max_examples=60, deadline=None)
 @given(item_history(), st.data())
 def test_replicas_converge_for_any_item_delivery_order_with_duplicates(
-    history: tuple[list[LaneItem], dict[str, GridStateSnapshot]], data: st.DataObject
+    history: tuple[list[BroadcastItem], dict[str, GridStateSnapshot]], data: st.DataObject
 ) -> None:
     items, finals = history
     replicas = []

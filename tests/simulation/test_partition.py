@@ -1,50 +1,36 @@
 """A healed partition re-converges both membership and the replicated CRDT state.
 
-Each simulated site owns a `GridState` replica. Local writes publish the lane
-items whose revision moved; every `Deliver` is merged into the replica, and a
-`reasserted` outcome (a peer echoed our own lane) re-publishes ours.
+Each simulated site owns a `GridState` replica (`Simulator.attach_replica`).
+Local writes publish the lane items whose revision moved; every `Deliver` is
+merged into the replica, and a `reasserted` outcome (a peer echoed our own lane)
+re-publishes ours, all through `grid.core.crdt.sync` as in the socket runtime.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from grid.core.crdt.record import ProviderRecord, ProviderSignals
-from grid.core.crdt.replica import GridState, LaneItem, MergeOutcome
+from grid.core.crdt.record import ProviderRecord, RecordSignals
+from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
-from grid.core.crdt.snapshot import Lane as CrdtLane
-from grid.core.swim.messages import BroadcastItem, Lane
 from grid.testing.simulator import SimNode, Simulator
 
 
 class Owners:
     """The owners of the machines: one CRDT replica per simulated site."""
 
-    def __init__(self) -> None:
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
         self.replicas: dict[str, GridState] = {}
 
     def attach(self, node: SimNode) -> None:
-        self.replicas[node.id] = GridState(node.id)
-        node.on_deliver = self.deliver
-
-    def deliver(self, node: SimNode, item: BroadcastItem) -> None:
-        replica = self.replicas[node.id]
-        if replica.apply(item) is MergeOutcome.REASSERTED:
-            self.publish(node, replica.item(node.id, CrdtLane(item.lane)))
-
-    def publish(self, node: SimNode, lane_item: LaneItem) -> None:
-        node.machine.publish(
-            BroadcastItem(
-                Lane(lane_item.lane.value), lane_item.origin, lane_item.revision, lane_item.payload
-            )
-        )
+        self.replicas[node.id] = self.sim.attach_replica(node)
 
     def write(
         self, node: SimNode, change: Callable[[GridStateSnapshot], GridStateSnapshot]
     ) -> None:
         replica = self.replicas[node.id]
-        for lane_item in replica.update_local(change(replica.local)):
-            self.publish(node, lane_item)
+        self.sim.publish_snapshot(node, change(replica.local))
 
     def converged(self, nodes: list[SimNode]) -> bool:
         views = []
@@ -63,13 +49,13 @@ def provider(node: SimNode, queue_depth: float) -> ProviderRecord:
         models=("llama-3.1-8b-instruct",),
         healthy=True,
         observed_at=1_700_000_000.0,
-        signals=ProviderSignals(queue_depth=queue_depth),
+        signals=RecordSignals(queue_depth=queue_depth),
     )
 
 
 def test_healed_partition_reconverges_membership_and_crdt_state(sim_seed: int):
     sim = Simulator(sim_seed)
-    owners = Owners()
+    owners = Owners(sim)
     nodes = [sim.add_node() for _ in range(12)]
     for node in nodes:
         owners.attach(node)
@@ -116,3 +102,4 @@ def test_healed_partition_reconverges_membership_and_crdt_state(sim_seed: int):
     assert models == {f"model-{n.id}" for i, n in enumerate(nodes) if i % 3}
     assert {pid for _, pid, _ in replica.providers()} == {"p"}
     assert len(list(replica.providers())) == 12
+    assert all(node.items_rejected == 0 for node in nodes)

@@ -8,6 +8,8 @@ import ssl
 import time
 from typing import Any
 
+from grid.testing.poll import eventually
+
 from .conftest import AGENT_IDS, Harness, admit, events
 
 PARTIAL_HEAD = b"POST /v1/events HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-"
@@ -35,13 +37,6 @@ async def _close(writer: asyncio.StreamWriter) -> None:
     writer.close()
     with contextlib.suppress(ConnectionError, OSError):
         await writer.wait_closed()
-
-
-async def _poll(condition: Any, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_a_partial_request_head_is_closed_within_the_bound(start_gateway: Any) -> None:
@@ -95,7 +90,11 @@ async def test_a_kept_alive_connection_idle_past_the_bound_is_closed(start_gatew
         status_line = await asyncio.wait_for(reader.readline(), 5.0)
         assert status_line.startswith(b"HTTP/1.1 200"), status_line
         await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
-        await _poll(lambda: harness.gateway.connections.open == 0, timeout_s=3.0)
+        await eventually(
+            lambda: harness.gateway.connections.open == 0,
+            "harness.gateway.connections.open == 0",
+            timeout_s=3.0,
+        )
     finally:
         await _close(writer)
 
@@ -120,13 +119,17 @@ async def test_idle_connections_never_pile_up_beyond_the_cap(start_gateway: Any)
     await admit(harness.roster, AGENT_IDS["cn"])
     held = [await _tls(harness) for _ in range(3)]
     try:
-        await _poll(lambda: harness.gateway.connections.open == 3)
+        await eventually(
+            lambda: harness.gateway.connections.open == 3, "harness.gateway.connections.open == 3"
+        )
         for _ in range(3):
             await _refused_at_once(harness)
         assert harness.gateway.connections.open == 3
         assert harness.gateway.connections.refused == 3
         await _close(held[0][1])
-        await _poll(lambda: harness.gateway.connections.open == 2)
+        await eventually(
+            lambda: harness.gateway.connections.open == 2, "harness.gateway.connections.open == 2"
+        )
         status, _, _ = await harness.post("cn", "events", events(1).SerializeToString())
         assert status == 200
     finally:
@@ -141,7 +144,9 @@ async def test_silent_tcp_connections_count_against_the_cap_from_accept(
     _, port = harness.host_port
     silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
     try:
-        await _poll(lambda: harness.gateway.connections.open == 2)
+        await eventually(
+            lambda: harness.gateway.connections.open == 2, "harness.gateway.connections.open == 2"
+        )
         extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             assert await _closed_after(extra_reader, 5.0) <= 2.0
@@ -151,7 +156,9 @@ async def test_silent_tcp_connections_count_against_the_cap_from_accept(
     finally:
         for _, writer in silent:
             await _close(writer)
-    await _poll(lambda: harness.gateway.connections.open == 0)
+    await eventually(
+        lambda: harness.gateway.connections.open == 0, "harness.gateway.connections.open == 0"
+    )
 
 
 async def test_idle_connections_are_reaped_so_the_cap_frees_up(start_gateway: Any) -> None:
@@ -159,7 +166,11 @@ async def test_idle_connections_are_reaped_so_the_cap_frees_up(start_gateway: An
     await admit(harness.roster, AGENT_IDS["cn"])
     held = [await _tls(harness) for _ in range(2)]
     try:
-        await _poll(lambda: harness.gateway.connections.open == 0, timeout_s=3.0)
+        await eventually(
+            lambda: harness.gateway.connections.open == 0,
+            "harness.gateway.connections.open == 0",
+            timeout_s=3.0,
+        )
         status, _, _ = await harness.post("cn", "events", events(1).SerializeToString())
         assert status == 200
     finally:
@@ -182,5 +193,7 @@ async def test_a_failed_handshake_gives_its_slot_back(start_gateway: Any) -> Non
             with contextlib.suppress(ConnectionError, ssl.SSLError, OSError):
                 await asyncio.wait_for(reader.read(), 5.0)
             await _close(writer)
-        await _poll(lambda: harness.gateway.connections.open == 0)
+        await eventually(
+            lambda: harness.gateway.connections.open == 0, "harness.gateway.connections.open == 0"
+        )
     assert harness.gateway.connections.refused == 0

@@ -17,6 +17,7 @@ from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import (
     InventoryRecord,
     Refusal,
 )
+from grid.testing.poll import eventually
 
 from .conftest import AGENT_IDS, Harness, admit, events, inventory
 
@@ -71,12 +72,18 @@ async def test_ack_is_sent_only_after_the_durable_receipt(start_gateway: Any) ->
     gw: Harness = await start_gateway()
     await admit(gw.roster, AGENT_IDS["cn"])
     gw.backbone.gate = asyncio.Event()
-    request = asyncio.create_task(gw.post("cn", "events", events(1).SerializeToString()))
+    body = events(1).SerializeToString()
+    request = asyncio.create_task(gw.post("cn", "events", body))
     await asyncio.wait_for(gw.backbone.publishing.wait(), 5)
-    await asyncio.sleep(0.05)  # give a premature ACK the chance to arrive; it must not
-    assert not request.done()
+    # The held publication then fails. An ACK sent before the receipt would already
+    # be the answer on the wire; the only answer consistent with the receipt is 503.
+    gw.backbone.fail = True
     gw.backbone.gate.set()
-    status, _, _ = await request
+    status, _, refused = await request
+    assert (status, _refusal(refused).code) == (503, "backbone_unavailable")
+    assert gw.backbone.batches == []
+    gw.backbone.fail = False
+    status, _, _ = await gw.post("cn", "events", body)
     assert status == 200 and len(gw.backbone.batches) == 1
 
 
@@ -303,16 +310,15 @@ async def test_a_roster_change_reaches_a_running_gateway(start_gateway: Any) -> 
     gw: Harness = await start_gateway()
     body = events(1).SerializeToString()
     assert (await gw.post("cn", "events", body))[0] == 403
+
+    async def answers(status: int, body: bytes) -> bool:
+        return (await gw.post("cn", "events", body))[0] == status
+
     await admit(gw.roster, AGENT_IDS["cn"])
-    deadline = time.monotonic() + 1.0
-    while (status := (await gw.post("cn", "events", body))[0]) != 200:
-        assert time.monotonic() < deadline, status
-        await asyncio.sleep(0.02)
+    await eventually(lambda: answers(200, body), "the admission reaches the gateway", timeout_s=1)
     await gw.roster.append(AGENT_IDS["cn"], "suspended", None)
-    deadline = time.monotonic() + 1.0
-    while (status := (await gw.post("cn", "events", events(2).SerializeToString()))[0]) != 403:
-        assert time.monotonic() < deadline, status
-        await asyncio.sleep(0.02)
+    suspended = events(2).SerializeToString()
+    await eventually(lambda: answers(403, suspended), "the suspension reaches it", timeout_s=1)
 
 
 async def test_roster_is_replayed_before_the_listener_opens(start_gateway: Any) -> None:

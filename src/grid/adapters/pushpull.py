@@ -11,8 +11,13 @@ Framing (SPEC-DECISIONS §3): every message on the stream is a 4-byte
 big-endian length followed by that many bytes of one GRID frame (the same
 AES-256-GCM frame as datagrams), whose plaintext is one codec ``Stream``.
 
-Everything read from the network is bounded: the declared length is checked
-against ``frame_bytes_max`` before a byte of the body is read, and the whole
+The stream is split with the core's sans-IO `grid.core.wire.codec.StreamDeframer`
+and written with `prefix_length`; frames are opened with
+`Keyring.open_or_drop`, which counts a frame that fails to unseal under its
+reason in `TransportCounters.stream_frames`.
+
+Everything read from the network is bounded: the deframer checks the declared
+length against ``frame_bytes_max`` before it buffers the body, and the whole
 exchange runs under ``timeout_s``. A frame that is too long, truncated, late,
 fails to unseal or to decode is dropped, counted by reason and the connection
 closed; nothing about its contents is logged.
@@ -22,20 +27,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from grid.adapters.udp import TransportCounters, parse_address
 from grid.core.swim.messages import PushPull
 from grid.core.wire import codec
-from grid.core.wire.frame import OVERHEAD_BYTES, FrameError
+from grid.core.wire.codec import LENGTH_PREFIX_BYTES, StreamDeframer, prefix_length
+from grid.core.wire.frame import OVERHEAD_BYTES
 from grid.core.wire.keyring import Keyring
 from grid.errors import ProtocolError, ValidationError
 
-LENGTH_PREFIX = struct.Struct(">I")
-assert LENGTH_PREFIX.size == codec.LENGTH_PREFIX_BYTES
-"""The 4-byte big-endian length in front of every stream frame."""
+READ_CHUNK_BYTES = 64 * 1024
+"""Bytes asked of the socket per read; the deframer bounds what is buffered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,37 +79,38 @@ class StreamDrop(ProtocolError):
         self.reason = reason
 
 
-def seal_frame(keyring: Keyring, plaintext: bytes) -> bytes:
-    """One stream frame: the length prefix and the sealed GRID frame."""
-    sealed = keyring.seal(plaintext)
-    return LENGTH_PREFIX.pack(len(sealed)) + sealed
+class FrameDropped(ProtocolError):
+    """A stream frame failed to unseal; `Keyring.open_or_drop` already counted it."""
+
+    code = "push_pull_frame_dropped"
 
 
 async def read_frame(
-    reader: asyncio.StreamReader, keyring: Keyring, frame_bytes_max: int
+    reader: asyncio.StreamReader,
+    keyring: Keyring,
+    counters: TransportCounters,
+    frame_bytes_max: int,
 ) -> tuple[bytes, int]:
-    """Read one length-prefixed frame and unseal it; returns plaintext and bytes read.
+    """Read one length-prefixed frame and open it; returns plaintext and bytes read.
 
-    Raises `StreamDrop` with the reason; the caller applies the timeout.
+    Raises `StreamDrop` with the reason, or `FrameDropped` (already counted);
+    the caller applies the timeout.
     """
-    try:
-        header = await reader.readexactly(LENGTH_PREFIX.size)
-    except asyncio.IncompleteReadError as exc:
-        raise StreamDrop("truncated") from exc
-    (length,) = LENGTH_PREFIX.unpack(header)
-    if length > frame_bytes_max:
-        raise StreamDrop("oversize")
-    if length < OVERHEAD_BYTES:
-        raise StreamDrop("too_short")
-    try:
-        body = await reader.readexactly(length)
-    except asyncio.IncompleteReadError as exc:
-        raise StreamDrop("truncated") from exc
-    try:
-        plaintext = keyring.unseal(body)
-    except FrameError as exc:
-        raise StreamDrop(exc.reason) from exc
-    return plaintext, LENGTH_PREFIX.size + length
+    deframer = StreamDeframer(frame_bytes_max)
+    frames: list[bytes] = []
+    while not frames:
+        chunk = await reader.read(READ_CHUNK_BYTES)
+        if not chunk:
+            raise StreamDrop("truncated")
+        try:
+            frames = deframer.feed(chunk)
+        except codec.CodecError as exc:
+            raise StreamDrop("oversize") from exc
+    frame = frames[0]
+    plaintext = keyring.open_or_drop(frame, counters.stream_frames)
+    if plaintext is None:
+        raise FrameDropped("push-pull frame failed to unseal")
+    return plaintext, LENGTH_PREFIX_BYTES + len(frame)
 
 
 def decode_push_pull(
@@ -125,10 +130,10 @@ async def _close(writer: asyncio.StreamWriter) -> None:
 
 
 def _encode(message: PushPull, settings: PushPullSettings, keyring: Keyring) -> bytes:
-    frame = seal_frame(keyring, codec.encode_stream(message))
-    if len(frame) - LENGTH_PREFIX.size > settings.frame_bytes_max:
+    sealed = keyring.seal(codec.encode_stream(message))
+    if len(sealed) > settings.frame_bytes_max:
         raise StreamDrop("unsendable")
-    return frame
+    return prefix_length(sealed)
 
 
 Responder = Callable[[PushPull], Awaitable[PushPull]]
@@ -167,14 +172,14 @@ class PushPullServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         counters = self.counters
         if self._active >= self.settings.connections_max:
-            counters.streams_dropped["busy"] += 1
+            counters.stream_drops["busy"] += 1
             await _close(writer)
             return
         self._active += 1
         try:
             async with asyncio.timeout(self.settings.timeout_s):
                 plaintext, size = await read_frame(
-                    reader, self.keyring, self.settings.frame_bytes_max
+                    reader, self.keyring, counters, self.settings.frame_bytes_max
                 )
                 counters.stream_bytes_received += size
                 remote = decode_push_pull(plaintext, self.settings.codec_limits)
@@ -185,13 +190,15 @@ class PushPullServer:
                 counters.stream_bytes_sent += len(frame)
                 counters.push_pulls_served += 1
         except StreamDrop as exc:
-            counters.streams_dropped[exc.reason] += 1
+            counters.stream_drops[exc.reason] += 1
+        except FrameDropped:
+            pass  # counted by its frame reason
         except TimeoutError:
-            counters.streams_dropped["timeout"] += 1
+            counters.stream_drops["timeout"] += 1
         except ConnectionAbortedError:
             pass  # our node is stopping; the peer retries elsewhere
-        except (OSError, asyncio.IncompleteReadError):
-            counters.streams_dropped["truncated"] += 1
+        except OSError:
+            counters.stream_drops["truncated"] += 1
         finally:
             self._active -= 1
             await _close(writer)
@@ -229,15 +236,18 @@ async def exchange(
             writer.write(frame)
             await writer.drain()
             counters.stream_bytes_sent += len(frame)
-            plaintext, size = await read_frame(reader, keyring, settings.frame_bytes_max)
+            plaintext, size = await read_frame(reader, keyring, counters, settings.frame_bytes_max)
             counters.stream_bytes_received += size
             reply = decode_push_pull(plaintext, settings.codec_limits)
     except StreamDrop as exc:
-        counters.streams_dropped[exc.reason] += 1
+        counters.stream_drops[exc.reason] += 1
+        counters.push_pulls_failed += 1
+        return None
+    except FrameDropped:
         counters.push_pulls_failed += 1
         return None
     except TimeoutError:
-        counters.streams_dropped["timeout"] += 1
+        counters.stream_drops["timeout"] += 1
         counters.push_pulls_failed += 1
         return None
     except (OSError, ValidationError):

@@ -67,6 +67,10 @@ _REFUSAL_CODES = {
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def _settled() -> None:
+    """Connections here are capped by class, never evicted, so settling changes nothing."""
+
+
 class SignalsSource(Protocol):
     """Where the server reads the current document of each scope."""
 
@@ -238,11 +242,10 @@ class SignalsServer:
         )
 
         def handler(raw: asyncio.Transport) -> asyncio.Protocol:
-            # Slots are the connection book's, taken at accept: nothing to settle.
             return PolicedRequestHandler(
                 server,
                 raw,
-                lambda: None,
+                _settled,
                 policy,
                 self._error_answer,
                 max_line_size=limits.request_line_bytes_max,

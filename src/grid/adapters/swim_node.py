@@ -36,9 +36,8 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
-from grid.adapters import nonce
 from grid.adapters.pushpull import PushPullServer, PushPullSettings, exchange
 from grid.adapters.timers import TimerHeap
 from grid.adapters.udp import (
@@ -51,9 +50,9 @@ from grid.adapters.udp import (
     parse_address,
     resolve_address,
 )
-from grid.core.crdt.replica import GridState, MergeOutcome
+from grid.core.crdt import sync
+from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
-from grid.core.crdt.snapshot import Lane as CrdtLane
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import (
     Deliver,
@@ -66,7 +65,7 @@ from grid.core.swim.effects import (
 )
 from grid.core.swim.machine import NodeStatus, SwimMachine
 from grid.core.swim.members import Member, MemberState
-from grid.core.swim.messages import BroadcastItem, Datagram, Lane, PushPull
+from grid.core.swim.messages import BroadcastItem, Datagram, PushPull
 from grid.core.wire import codec
 from grid.core.wire.keyring import Keyring
 from grid.errors import ProtocolError, ValidationError
@@ -171,7 +170,6 @@ class SwimNode:
         starts a new cluster.
         """
         settings = settings or SwimNodeSettings()
-        nonce.install()
         host, port = parse_address(bind)
         node = cls(keyring, settings, replica)
         endpoint = await _bind(
@@ -294,13 +292,7 @@ class SwimNode:
             raise ValidationError("this node has no replica", path="replica")
 
         def command(now: float) -> tuple[int, list[Effect]]:
-            items = replica.update_local(snapshot)
-            effects: list[Effect] = []
-            for item in items:
-                lane = Lane(item.lane.value)
-                broadcast = BroadcastItem(lane, item.origin, item.revision, item.payload)
-                effects += self.machine.publish(broadcast, now)
-            return len(items), effects
+            return sync.publish_snapshot(replica, self.machine, snapshot, now)
 
         count: int = await self._submit(command)
         return count
@@ -341,7 +333,7 @@ class SwimNode:
 
     def _receive(self, source: str, message: Datagram) -> None:
         if len(self._packets) >= self.settings.inbox_datagrams_max:
-            self.counters.datagrams_dropped["backlog"] += 1
+            self.counters.datagram_drops["backlog"] += 1
             return
         self._packets.append((source, message))
         self._wakeup.set()
@@ -399,34 +391,32 @@ class SwimNode:
 
     def _carry_out(self, effects: list[Effect]) -> None:
         for effect in effects:
-            if isinstance(effect, Send):
-                if self._endpoint is not None:
-                    self._endpoint.send(effect.address, effect.message)
-            elif isinstance(effect, Schedule):
-                self._timers.schedule(effect.timer, effect.at)
-            elif isinstance(effect, Deliver):
-                self._merge(effect.item)
-                self._emit(effect)
-            elif isinstance(effect, Notify):
-                self._emit(effect)
-            elif isinstance(effect, PushPullRequest):
-                self._start_exchange(effect)
+            match effect:
+                case Send(address=address, message=message):
+                    if self._endpoint is not None:
+                        self._endpoint.send(address, message)
+                case Schedule(timer=timer, at=at):
+                    self._timers.schedule(timer, at)
+                case Deliver(item=item):
+                    self._merge(item)
+                    self._emit(effect)
+                case Notify():
+                    self._emit(effect)
+                case PushPullRequest():
+                    self._start_exchange(effect)
+                case _:
+                    assert_never(effect)
 
     def _merge(self, item: BroadcastItem) -> None:
         replica = self.replica
         if replica is None:
             return
         try:
-            outcome = replica.apply(item)
+            _, effects = sync.merge_delivered(replica, self.machine, item, self._loop.time())
         except ProtocolError:
             self.counters.items_rejected += 1
             return
-        if outcome is MergeOutcome.REASSERTED:
-            # A peer held our own lane at a revision >= ours (we restarted):
-            # publish ours past it, like a SWIM refutation.
-            own = replica.item(replica.local_origin, CrdtLane(item.lane.value))
-            again = BroadcastItem(item.lane, own.origin, own.revision, own.payload)
-            self._carry_out(self.machine.publish(again, self._loop.time()))
+        self._carry_out(effects)
 
     def _emit(self, event: SwimEvent) -> None:
         try:

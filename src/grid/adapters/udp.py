@@ -5,9 +5,10 @@ synchronous inside ``datagram_received``:
 
 1. a datagram longer than the largest legal frame is dropped (``oversize``)
    before any cryptography is spent on it;
-2. it is unsealed with the keyring (`grid.core.wire.keyring.Keyring`); a frame
+2. it is opened with `Keyring.open_or_drop` (`grid.core.wire.keyring`); a frame
    that is too short, has a bad magic, an unknown version or fails
-   authentication is dropped and counted under that reason;
+   authentication is dropped and counted under that reason in the core's
+   `FrameCounters` (`TransportCounters.datagram_frames`);
 3. the plaintext is decoded with the codec; a `ProtocolError` is a drop
    counted as ``malformed``;
 4. the decoded message is handed to the owner (`SwimNode`), which feeds it to
@@ -31,7 +32,8 @@ import functools
 import ipaddress
 import logging
 import socket
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -48,17 +50,13 @@ from grid.core.swim.messages import (
     Suspect,
 )
 from grid.core.wire import codec
-from grid.core.wire.frame import OVERHEAD_BYTES, FrameError
+from grid.core.wire.frame import FRAME_REASONS, OVERHEAD_BYTES, FrameCounters
 from grid.core.wire.keyring import Keyring
 from grid.errors import ProtocolError, ValidationError
 
 log = logging.getLogger(__name__)
 
-DROP_REASONS: tuple[str, ...] = (
-    "too_short",
-    "bad_magic",
-    "unknown_version",
-    "auth_failed",
+EDGE_REASONS: tuple[str, ...] = (
     "oversize",
     "malformed",
     "backlog",
@@ -67,14 +65,19 @@ DROP_REASONS: tuple[str, ...] = (
     "busy",
     "unsendable",
 )
+"""Why the transport dropped a datagram or stream frame that was not a frame error.
+
+``oversize``: longer than the configured maximum; ``malformed``: authenticated but
+not a valid SWIM message; ``backlog``: the owner's inbox was full; ``truncated``: a
+stream closed mid-frame; ``timeout``: a stream exchange took too long; ``busy``: too
+many concurrent stream connections; ``unsendable``: an outgoing message that could
+not be encoded within its budget."""
+
+DROP_REASONS: tuple[str, ...] = (*FRAME_REASONS, *EDGE_REASONS)
 """Why a datagram or stream frame was dropped: a closed set, safe as a metric label.
 
-The first four are the frame's own reasons (`grid.core.wire.frame`). ``oversize``:
-longer than the configured maximum; ``malformed``: authenticated but not a valid
-SWIM message; ``backlog``: the owner's inbox was full; ``truncated``: a stream
-closed mid-frame; ``timeout``: a stream exchange took too long; ``busy``: too many
-concurrent stream connections; ``unsendable``: an outgoing message that could not
-be encoded within its budget."""
+The first four are the frame's own reasons (`grid.core.wire.frame`), counted by
+`Keyring.open_or_drop`; the rest are `EDGE_REASONS`."""
 
 WireValue = Ping | PingReq | Ack | Nack | Gossip | Alive | Suspect | Dead | BroadcastItem
 """What the machine's size estimator measures (as `grid.core.swim.dissemination`)."""
@@ -118,8 +121,13 @@ def _measure(value: WireValue) -> int:
 _measure_cached = functools.lru_cache(maxsize=4096)(_measure)
 
 
-def _reasons() -> dict[str, int]:
-    return dict.fromkeys(DROP_REASONS, 0)
+def _edge_reasons() -> dict[str, int]:
+    return dict.fromkeys(EDGE_REASONS, 0)
+
+
+def _all_drops(frames: FrameCounters, edge: dict[str, int]) -> Mapping[str, int]:
+    # A live read-only view over both parts, so a reader may hold on to it.
+    return ChainMap(cast(dict[str, int], frames.dropped), edge)
 
 
 @dataclass(slots=True)
@@ -127,7 +135,10 @@ class TransportCounters:
     """Traffic and drop counters of one node's SWIM transport (UDP and TCP).
 
     Byte counts are on-the-wire payload bytes (the sealed frame, plus the
-    4-byte length prefix on streams), without IP and UDP/TCP headers.
+    4-byte length prefix on streams), without IP and UDP/TCP headers. Drops are
+    kept in two parts: frame errors in the core `FrameCounters`, filled by
+    `Keyring.open_or_drop`, and the transport's own reasons (`EDGE_REASONS`);
+    `datagrams_dropped` and `streams_dropped` show both per `DROP_REASONS`.
     """
 
     datagrams_sent: int = 0
@@ -135,7 +146,8 @@ class TransportCounters:
     datagrams_received: int = 0
     datagram_bytes_received: int = 0
     datagrams_trimmed: int = 0
-    datagrams_dropped: dict[str, int] = field(default_factory=_reasons)
+    datagram_frames: FrameCounters = field(default_factory=FrameCounters)
+    datagram_drops: dict[str, int] = field(default_factory=_edge_reasons)
     socket_errors: int = 0
     push_pulls_started: int = 0
     push_pulls_completed: int = 0
@@ -143,10 +155,21 @@ class TransportCounters:
     push_pulls_served: int = 0
     stream_bytes_sent: int = 0
     stream_bytes_received: int = 0
-    streams_dropped: dict[str, int] = field(default_factory=_reasons)
+    stream_frames: FrameCounters = field(default_factory=FrameCounters)
+    stream_drops: dict[str, int] = field(default_factory=_edge_reasons)
     machine_errors: int = 0
     events_dropped: int = 0
     items_rejected: int = 0
+
+    @property
+    def datagrams_dropped(self) -> Mapping[str, int]:
+        """Dropped datagrams per reason of `DROP_REASONS` (a live view)."""
+        return _all_drops(self.datagram_frames, self.datagram_drops)
+
+    @property
+    def streams_dropped(self) -> Mapping[str, int]:
+        """Dropped stream frames per reason of `DROP_REASONS` (a live view)."""
+        return _all_drops(self.stream_frames, self.stream_drops)
 
     @property
     def bytes_sent(self) -> int:
@@ -239,17 +262,15 @@ class DatagramEndpoint(asyncio.DatagramProtocol):
         counters.datagrams_received += 1
         counters.datagram_bytes_received += len(data)
         if len(data) > self._frame_bytes_max:
-            counters.datagrams_dropped["oversize"] += 1
+            counters.datagram_drops["oversize"] += 1
             return
-        try:
-            plaintext = self.keyring.unseal(data)
-        except FrameError as exc:
-            counters.datagrams_dropped[exc.reason] += 1
+        plaintext = self.keyring.open_or_drop(data, counters.datagram_frames)
+        if plaintext is None:
             return
         try:
             message = codec.decode_datagram(plaintext, self._limits)
         except ProtocolError:
-            counters.datagrams_dropped["malformed"] += 1
+            counters.datagram_drops["malformed"] += 1
             return
         self._on_receive(format_address(str(addr[0]), int(addr[1])), message)
 
@@ -285,7 +306,7 @@ class DatagramEndpoint(asyncio.DatagramProtocol):
             try:
                 plaintext, _, _ = codec.pack_datagram(message, self._limits)
             except codec.DatagramTooLarge:
-                self.counters.datagrams_dropped["unsendable"] += 1
+                self.counters.datagram_drops["unsendable"] += 1
                 return
             self.counters.datagrams_trimmed += 1
         peer = self._peers.get(address)
@@ -293,7 +314,7 @@ class DatagramEndpoint(asyncio.DatagramProtocol):
             try:
                 peer = parse_address(address)
             except ValidationError:
-                self.counters.datagrams_dropped["unsendable"] += 1
+                self.counters.datagram_drops["unsendable"] += 1
                 return
             if len(self._peers) < 65536:
                 self._peers[address] = peer

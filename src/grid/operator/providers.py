@@ -29,8 +29,7 @@ import aiohttp
 
 from grid.adapters.scrape import ProviderScraper, ScrapeError, check_health
 from grid.adapters.store.port import ResourceStore
-from grid.core.crdt.record import ProviderRecord
-from grid.core.crdt.record import ProviderSignals as RecordSignals
+from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import InferenceProvider
 from grid.core.resources.duration import parse_duration
 from grid.core.resources.lifecycle import ProviderObservation, next_provider_phase

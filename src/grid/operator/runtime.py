@@ -43,8 +43,7 @@ from grid.adapters.store.port import EventType, Expired, ResourceStore
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
 from grid.adapters.udp import parse_address
-from grid.core.crdt.record import ProviderRecord
-from grid.core.crdt.record import ProviderSignals as RecordSignals
+from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import (
     CertLaneValue,

@@ -41,8 +41,12 @@ from cryptography import x509
 from grid.adapters.backbone import Backbone, PublishBatch, RosterLog
 from grid.adapters.http_listener import HttpListener, ListenerPolicy, listen_address
 from grid.core.telemetry.admission import Admission, StampedBatch, Ticket
-from grid.core.telemetry.refusals import BackboneUnavailable as BackboneRefusal
-from grid.core.telemetry.refusals import GatewayAtCapacity, InvalidBatch, TelemetryRefusal
+from grid.core.telemetry.refusals import (
+    BackboneUnavailable,
+    GatewayAtCapacity,
+    InvalidBatch,
+    TelemetryRefusal,
+)
 from grid.core.telemetry.settings import GatewaySettings
 from grid.core.telemetry.stamping import ReceptionStamp
 from grid.core.telemetry.validation import Route
@@ -259,12 +263,12 @@ class TelemetryGateway:
             )
         except Exception as exc:
             log.warning("publish of batch %s failed: %s", stamped.batch_id, type(exc).__name__)
-            raise BackboneRefusal(
+            raise BackboneUnavailable(
                 "no durable publication result; nothing was acknowledged",
                 retry_after_s=self.settings.backbone_retry_after_s,
             ) from exc
         if receipt.batch_id != stamped.batch_id:
-            raise BackboneRefusal(
+            raise BackboneUnavailable(
                 "backbone receipt names another batch",
                 retry_after_s=self.settings.backbone_retry_after_s,
             )

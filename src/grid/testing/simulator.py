@@ -7,6 +7,10 @@ each after one delay), and fail like a refused connection when the peer is
 down or partitioned away. Everything random (network and every machine's own
 `random.Random`) derives from one seed, so a failing run replays exactly from
 the seed it prints.
+
+A node may own a CRDT replica (`Simulator.attach_replica`): delivered items are
+then merged and local writes published through `grid.core.crdt.sync`, the same
+glue the socket runtime uses.
 """
 
 from __future__ import annotations
@@ -14,7 +18,11 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import assert_never
 
+from grid.core.crdt import sync
+from grid.core.crdt.replica import GridState
+from grid.core.crdt.snapshot import GridStateSnapshot
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.dissemination import SizeEstimator, estimate_size
 from grid.core.swim.effects import (
@@ -30,6 +38,7 @@ from grid.core.swim.effects import (
 from grid.core.swim.machine import SwimMachine
 from grid.core.swim.members import Member, MemberState
 from grid.core.swim.messages import BroadcastItem, Datagram, PushPull
+from grid.errors import ProtocolError
 from grid.testing.clock import FakeClock
 from grid.testing.network import FakeNetwork, NetworkConditions
 
@@ -58,6 +67,8 @@ class SimNode:
     generation: int = 0
     delivered: list[BroadcastItem] = field(default_factory=list)
     on_deliver: DeliverHook | None = None
+    replica: GridState | None = None
+    items_rejected: int = 0
 
     def state_of(self, member_id: str) -> MemberState | None:
         """This node's view of `member_id` (None when unknown)."""
@@ -179,23 +190,52 @@ class Simulator:
         """Carry out a machine's effects, as the real adapter would."""
         clock = self.clock
         for effect in effects:
-            if isinstance(effect, Send):
-                self.network.send(node.address, effect.address, effect.message)
-            elif isinstance(effect, Schedule):
-                clock.call_at(effect.at, self._fire, node, node.generation, effect.timer)
-            elif isinstance(effect, Notify):
-                if effect.kind is EventKind.ALIVE and not self.record_alive:
-                    self.alive_events += 1
-                    continue
-                self.observations.append(
-                    Observation(clock.now, node.id, effect.kind, effect.member, effect.incarnation)
-                )
-            elif isinstance(effect, Deliver):
-                node.delivered.append(effect.item)
-                if node.on_deliver is not None:
-                    node.on_deliver(node, effect.item)
-            elif isinstance(effect, PushPullRequest):
-                self._push_pull(node, effect)
+            match effect:
+                case Send(address=address, message=message):
+                    self.network.send(node.address, address, message)
+                case Schedule(timer=timer, at=at):
+                    clock.call_at(at, self._fire, node, node.generation, timer)
+                case Notify(kind=kind, member=member, incarnation=incarnation):
+                    if kind is EventKind.ALIVE and not self.record_alive:
+                        self.alive_events += 1
+                        continue
+                    self.observations.append(
+                        Observation(clock.now, node.id, kind, member, incarnation)
+                    )
+                case Deliver(item=item):
+                    node.delivered.append(item)
+                    self._merge(node, item)
+                    if node.on_deliver is not None:
+                        node.on_deliver(node, item)
+                case PushPullRequest():
+                    self._push_pull(node, effect)
+                case _:
+                    assert_never(effect)
+
+    # -- replicas ------------------------------------------------------------
+
+    def attach_replica(self, node: SimNode) -> GridState:
+        """Give `node` a CRDT replica of its own (origin = its id)."""
+        node.replica = GridState(node.id)
+        return node.replica
+
+    def publish_snapshot(self, node: SimNode, snapshot: GridStateSnapshot) -> int:
+        """A local write at `node`: install `snapshot` and publish the lanes that moved."""
+        if node.replica is None:
+            raise ValueError(f"{node.id} has no replica")
+        count, effects = sync.publish_snapshot(node.replica, node.machine, snapshot, self.now)
+        self.apply(node, effects)
+        return count
+
+    def _merge(self, node: SimNode, item: BroadcastItem) -> None:
+        if node.replica is None:
+            return
+        try:
+            _, effects = sync.merge_delivered(node.replica, node.machine, item, self.now)
+        except ProtocolError:
+            node.items_rejected += 1
+            return
+        self.apply(node, effects)
 
     def _fire(self, node: SimNode, generation: int, timer: Timer) -> None:
         if node.up and node.generation == generation:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from grid.adapters.backbone import RosterEntry
 from grid.adapters.backbone.roster_sqlite import SqliteRosterLog
+from grid.testing.poll import eventually
 
 
 async def test_appends_get_increasing_revisions_and_replay_in_order(tmp_path: Path) -> None:
@@ -38,9 +38,7 @@ async def test_tail_sees_an_append_from_another_connection_within_a_second(
     task = asyncio.create_task(follow())
     try:
         written = await writer.append("a1", "registered", "t1")
-        deadline = time.monotonic() + 1.0
-        while not seen and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: seen, "the follower sees the append", timeout_s=1.0)
         assert seen == [written]
     finally:
         task.cancel()

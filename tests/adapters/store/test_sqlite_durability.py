@@ -74,15 +74,21 @@ async def test_a_watcher_sees_writes_made_through_another_connection(tmp_path: P
 
 async def test_close_ends_an_open_watch(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "store.db", watch_poll_interval_s=0.02)
-    events = store.watch("GridSite")
+    await store.create(provider("vllm"))
+    events = store.watch("InferenceProvider")
+    snapshot_seen = asyncio.Event()
 
     async def drain() -> int:
-        return len([e async for e in events])
+        count = 0
+        async for _ in events:
+            count += 1
+            snapshot_seen.set()  # the loop asks for the next event at once: the watch is open
+        return count
 
     task = asyncio.ensure_future(drain())
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(snapshot_seen.wait(), 5.0)
     await store.close()
-    assert await asyncio.wait_for(task, 5.0) == 0
+    assert await asyncio.wait_for(task, 5.0) == 1
 
 
 def test_store_urls_parse_and_unknown_ones_are_refused() -> None:

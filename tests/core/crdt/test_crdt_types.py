@@ -10,7 +10,7 @@ from grid.core.crdt import (
     LwwRegister,
     ORSet,
     ProviderRecord,
-    ProviderSignals,
+    RecordSignals,
 )
 from grid.errors import GridError, ValidationError
 
@@ -146,7 +146,7 @@ def test_provider_record_validates_fields(kwargs: dict[str, object]) -> None:
 )
 def test_provider_signals_validate_ranges(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValidationError):
-        ProviderSignals(**kwargs)
+        RecordSignals(**kwargs)
 
 
 def test_provider_record_observed_at_as_utc_datetime() -> None:

@@ -12,7 +12,7 @@ from grid.core.crdt import (
     MetadataLaneValue,
     PrivateKeyRefused,
     ProviderRecord,
-    ProviderSignals,
+    RecordSignals,
     StateLaneValue,
 )
 from grid.core.crdt.payload import (
@@ -36,7 +36,7 @@ def _snapshot() -> GridStateSnapshot:
         models=("qwen", "llama"),
         healthy=False,
         observed_at=1_700_000_000.5,
-        signals=ProviderSignals(queue_depth=0.0, p99_latency_ms=120.0),
+        signals=RecordSignals(queue_depth=0.0, p99_latency_ms=120.0),
         phase="Degraded",
     )
     snap = GridStateSnapshot.empty("east").put_provider("vllm-a", rec)

@@ -10,7 +10,8 @@ from grid.core.crdt import (
     ProviderRecord,
 )
 from grid.core.crdt.payload import encode_lane
-from grid.core.crdt.replica import GridState, LaneItem, MergeOutcome
+from grid.core.crdt.replica import GridState, MergeOutcome
+from grid.core.swim.messages import BroadcastItem
 from grid.proto_gen.grid.swim.v1 import state_pb2 as pb
 
 
@@ -18,7 +19,7 @@ def _rec(site: str = "west") -> ProviderRecord:
     return ProviderRecord(name="p", cluster="p", site=site, backend_kind="local", models=("m",))
 
 
-def _west_items() -> tuple[GridState, list[LaneItem]]:
+def _west_items() -> tuple[GridState, list[BroadcastItem]]:
     west = GridState("west")
     items = west.update_local(west.local.put_provider("p", _rec()).add_spend("t", 4))
     items += west.update_local(west.local.set_lane(Lane.GATEWAY, GatewayLaneValue("w:443")))
@@ -53,7 +54,7 @@ def test_older_revision_is_stale() -> None:
 def test_cert_with_private_key_is_discarded_counted_and_not_stored() -> None:
     east = GridState("east")
     payload = pb.CertLane(pem="-----BEGIN PRIVATE KEY-----\nk\n").SerializeToString()
-    outcome = east.apply(LaneItem(Lane.CERT, "west", 3, payload))
+    outcome = east.apply(BroadcastItem(Lane.CERT, "west", 3, payload))
     assert outcome == MergeOutcome.DISCARDED
     assert east.counters.private_key_discards == 1
     assert east.snapshot("west") is None
@@ -62,7 +63,7 @@ def test_cert_with_private_key_is_discarded_counted_and_not_stored() -> None:
 def test_public_cert_is_stored() -> None:
     east = GridState("east")
     payload = encode_lane(CertLaneValue("-----BEGIN CERTIFICATE-----\nc\n"))
-    assert east.apply(LaneItem(Lane.CERT, "west", 1, payload)) == MergeOutcome.APPLIED
+    assert east.apply(BroadcastItem(Lane.CERT, "west", 1, payload)) == MergeOutcome.APPLIED
 
 
 def test_peer_copy_of_our_lane_from_a_previous_life_is_refuted() -> None:
@@ -106,7 +107,7 @@ def test_capabilities_union_across_origins() -> None:
 def test_refuting_a_maximal_revision_stays_in_the_wire_range() -> None:
     east = GridState("east")
     east.update_local(east.local.set_lane(Lane.GATEWAY, GatewayLaneValue("mine:1")))
-    forged = LaneItem(Lane.GATEWAY, "east", 2**64 - 1, encode_lane(GatewayLaneValue("x:1")))
+    forged = BroadcastItem(Lane.GATEWAY, "east", 2**64 - 1, encode_lane(GatewayLaneValue("x:1")))
     assert east.apply(forged) == MergeOutcome.REASSERTED
     assert east.local.revision(Lane.GATEWAY) == 2**64 - 1
     assert east.item("east", Lane.GATEWAY).revision == 2**64 - 1

@@ -13,7 +13,7 @@ from grid.core.crdt import (
     MetadataLaneValue,
     PrivateKeyRefused,
     ProviderRecord,
-    ProviderSignals,
+    RecordSignals,
 )
 
 
@@ -26,7 +26,7 @@ def _record(queue: float | None = None) -> ProviderRecord:
         models=("llama",),
         healthy=True,
         observed_at=100.0,
-        signals=ProviderSignals(queue_depth=queue),
+        signals=RecordSignals(queue_depth=queue),
     )
 
 

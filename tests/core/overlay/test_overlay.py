@@ -36,6 +36,7 @@ from grid.core.routing.scoring import (
     ScoringWeights,
     SignalValues,
 )
+from grid.testing.strategies import json_values
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "overlay"
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -321,13 +322,7 @@ def test_fixture_verdict(name: str) -> None:
         assert verdict.revision == canonical_digest(document.get("overlay", document))
 
 
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
+JSON_VALUES = json_values()
 
 
 @settings(max_examples=200, deadline=None)

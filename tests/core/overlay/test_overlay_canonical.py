@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grid.core.overlay import digest as canonical
+from grid.testing.strategies import json_values
 
 KEYS = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6
@@ -21,11 +22,7 @@ FLOATS = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(
 )
 INTS = st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1) | st.integers(-(2**60), 2**60)
 SCALARS = st.none() | st.booleans() | INTS | FLOATS | st.text(max_size=8)
-JSON = st.recursive(
-    SCALARS,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=4),
-    max_leaves=20,
-)
+JSON = json_values(SCALARS, KEYS, max_leaves=20)
 
 
 def reference(value: Any) -> bytes | type[Exception]:

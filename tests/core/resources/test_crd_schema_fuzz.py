@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from grid.core.resources import KINDS, InvalidResource, parse_resource
 from grid.core.resources.crd_schema import openapi_schema
+from grid.testing.strategies import json_values
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -34,13 +35,7 @@ json_leaf = st.one_of(
     st.sampled_from(INTERESTING),
     st.text(max_size=8),
 )
-json_value = st.recursive(
-    json_leaf,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
+json_value = json_values(json_leaf, st.text(max_size=6), max_size=3, max_leaves=6)
 
 
 @cache

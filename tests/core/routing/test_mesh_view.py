@@ -14,8 +14,7 @@ import pytest
 
 from grid.core.crdt import GridStateSnapshot, Lane
 from grid.core.crdt.payload import decode_lane, encode_lane
-from grid.core.crdt.record import ProviderRecord
-from grid.core.crdt.record import ProviderSignals as RecordSignals
+from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import API_VERSION, SITE_LABEL, GridNetwork, GridSite, InferenceProvider
 from grid.core.routing.mesh_view import (
     SIGNALS_SCHEMA_VERSION,

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from grid.core.routing.scoring import BackendKind, SignalValues
 from grid.core.routing.signals import is_fresh, merge_entries, parse_signals
 from grid.errors import ValidationError
+from grid.testing.strategies import json_values
 
 
 def document() -> dict[str, Any]:
@@ -126,13 +127,7 @@ def test_merge_keeps_the_newest_entry_per_site_and_name() -> None:
     assert merged[1] is pulled[1]  # pulled entry is newer
 
 
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
+JSON_VALUES = json_values()
 
 
 @settings(max_examples=150, deadline=None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from grid.core.telemetry.admission import Admission
@@ -52,6 +52,10 @@ records = st.lists(
 )
 
 
+def _spec(record_id: str, type_: str, attributes: dict[str, str]) -> dict[str, object]:
+    return {"record_id": record_id, "type": type_, "attributes": attributes, "observed": None}
+
+
 def _batch(specs: list[dict[str, object]]) -> EventBatch:
     batch = EventBatch(protocol_version=1, schema_version=1)
     for spec in specs:
@@ -62,17 +66,21 @@ def _batch(specs: list[dict[str, object]]) -> EventBatch:
     return batch
 
 
-def _reference(batch: EventBatch, received_ns: int) -> str | None:
+def _reference(
+    batch: EventBatch, received_ns: int, settings: GatewaySettings = SETTINGS
+) -> str | None:
     seen: set[str] = set()
     try:
         for index, event in enumerate(batch.events):
-            validate_record(index, event, received_ns, SETTINGS, seen)
+            validate_record(index, event, received_ns, settings, seen)
     except InvalidBatch as refusal:
         return refusal.message
     return None
 
 
-def _accept(batch: EventBatch, received_ns: int) -> EventBatch:
+def _accept(
+    batch: EventBatch, received_ns: int, settings: GatewaySettings = SETTINGS
+) -> EventBatch:
     """Step 5 as the gateway runs it: the columnar decision, else record by record."""
     roster = Roster()
     roster.replay(
@@ -81,7 +89,7 @@ def _accept(batch: EventBatch, received_ns: int) -> EventBatch:
             RosterRecord("agent-a", "tenant-a", "admitted", 2),
         ]
     )
-    admission = Admission(SETTINGS, roster)
+    admission = Admission(settings, roster)
     ticket = admission.admit("agent-a", "events", None, 0.0)
     reception = ReceptionStamp("gw", received_ns, "req")
     stamped = admission.accept(ticket, batch.SerializeToString(), reception)
@@ -90,6 +98,8 @@ def _accept(batch: EventBatch, received_ns: int) -> EventBatch:
 
 @settings(max_examples=400, deadline=None)
 @given(records, st.integers(0, NANOS - 1))
+# Two bad attributes: the refusal once named either, by the map's per-process hash order.
+@example([_spec("r1", "a", {"b": "aaaa", "b\u00e9aa": ""})], 0)
 def test_step_5_decides_exactly_as_the_per_record_rules(
     specs: list[dict[str, object]], received_nanos: int
 ) -> None:
@@ -104,6 +114,20 @@ def test_step_5_decides_exactly_as_the_per_record_rules(
         with pytest.raises(InvalidBatch) as info:
             _accept(batch, received_ns)
         assert info.value.message == expected
+
+
+def test_the_refusal_names_the_first_bad_attribute_in_key_order() -> None:
+    wide = SETTINGS.model_copy(update={"attributes_max": 64})
+    keys = [f"{c}{d}" for c in "pqrs" for d in "abcde"]
+    batch = EventBatch(protocol_version=1, schema_version=1)
+    for record_keys in (keys, keys[::-1]):
+        event = batch.events.add(record_id=f"r{len(batch.events)}", type="t")
+        event.attributes.update(dict.fromkeys(record_keys, "long"))
+        event.observed_at.seconds = NOW_S
+    reference = [_reference(EventBatch(events=[e]), NOW_NS, wide) for e in batch.events]
+    assert reference == ["record 0: attribute 'pa' longer than 3 characters"] * 2
+    with pytest.raises(InvalidBatch, match="record 0: attribute 'pa' longer"):
+        _accept(batch, NOW_NS, wide)
 
 
 @pytest.mark.parametrize("offset_ns", [-20 * NANOS, 10 * NANOS, -20 * NANOS - 1, 10 * NANOS + 1])

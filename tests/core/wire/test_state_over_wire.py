@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import random
 
-from grid.core.crdt import Lane, ProviderRecord, ProviderSignals
+from grid.core.crdt import Lane, ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState, MergeOutcome
 from grid.core.swim.messages import BroadcastItem, Ping, PushPull
-from grid.core.swim.messages import Lane as SwimLane
 from grid.core.wire.codec import (
     StreamDeframer,
     decode_datagram,
@@ -38,15 +37,13 @@ def test_state_items_travel_in_sealed_datagrams_and_converge() -> None:
         models=("llama",),
         healthy=True,
         observed_at=1.0,
-        signals=ProviderSignals(queue_depth=0.25),
+        signals=RecordSignals(queue_depth=0.25),
     )
     items = east.update_local(east.local.put_provider("vllm-a", record).add_spend("t", 3))
-    swim_items = tuple(
-        BroadcastItem(SwimLane(i.lane), i.origin, i.revision, i.payload) for i in items
-    )
+    swim_items = tuple(BroadcastItem(i.lane, i.origin, i.revision, i.payload) for i in items)
     plaintext, _, n_items = pack_datagram(Ping(1, "east", "west", items=swim_items))
     assert n_items == len(swim_items)
-    packet = ring.seal(plaintext, source=rnd.randbytes)
+    packet = ring.seal(plaintext, rnd.randbytes(12))
 
     counters = FrameCounters()
     opened = ring.open_or_drop(packet, counters)
@@ -65,11 +62,9 @@ def test_push_pull_over_the_length_prefixed_stream_converges() -> None:
     west.update_local(west.local.add_capability("models", "qwen").add_spend("t", 2))
 
     def push(src: GridState, dst: GridState) -> None:
-        items = tuple(
-            BroadcastItem(SwimLane(i.lane), i.origin, i.revision, i.payload) for i in src.items()
-        )
+        items = tuple(BroadcastItem(i.lane, i.origin, i.revision, i.payload) for i in src.items())
         wire = prefix_length(
-            ring.seal(encode_stream(PushPull(src.local_origin, (), items)), source=rnd.randbytes)
+            ring.seal(encode_stream(PushPull(src.local_origin, (), items)), rnd.randbytes(12))
         )
         deframer = StreamDeframer()
         frames = deframer.feed(wire[:5]) + deframer.feed(wire[5:])

@@ -8,18 +8,14 @@ central must never see west Active while every other site pair goes Active.
 Routing does not depend on GridSite phases, so the other tests are unaffected.
 
 `look` bundles the read-only probes the tests share (overlay files, store
-objects, /metrics) and `wait_for`, the one way these tests wait: a poll with a
-deadline that fails with the last value it saw.
+objects, /metrics); the tests wait with `grid.testing.poll.eventually`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import inspect
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,26 +32,6 @@ SITES = ["east", "west", "central"]
 MISPINNED = ("central", "west")
 """(store, GridSite): central's copy of west's GridSite pins a wrong fingerprint."""
 WRONG_FINGERPRINT = hashlib.sha256(b"not the certificate west presents").hexdigest()
-
-
-async def wait_for(
-    what: str,
-    check: Callable[[], Any] | Callable[[], Awaitable[Any]],
-    timeout_s: float,
-    interval_s: float = 0.1,
-) -> Any:
-    """Poll ``check`` until it returns something truthy; fail at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        last = check()
-        if inspect.isawaitable(last):
-            last = await last
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:.1f} s (last seen: {last!r})")
-        await asyncio.sleep(interval_s)
 
 
 @dataclass(frozen=True)
@@ -118,7 +94,6 @@ async def http_text(url: str) -> str | None:
 class Tools:
     """The helpers above, handed to tests through fixtures (tests cannot import conftest)."""
 
-    wait_for = staticmethod(wait_for)
     read_overlay = staticmethod(read_overlay)
     store_list = staticmethod(store_list)
     http_text = staticmethod(http_text)

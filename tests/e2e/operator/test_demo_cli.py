@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 
 from grid.core.overlay import verify
 from grid.demo.plan import NAMESPACE, NETWORK
+from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
@@ -84,14 +84,6 @@ def _check_description(doc: dict[str, Any], pids: set[int], transport: str) -> N
         assert "PRIVATE KEY" in Path(site["key"]).read_text()
 
 
-async def _wait_file(path: Path, proc: asyncio.subprocess.Process, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert proc.returncode is None, f"grid demo exited early with {proc.returncode}"
-        assert time.monotonic() < deadline, f"{path.name} not written within {timeout_s} s"
-        await asyncio.sleep(0.1)
-
-
 @pytest.mark.parametrize("transport", ["gossip", "poll"])
 async def test_demo_runs_and_leaves_nothing_behind(
     tmp_path: Path, tools: Any, transport: str
@@ -116,7 +108,12 @@ async def test_demo_runs_and_leaves_nothing_behind(
         )
     seen: set[Proc] = set()
     try:
-        await _wait_file(root / "demo.json", proc, 60.0)
+
+        def written() -> bool:
+            assert proc.returncode is None, f"grid demo exited early with {proc.returncode}"
+            return (root / "demo.json").exists()
+
+        await eventually(written, "demo.json written", timeout_s=60.0, interval_s=0.1)
         seen = _descendants(proc.pid)
         doc = json.loads((root / "demo.json").read_text())
         _check_description(doc, {pid for pid, _ in seen}, transport)

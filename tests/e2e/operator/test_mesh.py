@@ -29,6 +29,7 @@ import pytest
 from grid.core.overlay import verify
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import MODEL, NAMESPACE, NETWORK
+from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
@@ -76,8 +77,8 @@ def _overlay_ok(look: Any, site: str) -> Any:
 async def test_three_sites_converge_with_tiers(mesh: DemoMesh, look: Any) -> None:
     """Each overlay verifies, lists the others' providers, and tiers them by geography."""
     for site, peers in EXPECTED_TIERS.items():
-        overlay = await look.wait_for(
-            f"{site}'s overlay lists its peers", lambda s=site: _overlay_ok(look, s), 30.0
+        overlay = await eventually(
+            lambda s=site: _overlay_ok(look, s), f"{site}'s overlay lists its peers", timeout_s=30.0
         )
         verdict = verify(overlay.envelope, look.expected_scope(site))
         assert verdict.verdict == "accept", verdict
@@ -134,7 +135,7 @@ async def test_wrong_fingerprint_never_active(mesh: DemoMesh, look: Any) -> None
         ok = all(p == ("Active", "FingerprintVerified") for p in correct)
         return central if ok and central["west"] == ("Connecting", "FingerprintMismatch") else None
 
-    await look.wait_for("phases settle", settled, CONVERGE_TIMEOUT_S, 0.25)
+    await eventually(settled, "phases settle", timeout_s=CONVERGE_TIMEOUT_S, interval_s=0.25)
     # A site whose certificate was never verified gets no traffic from central.
     central_overlay = look.overlay("central")
     assert central_overlay is not None and central_overlay.find("vllm-west") is None
@@ -207,7 +208,7 @@ async def test_load_reorders_within_two_scrapes(mesh: DemoMesh, look: Any) -> No
         return bool(order) and order[0] < order[1]
 
     # vllm-east-b runs the bursty profile, so idle vllm-east-a outranks it but near a trough.
-    await look.wait_for("idle vllm-east-a ranks first", idle_order, 15.0, 0.1)
+    await eventually(idle_order, "idle vllm-east-a ranks first", timeout_s=15.0, interval_s=0.1)
     assert await look.provider_gauge("vllm-east-a", "vllm:num_requests_waiting") == 0
     idle_queue_share = look.overlay("east").find("vllm-east-a")["score_breakdown"]["queue_depth"]
     assert idle_queue_share > 0
@@ -271,13 +272,19 @@ async def test_restart_keeps_grid_id_and_store(mesh: DemoMesh, look: Any) -> Non
     mesh.kill_operator("central", signal.SIGTERM)
     assert await mesh.wait_exit("operator-central", 15.0) == 0
     # A graceful stop leaves the SWIM mesh, so the peers record that it left.
-    await look.wait_for("east records central Left", lambda: _phase_is(look, "Left"), 10.0, 0.2)
-    await mesh.start_operator("central")
-    await look.wait_for("central ready again", lambda: look.ready("central"), 30.0, 0.2)
-    await look.wait_for(
-        "central renders its peers again", lambda: _overlay_ok(look, "central"), 20.0
+    await eventually(
+        lambda: _phase_is(look, "Left"), "east records central Left", timeout_s=10.0, interval_s=0.2
     )
-    await look.wait_for("central Active at east again", lambda: _phase_is(look, "Active"), 15.0)
+    await mesh.start_operator("central")
+    await eventually(
+        lambda: look.ready("central"), "central ready again", timeout_s=30.0, interval_s=0.2
+    )
+    await eventually(
+        lambda: _overlay_ok(look, "central"), "central renders its peers again", timeout_s=20.0
+    )
+    await eventually(
+        lambda: _phase_is(look, "Active"), "central Active at east again", timeout_s=15.0
+    )
     assert await look.grid_id("central") == grid_id
     assert await _store_snapshot(look, "central") == before
     assert set(await look.objects("central", "ConfigMap")) == configmaps
@@ -286,7 +293,9 @@ async def test_restart_keeps_grid_id_and_store(mesh: DemoMesh, look: Any) -> Non
     async def one_grid_id() -> bool:
         return {await look.grid_id(s) for s in ("east", "west", "central")} == {grid_id}
 
-    await look.wait_for("every site holds the same gridId", one_grid_id, 10.0, 0.25)
+    await eventually(
+        one_grid_id, "every site holds the same gridId", timeout_s=10.0, interval_s=0.25
+    )
 
 
 async def test_killed_site_evicted_after_ttl_then_back(mesh: DemoMesh, look: Any) -> None:
@@ -297,7 +306,7 @@ async def test_killed_site_evicted_after_ttl_then_back(mesh: DemoMesh, look: Any
     age out before TTL - 2 scrape intervals.
     """
     grid_id = await look.grid_id("west")
-    await look.wait_for("east lists west", lambda: _overlay_ok(look, "east"), 10.0)
+    await eventually(lambda: _overlay_ok(look, "east"), "east lists west", timeout_s=10.0)
     mesh.kill_operator("west", signal.SIGKILL)
     killed = time.monotonic()
     assert await mesh.wait_exit("operator-west", 5.0) == -signal.SIGKILL
@@ -315,10 +324,10 @@ async def test_killed_site_evicted_after_ttl_then_back(mesh: DemoMesh, look: Any
     assert gone is not None, f"east still lists vllm-west {bound:.0f} s after the kill"
     assert gone >= STALE_TTL_S - 2 * SCRAPE_INTERVAL_S, f"evicted after only {gone:.1f} s"
     assert seen_unreachable, "east never marked the dead site Unreachable"
-    await look.wait_for(
-        "central drops west too",
+    await eventually(
         lambda: (o := look.overlay("central")) is not None and o.find("vllm-west") is None,
-        3.0,
+        "central drops west too",
+        timeout_s=3.0,
     )
     metrics = await look.operator_metrics("east")
     dead = re.search(r'grid_swim_members\{state="dead"\} (\S+)', metrics or "")
@@ -326,20 +335,22 @@ async def test_killed_site_evicted_after_ttl_then_back(mesh: DemoMesh, look: Any
 
     await mesh.start_operator("west")
     for site in ("east", "west"):
-        await look.wait_for(
-            f"{site} lists west's and east's providers again",
+        await eventually(
             lambda s=site: (
                 (o := look.overlay(s)) is not None
                 and o.find("vllm-west") is not None
                 and o.find("vllm-east-a") is not None
             ),
-            30.0,
+            f"{site} lists west's and east's providers again",
+            timeout_s=30.0,
         )
     # Central's copy of west is mispinned: it never routes to the unverified site.
     central = look.overlay("central")
     assert central is not None and central.find("vllm-west") is None
     assert await look.grid_id("west") == grid_id
-    await look.wait_for("west is Active at east again", lambda: _west_active(look), 10.0, 0.25)
+    await eventually(
+        lambda: _west_active(look), "west is Active at east again", timeout_s=10.0, interval_s=0.25
+    )
 
 
 async def _west_active(look: Any) -> bool:

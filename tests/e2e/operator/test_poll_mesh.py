@@ -26,6 +26,7 @@ import pytest_asyncio
 from grid.adapters.tls_probe import client_context
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import MODEL
+from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
@@ -89,18 +90,6 @@ async def _signals(mesh: DemoMesh, site: str, scope: str) -> dict[str, Any]:
         return dict(await resp.json())
 
 
-async def _until(what: str, check: Any, timeout_s: float, interval_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
-        await asyncio.sleep(interval_s)
-
-
 async def _gauge(mesh: DemoMesh, provider: str, metric: str) -> float | None:
     port = next(p.port for p in mesh.plan.providers if p.name == provider)
     async with (
@@ -127,7 +116,7 @@ async def test_every_site_pulls_every_peer_and_renders_without_scores(
                 return False
         return True
 
-    await _until("every overlay lists all three sites", converged, CONVERGE_TIMEOUT_S)
+    await eventually(converged, "every overlay lists all three sites", timeout_s=CONVERGE_TIMEOUT_S)
     for site in SITES:
         overlay = _overlay(poll_mesh, site)
         assert overlay is not None
@@ -147,7 +136,9 @@ async def test_pulled_signals_match_what_the_provider_exposes(poll_mesh: DemoMes
             return False
         return abs(pulled["signals"].get("kv_cache_utilization", -1) - exposed) < 1e-9
 
-    await _until("east holds central's exposed KV-cache signal", matches, CONVERGE_TIMEOUT_S)
+    await eventually(
+        matches, "east holds central's exposed KV-cache signal", timeout_s=CONVERGE_TIMEOUT_S
+    )
 
 
 async def _load(url: str, stop: asyncio.Event) -> None:
@@ -161,42 +152,42 @@ async def _load(url: str, stop: asyncio.Event) -> None:
 async def test_a_peer_past_the_excluded_threshold_leaves_remote_overlays_then_returns(
     poll_mesh: DemoMesh,
 ) -> None:
-    await _until(
-        "central is listed at east and west",
+    await eventually(
         lambda: all(_find(_overlay(poll_mesh, s), "vllm-central") for s in ("east", "west")),
-        CONVERGE_TIMEOUT_S,
+        "central is listed at east and west",
+        timeout_s=CONVERGE_TIMEOUT_S,
     )
     port = next(p.port for p in poll_mesh.plan.providers if p.name == "vllm-central")
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     stop = asyncio.Event()
     workers = [asyncio.create_task(_load(url, stop)) for _ in range(LOAD_WORKERS)]
     try:
-        shown = await _until(
-            "central's /metrics shows the queue",
+        shown = await eventually(
             lambda: _shown(poll_mesh, lambda w: w is not None and w >= 16),
-            10.0,
-            0.05,
+            "central's /metrics shows the queue",
+            interval_s=0.05,
         )
-        gone = await _until(
-            "east and west drop the saturated central",
+        gone = await eventually(
             lambda: _when(
                 all(_find(_overlay(poll_mesh, s), "vllm-central") is None for s in ("east", "west"))
             ),
-            10.0,
-            0.05,
+            "east and west drop the saturated central",
+            interval_s=0.05,
         )
         assert gone - shown <= PROPAGATION_BOUND_S, f"excluded {gone - shown:.2f} s later"
     finally:
         stop.set()
         await asyncio.gather(*workers, return_exceptions=True)
-    idle = await _until(
-        "central's queue drains", lambda: _shown(poll_mesh, lambda w: w == 0), 30.0, 0.05
+    idle = await eventually(
+        lambda: _shown(poll_mesh, lambda w: w == 0),
+        "central's queue drains",
+        timeout_s=30.0,
+        interval_s=0.05,
     )
-    back = await _until(
-        "east and west list central again",
+    back = await eventually(
         lambda: _when(all(_find(_overlay(poll_mesh, s), "vllm-central") for s in ("east", "west"))),
-        10.0,
-        0.05,
+        "east and west list central again",
+        interval_s=0.05,
     )
     assert back - idle <= PROPAGATION_BOUND_S, f"restored {back - idle:.2f} s later"
 
@@ -225,8 +216,12 @@ async def test_supervisor_restarts_an_operator_into_the_declared_mode(tmp_path: 
         signals = f"127.0.0.1:{mesh.plan.sites['east'].signals_port}"
         assert not _port_open(signals), "gossip leaves the signals listener unbound"
         await mesh.declare_signal_transport("poll")
-        await _until("the operator restarts", lambda: mesh.children["operator-east"].restarts, 20)
-        await _until("the restarted operator serves poll", lambda: _port_open(signals), 20)
+        await eventually(
+            lambda: mesh.children["operator-east"].restarts, "the operator restarts", timeout_s=20
+        )
+        await eventually(
+            lambda: _port_open(signals), "the restarted operator serves poll", timeout_s=20
+        )
         log = mesh.children["operator-east"].log_path.read_text()
         failed = [line for line in log.splitlines() if "operator failed" in line]
         assert len(failed) == 1 and "signalTransport.mode: poll" in failed[0]

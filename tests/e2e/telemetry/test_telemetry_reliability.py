@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from grid.telemetry.client import (
     encode_batch,
 )
 from grid.testing.nats_server import NatsServer
+from grid.testing.poll import eventually
 
 from .conftest import Gateways, Pki, admit_agents, stored
 
@@ -80,13 +80,6 @@ class Stream:
             await self.transport.close()
 
 
-async def _wait_until(what: str, check: object, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 def _by_batch(rows: list[dict[str, object]]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for row in rows:
@@ -106,7 +99,11 @@ async def test_sigkill_mid_stream_loses_no_acknowledged_record(
     streams = [Stream(pki, i, gateway.address) for i in range(STREAMS)]
     tasks = [asyncio.create_task(s.run()) for s in streams]
 
-    await _wait_until("acks", lambda: sum(len(s.acked) for s in streams) >= ACKS_BEFORE_KILL, 30)
+    await eventually(
+        lambda: sum(len(s.acked) for s in streams) >= ACKS_BEFORE_KILL,
+        f"{ACKS_BEFORE_KILL} acks before the kill",
+        timeout_s=30,
+    )
     await gateway.kill()
     await asyncio.wait_for(asyncio.gather(*tasks), 30)
 
@@ -168,15 +165,16 @@ async def test_backbone_down_means_only_503_and_no_ack_then_recovery(
             assert int(retry_after) >= 1
 
         nats.start()
-        deadline = time.monotonic() + 20
-        while True:
+
+        async def accepted() -> str | None:
+            nonlocal n
             status, got, _ = await _post(transport, _batch(agent, n := n + 1))
-            if status == 200:
-                acked.append(got)
-                break
-            assert (status, got) == (503, "backbone_unavailable")
-            assert time.monotonic() < deadline, "the stream did not recover"
-            await asyncio.sleep(0.1)
+            assert status == 200 or (status, got) == (503, "backbone_unavailable")
+            return got if status == 200 else None
+
+        acked.append(
+            await eventually(accepted, "the stream recovers", timeout_s=20, interval_s=0.1)
+        )
         for _ in range(3):
             status, batch_id, _ = await _post(transport, _batch(agent, n := n + 1))
             assert status == 200

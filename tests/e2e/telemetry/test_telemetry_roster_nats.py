@@ -12,6 +12,7 @@ import pytest
 from grid.proto_gen.grid.telemetry.v1 import telemetry_pb2 as pb
 from grid.telemetry.client import HttpsTransport, OutboundRecord, encode_batch
 from grid.testing.nats_server import NatsServer
+from grid.testing.poll import eventually
 
 from .conftest import GRID, Gateways, Pki
 
@@ -39,9 +40,11 @@ async def _answer(transport: HttpsTransport) -> str:
 
 async def _within_pickup(transport: HttpsTransport, expected: str) -> float:
     started = time.monotonic()
-    while (answer := await _answer(transport)) != expected:
-        assert time.monotonic() - started < PICKUP_S, f"still {answer}, wanted {expected}"
-        await asyncio.sleep(0.02)
+
+    async def answers() -> bool:
+        return await _answer(transport) == expected
+
+    await eventually(answers, f"the answer {expected}", timeout_s=PICKUP_S)
     return time.monotonic() - started
 
 

@@ -18,17 +18,13 @@ from typing import Literal, Protocol
 
 from google.protobuf.message import DecodeError
 
+# One type for "no durable receipt": the refusal the gateway answers with (a 503).
+from grid.core.telemetry.refusals import BackboneUnavailable as BackboneUnavailable
 from grid.core.telemetry.validation import split_stamped
-from grid.errors import GridError, ProtocolError
+from grid.errors import ProtocolError
 
 Route = Literal["events", "inventory"]
 RosterState = Literal["registered", "admitted", "suspended", "revoked"]
-
-
-class BackboneUnavailable(GridError):
-    """The backbone gave no durable receipt; nothing may be acknowledged."""
-
-    code = "backbone_unavailable"
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,16 @@ invalidation lanes; `record` defines the provider record that scoring reads.
 from grid.core.crdt.gcounter import CounterRefusal, GCounter, merge_gcounter
 from grid.core.crdt.lww import LwwRegister, merge_lww
 from grid.core.crdt.orset import ORSet, Tag, merge_orset
-from grid.core.crdt.record import ProviderRecord, ProviderSignals
+from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.snapshot import (
     CertLaneValue,
     GatewayLaneValue,
     GridStateSnapshot,
-    Lane,
     MetadataLaneValue,
     PrivateKeyRefused,
     StateLaneValue,
 )
+from grid.core.swim.messages import Lane
 
 __all__ = [
     "CertLaneValue",
@@ -30,7 +30,7 @@ __all__ = [
     "ORSet",
     "PrivateKeyRefused",
     "ProviderRecord",
-    "ProviderSignals",
+    "RecordSignals",
     "StateLaneValue",
     "Tag",
     "merge_gcounter",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, assert_never
 
 from google.protobuf.message import DecodeError, Message
 
@@ -28,19 +28,19 @@ from grid.core.crdt.record import (
     PROVIDER_KINDS,
     PROVIDER_PHASES,
     ProviderRecord,
-    ProviderSignals,
+    RecordSignals,
 )
 from grid.core.crdt.snapshot import (
     CertLaneValue,
     GatewayLaneValue,
     GridStateSnapshot,
-    Lane,
     LaneValue,
     MetadataLaneValue,
     ProviderRegister,
     StateLaneValue,
     sorted_pairs,
 )
+from grid.core.swim.messages import Lane
 from grid.errors import ProtocolError, ValidationError
 from grid.proto_gen.grid.swim.v1 import state_pb2 as pb
 
@@ -201,13 +201,17 @@ def _metadata_pb(value: MetadataLaneValue) -> pb.MetadataLane:
 
 def lane_message(value: LaneValue) -> Message:
     """The state.proto message for a lane value."""
-    if isinstance(value, StateLaneValue):
-        return _state_pb(value)
-    if isinstance(value, GatewayLaneValue):
-        return _gateway_pb(value)
-    if isinstance(value, CertLaneValue):
-        return pb.CertLane(pem=value.pem)
-    return _metadata_pb(value)
+    match value:
+        case StateLaneValue():
+            return _state_pb(value)
+        case GatewayLaneValue():
+            return _gateway_pb(value)
+        case CertLaneValue(pem=pem):
+            return pb.CertLane(pem=pem)
+        case MetadataLaneValue():
+            return _metadata_pb(value)
+        case _:
+            assert_never(value)
 
 
 def encode_lane(value: LaneValue) -> bytes:
@@ -239,7 +243,7 @@ def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
     if not 1 <= provider_kind <= len(PROVIDER_KINDS):
         raise _fail("payload_invalid", "provider record has an unknown provider kind")
     sig = msg.signals
-    signals = ProviderSignals(
+    signals = RecordSignals(
         **{name: getattr(sig, name) if sig.HasField(name) else None for name in SIGNAL_FIELDS}
     )
     return ProviderRecord(

@@ -60,7 +60,7 @@ def _match_labels(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], 
 
 
 @dataclass(frozen=True, slots=True)
-class ProviderSignals:
+class RecordSignals:
     """The scraped signals of one provider; ``None`` means missing, never zero."""
 
     queue_depth: float | None = None
@@ -91,7 +91,7 @@ class ProviderRecord:
     models: tuple[str, ...] = ()
     healthy: bool | None = None
     observed_at: float = 0.0
-    signals: ProviderSignals = field(default_factory=ProviderSignals)
+    signals: RecordSignals = field(default_factory=RecordSignals)
     phase: str = "Available"
     provider_kind: str = "self_hosted"
     access_match_labels: tuple[tuple[str, str], ...] = ()

@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
 
 from grid.core.crdt.gcounter import GCounter
 from grid.core.crdt.payload import DEFAULT_LIMITS, PayloadError, PayloadLimits, decode_lane
 from grid.core.crdt.payload import encode_lane as _encode
 from grid.core.crdt.record import ProviderRecord
-from grid.core.crdt.snapshot import GridStateSnapshot, Lane, PrivateKeyRefused
+from grid.core.crdt.snapshot import GridStateSnapshot, PrivateKeyRefused
+from grid.core.swim.messages import BroadcastItem, Lane
 
 REVISION_MAX = 2**64 - 1
 """Revisions travel as uint64."""
@@ -41,32 +41,6 @@ class MergeOutcome(StrEnum):
     STALE = "stale"
     REASSERTED = "reasserted"
     DISCARDED = "discarded"
-
-
-class LaneItemLike(Protocol):
-    """Anything shaped like a broadcast item (e.g. `grid.core.swim.messages.BroadcastItem`)."""
-
-    @property
-    def lane(self) -> str: ...
-
-    @property
-    def origin(self) -> str: ...
-
-    @property
-    def revision(self) -> int: ...
-
-    @property
-    def payload(self) -> bytes: ...
-
-
-@dataclass(frozen=True, slots=True)
-class LaneItem:
-    """One lane of one origin, ready to piggyback: payload is `encode_lane` bytes."""
-
-    lane: Lane
-    origin: str
-    revision: int
-    payload: bytes
 
 
 @dataclass(slots=True)
@@ -102,7 +76,7 @@ class GridState:
         """Every known origin, sorted."""
         return sorted(self._snapshots)
 
-    def update_local(self, snapshot: GridStateSnapshot) -> list[LaneItem]:
+    def update_local(self, snapshot: GridStateSnapshot) -> list[BroadcastItem]:
         """Install a new local snapshot; return items for the lanes whose revision moved."""
         if snapshot.origin != self.local_origin:
             raise ValueError("update_local takes the local origin's snapshot")
@@ -114,12 +88,12 @@ class GridState:
             if snapshot.revision(lane) != before.revision(lane)
         ]
 
-    def item(self, origin: str, lane: Lane) -> LaneItem:
+    def item(self, origin: str, lane: Lane) -> BroadcastItem:
         """The current broadcast item of one origin's lane."""
         snap = self._snapshots[origin]
-        return LaneItem(lane, origin, snap.revision(lane), _encode(snap.lane_value(lane)))
+        return BroadcastItem(lane, origin, snap.revision(lane), _encode(snap.lane_value(lane)))
 
-    def items(self) -> list[LaneItem]:
+    def items(self) -> list[BroadcastItem]:
         """Every written lane of every origin (push-pull anti-entropy)."""
         return [
             self.item(origin, lane)
@@ -133,7 +107,7 @@ class GridState:
         if origin != self.local_origin:
             self._snapshots.pop(origin, None)
 
-    def apply(self, item: LaneItemLike) -> MergeOutcome:
+    def apply(self, item: BroadcastItem) -> MergeOutcome:
         """Merge a received item; raises only `ProtocolError` subclasses on bad input."""
         try:
             lane = Lane(item.lane)

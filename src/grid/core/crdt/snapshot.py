@@ -20,24 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 from grid.core.crdt.gcounter import GCounter
 from grid.core.crdt.lww import LwwRegister
 from grid.core.crdt.orset import ORSet
 from grid.core.crdt.record import ProviderRecord
+from grid.core.swim.messages import Lane as Lane  # the snapshot's lanes, re-exported
 from grid.core.trust import contains_private_key
 from grid.errors import ProtocolError
-
-
-class Lane(StrEnum):
-    """The four invalidation lanes; their wire numbers are fixed in the proto."""
-
-    STATE = "state"
-    GATEWAY = "gateway"
-    CERT = "cert"
-    METADATA = "metadata"
-
 
 CAPABILITY_KINDS = ("models", "tools", "agents")
 """The capability OR-Sets of the state lane."""

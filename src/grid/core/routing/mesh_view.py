@@ -26,8 +26,7 @@ from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from grid.core.crdt.record import ProviderRecord
-from grid.core.crdt.record import ProviderSignals as RecordSignals
+from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import (
     API_VERSION,
     SITE_LABEL,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import assert_never
 
 from grid.core.swim.messages import (
     Ack,
@@ -64,32 +65,26 @@ def _text(value: str | None) -> int:
 
 def estimate_size(value: WireValue) -> int:
     """A conservative Protobuf size: every int costs its longest varint."""
-    if isinstance(value, BroadcastItem):
-        return (
-            _MESSAGE_OVERHEAD
-            + 2 * _INT_BYTES
-            + _text(value.origin)
-            + _STR_OVERHEAD
-            + len(value.payload)
-        )
-    if isinstance(value, Alive):
-        return _MESSAGE_OVERHEAD + _INT_BYTES + _text(value.member) + _text(value.address)
-    if isinstance(value, Suspect | Dead):
-        return (
-            _MESSAGE_OVERHEAD
-            + _INT_BYTES
-            + _text(value.member)
-            + _text(value.address)
-            + _text(value.accuser)
-        )
-    if isinstance(value, Gossip):
-        return _MESSAGE_OVERHEAD + _text(value.source)
-    size = _MESSAGE_OVERHEAD + _INT_BYTES + _text(value.source)
-    if isinstance(value, Ping):
-        size += _text(value.target)
-    elif isinstance(value, PingReq):
-        size += _text(value.target) + _text(value.target_address)
-    return size
+    match value:
+        case BroadcastItem(origin=origin, payload=payload):
+            return _MESSAGE_OVERHEAD + 2 * _INT_BYTES + _text(origin) + _STR_OVERHEAD + len(payload)
+        case Alive(member=member, address=address):
+            return _MESSAGE_OVERHEAD + _INT_BYTES + _text(member) + _text(address)
+        case (
+            Suspect(member=member, address=address, accuser=accuser)
+            | Dead(member=member, address=address, accuser=accuser)
+        ):
+            return _MESSAGE_OVERHEAD + _INT_BYTES + _text(member) + _text(address) + _text(accuser)
+        case Gossip(source=source):
+            return _MESSAGE_OVERHEAD + _text(source)
+        case Ping(source=source, target=target):
+            return _MESSAGE_OVERHEAD + _INT_BYTES + _text(source) + _text(target)
+        case PingReq(source=source, target=target, target_address=address):
+            return _MESSAGE_OVERHEAD + _INT_BYTES + _text(source) + _text(target) + _text(address)
+        case Ack(source=source) | Nack(source=source):
+            return _MESSAGE_OVERHEAD + _INT_BYTES + _text(source)
+        case _:
+            assert_never(value)
 
 
 QueueKey = tuple[str, str] | tuple[str, str, str]

@@ -22,16 +22,8 @@ Each input returns effects (see `grid.core.swim.effects`): `Send`, `Schedule`,
 `Notify`, `Deliver` and `PushPullRequest`. An adapter is thus a loop: decode,
 call, carry out the effects.
 
-Protocol, per probe round of `probe_interval_s · (LHM + 1)`:
-
-1. ping the next member of a random permutation (a suspect one is told it is
-   suspected: Lifeguard's buddy system);
-2. after `probe_timeout_s · (LHM + 1)` without an ack, ask `gossip_nodes`
-   random members to ping-req it; helpers nack when they got no answer;
-3. at the end of the round, if no ack came, the member is suspected. The LHM
-   rises by the number of missing nacks (or by one without helpers); an acked
-   direct probe lowers it.
-
+The probe cycle (ping, ping-req, nack, suspect, with Lifeguard's local health)
+is `grid.core.swim.probing`.
 A suspected member refutes by raising its incarnation. Otherwise it is declared
 dead when its dynamic suspicion timeout expires (`grid.core.swim.suspicion`).
 """
@@ -41,8 +33,8 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import assert_never
 
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.dissemination import PART_OVERHEAD_BYTES, SizeEstimator, estimate_size
@@ -74,8 +66,8 @@ from grid.core.swim.messages import (
     Ping,
     PingReq,
     PushPull,
-    Suspect,
 )
+from grid.core.swim.probing import Prober
 from grid.errors import TransitionError, ValidationError
 
 TIMER_TOLERANCE_S = 1e-6
@@ -88,24 +80,6 @@ class NodeStatus(StrEnum):
     IDLE = "idle"
     JOINED = "joined"
     LEFT = "left"
-
-
-@dataclass(slots=True)
-class _Probe:
-    seq: int
-    target: str
-    incarnation: int
-    acked: bool = False
-    indirect: bool = False
-    expected_nacks: int = 0
-    nacks: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Relay:
-    origin_seq: int
-    requester: str
-    target: str
 
 
 class SwimMachine:
@@ -129,8 +103,7 @@ class SwimMachine:
         self._view = Membership(node_id, address, incarnation, self.config, rng, size_of)
         self._members = self._view.table
         self._seq = rng.getrandbits(31)
-        self._probe: _Probe | None = None
-        self._relays: dict[int, _Relay] = {}
+        self._prober = Prober(node_id, self.config, rng, self._view, self._send, self._next_seq)
         self._epoch = 0
         self._seeds: tuple[str, ...] = ()
         self._gossip = GossipClock(self.config.gossip_interval_s)
@@ -236,8 +209,7 @@ class SwimMachine:
             out.append(Send(peer.address, ping))
         self.status = NodeStatus.LEFT
         self._epoch += 1
-        self._probe = None
-        self._relays.clear()
+        self._prober.clear()
         view.suspicions.clear()
         view.reset_queues()
         self._introductions.clear()
@@ -286,16 +258,21 @@ class SwimMachine:
             return []  # meant for a previous owner of this address
         out: list[Effect] = []
         self._view.absorb(message.updates, message.items, now, out, gossip=True)
-        if isinstance(message, Ping):
-            out.append(
-                self._send(src_address, Ack(message.seq, self.node_id), self._accusal(message))
-            )
-        elif isinstance(message, PingReq):
-            self._relay(src_address, message, now, out)
-        elif isinstance(message, Ack):
-            self._on_ack(message, out)
-        elif isinstance(message, Nack):
-            self._on_nack(message)
+        match message:
+            case Ping():
+                out.append(
+                    self._send(src_address, Ack(message.seq, self.node_id), self._accusal(message))
+                )
+            case PingReq():
+                self._prober.relay(src_address, message, now, out)
+            case Ack():
+                self._prober.on_ack(message, out)
+            case Nack():
+                self._prober.on_nack(message)
+            case Gossip():
+                pass  # piggyback only, absorbed above
+            case _:
+                assert_never(message)
         self._arm_gossip(now, out)
         return out
 
@@ -310,35 +287,6 @@ class SwimMachine:
         if sender is None or sender.state is MemberState.ALIVE or sender.state is MemberState.LEFT:
             return ()
         return (sender.update,)
-
-    def _on_ack(self, ack: Ack, out: list[Effect]) -> None:
-        probe = self._probe
-        if probe is not None and probe.seq == ack.seq:
-            if not probe.acked:
-                probe.acked = True
-                if not probe.indirect:
-                    self._view.health.apply(-1)
-            return
-        relay = self._relays.pop(ack.seq, None)
-        if relay is not None:
-            out.append(self._send(relay.requester, Ack(relay.origin_seq, relay.target)))
-
-    def _on_nack(self, nack: Nack) -> None:
-        probe = self._probe
-        if probe is not None and probe.seq == nack.seq:
-            probe.nacks += 1
-
-    def _relay(self, src_address: str, req: PingReq, now: float, out: list[Effect]) -> None:
-        if req.target == self.node_id:
-            # Asked to probe ourselves (the requester's view of our address is
-            # stale or shared): we are the answer.
-            out.append(self._send(src_address, Ack(req.seq, self.node_id)))
-            return
-        seq = self._next_seq()
-        self._relays[seq] = _Relay(req.seq, src_address, req.target)
-        out.append(self._send(req.target_address, Ping(seq, self.node_id, req.target)))
-        nack_at = now + self.config.probe_timeout_s * self.config.nack_timeout_fraction
-        out.append(Schedule(RelayTimeout(seq), nack_at))
 
     def _send(
         self,
@@ -380,20 +328,22 @@ class SwimMachine:
         return out
 
     def _on_timer(self, timer: Timer, now: float) -> list[Effect]:
-        if isinstance(timer, ProbeTick):
-            return self._on_probe_tick(timer, now) if timer.epoch == self._epoch else []
-        if isinstance(timer, GossipTick):
-            return self._on_gossip_tick(now) if timer.epoch == self._epoch else []
-        if isinstance(timer, ProbeTimeout):
-            return self._on_probe_timeout(timer)
-        if isinstance(timer, RelayTimeout):
-            relay = self._relays.pop(timer.seq, None)
-            if relay is None:
-                return []
-            return [self._send(relay.requester, Nack(relay.origin_seq, self.node_id))]
-        if isinstance(timer, SuspicionTimeout):
-            return self._on_suspicion_timeout(timer, now)
-        return self._on_push_pull_tick(timer, now) if timer.epoch == self._epoch else []
+        current = self._epoch
+        match timer:
+            case ProbeTick(epoch=epoch):
+                return self._on_probe_tick(timer, now) if epoch == current else []
+            case GossipTick(epoch=epoch):
+                return self._on_gossip_tick(now) if epoch == current else []
+            case PushPullTick(epoch=epoch):
+                return self._on_push_pull_tick(timer, now) if epoch == current else []
+            case ProbeTimeout():
+                return self._prober.on_probe_timeout(timer)
+            case RelayTimeout():
+                return self._prober.on_relay_timeout(timer)
+            case SuspicionTimeout():
+                return self._on_suspicion_timeout(timer, now)
+            case _:
+                assert_never(timer)
 
     def _arm_gossip(self, now: float, out: list[Effect]) -> None:
         """Schedule the next gossip tick when news waits and none is pending."""
@@ -407,21 +357,11 @@ class SwimMachine:
 
     def _on_probe_tick(self, timer: ProbeTick, now: float) -> list[Effect]:
         out: list[Effect] = []
-        self._conclude_probe(now, out)
+        self._prober.conclude(now, out)
         self._members.reap(now, self.config.dead_retention_s)
-        target = self._members.next_probe_target(self._rng)
-        health = self._view.health
-        if target is not None:
-            seq = self._next_seq()
-            self._probe = _Probe(seq, target.id, target.incarnation)
-            lead: tuple[MemberUpdate, ...] = ()
-            if target.state is MemberState.SUSPECT:
-                lead = (target.as_update(),)  # the buddy system
-            lead += self._introduction(target.id)
-            out.append(self._send(target.address, Ping(seq, self.node_id, target.id), lead))
-            timeout_at = now + health.scale(self.config.probe_timeout_s)
-            out.append(Schedule(ProbeTimeout(seq), timeout_at))
-        out.append(Schedule(timer, now + health.scale(self.config.probe_interval_s)))
+        self._prober.probe_next(now, out, self._introduction)
+        interval = self._view.health.scale(self.config.probe_interval_s)
+        out.append(Schedule(timer, now + interval))
         return out
 
     def _on_gossip_tick(self, now: float) -> list[Effect]:
@@ -455,35 +395,6 @@ class SwimMachine:
     def _introduction(self, target: str) -> tuple[MemberUpdate, ...]:
         """Our Alive when `target` has not had it from us yet (`grid.core.swim.gossip`)."""
         return self._introductions.lead(self._me(), target)
-
-    def _on_probe_timeout(self, timer: ProbeTimeout) -> list[Effect]:
-        probe = self._probe
-        if probe is None or probe.seq != timer.seq or probe.acked:
-            return []
-        probe.indirect = True
-        target = self._members.get(probe.target)
-        if target is None or not target.live:
-            return []
-        helpers = self._members.random_live(self._rng, self.config.gossip_nodes, target.id)
-        probe.expected_nacks = len(helpers)
-        req = PingReq(probe.seq, self.node_id, target.id, target.address)
-        return [self._send(helper.address, req) for helper in helpers]
-
-    def _conclude_probe(self, now: float, out: list[Effect]) -> None:
-        probe, self._probe = self._probe, None
-        if probe is None or probe.acked:
-            return
-        # Lifeguard: helpers that failed to nack suggest the problem is ours.
-        health = self._view.health
-        if probe.expected_nacks > 0:
-            health.apply(max(0, probe.expected_nacks - probe.nacks))
-        else:
-            health.apply(1)
-        target = self._members.get(probe.target)
-        if target is None or not target.live:
-            return
-        accusation = Suspect(target.id, target.address, probe.incarnation, self.node_id)
-        self._view.apply(accusation, now, out, gossip=True)
 
     def _on_suspicion_timeout(self, timer: SuspicionTimeout, now: float) -> list[Effect]:
         suspicions = self._view.suspicions

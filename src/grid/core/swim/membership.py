@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Iterable
+from typing import assert_never
 
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.dissemination import (
@@ -174,12 +175,15 @@ class Membership:
 
     def apply(self, update: MemberUpdate, now: float, out: list[Effect], gossip: bool) -> None:
         """Apply one member update under SWIM's precedence rules."""
-        if isinstance(update, Alive):
-            self._on_alive(update, now, out, gossip)
-        elif isinstance(update, Suspect):
-            self._on_suspect(update, now, out, gossip)
-        else:
-            self._on_dead(update, now, out, gossip)
+        match update:
+            case Alive():
+                self._on_alive(update, now, out, gossip)
+            case Suspect():
+                self._on_suspect(update, now, out, gossip)
+            case Dead():
+                self._on_dead(update, now, out, gossip)
+            case _:
+                assert_never(update)
 
     def _on_alive(self, alive: Alive, now: float, out: list[Effect], gossip: bool) -> None:
         local = self.table.get(alive.member)

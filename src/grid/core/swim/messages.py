@@ -27,7 +27,11 @@ from enum import StrEnum
 
 
 class Lane(StrEnum):
-    """The four independent invalidation lanes of broadcast state (seed 003)."""
+    """The four independent invalidation lanes of broadcast state (seed 003).
+
+    Their wire numbers are fixed in the proto. The CRDT snapshot
+    (`grid.core.crdt.snapshot`) keys its lanes by this same enum.
+    """
 
     STATE = "state"
     GATEWAY = "gateway"

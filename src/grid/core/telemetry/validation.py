@@ -171,13 +171,24 @@ def _record_problem(
 
 
 def _attributes_problem(record: AnyRecord, settings: GatewaySettings) -> str | None:
-    if len(record.attributes) > settings.attributes_max:
+    attributes = record.attributes
+    if len(attributes) > settings.attributes_max:
         return f"more than {settings.attributes_max} attributes"
-    for key, value in record.attributes.items():
-        if not key or len(key) > settings.attribute_key_chars_max:
-            return f"attribute key must be 1 to {settings.attribute_key_chars_max} characters"
-        if len(value) > settings.attribute_value_chars_max:
-            return f"attribute {key!r} longer than {settings.attribute_value_chars_max} characters"
+    if all(_attribute_problem(k, v, settings) is None for k, v in attributes.items()):
+        return None
+    # A map iterates in the runtime's hash order, which is seeded per process and
+    # differs between a message and its re-decoded copy: with two bad attributes,
+    # the refusal would name either. It names the first in key order instead, so
+    # the same batch gets the same message on every path, gateway and retry.
+    problems = (_attribute_problem(k, v, settings) for k, v in sorted(attributes.items()))
+    return next(problem for problem in problems if problem is not None)
+
+
+def _attribute_problem(key: str, value: str, settings: GatewaySettings) -> str | None:
+    if not key or len(key) > settings.attribute_key_chars_max:
+        return f"attribute key must be 1 to {settings.attribute_key_chars_max} characters"
+    if len(value) > settings.attribute_value_chars_max:
+        return f"attribute {key!r} longer than {settings.attribute_value_chars_max} characters"
     return None
 
 

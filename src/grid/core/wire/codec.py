@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from google.protobuf.message import DecodeError, Message
 
@@ -103,28 +103,19 @@ def _fail(code: str, message: str) -> CodecError:
 
 def _update_pb(update: MemberUpdate) -> pb.MemberUpdate:
     msg = pb.MemberUpdate()
-    if isinstance(update, Alive):
-        msg.alive.CopyFrom(
-            pb.Alive(member=update.member, address=update.address, incarnation=update.incarnation)
-        )
-    elif isinstance(update, Suspect):
-        msg.suspect.CopyFrom(
-            pb.Suspect(
-                member=update.member,
-                address=update.address,
-                incarnation=update.incarnation,
-                accuser=update.accuser,
+    match update:
+        case Alive(member=member, address=address, incarnation=incarnation):
+            msg.alive.CopyFrom(pb.Alive(member=member, address=address, incarnation=incarnation))
+        case Suspect(member=member, address=address, incarnation=incarnation, accuser=accuser):
+            msg.suspect.CopyFrom(
+                pb.Suspect(member=member, address=address, incarnation=incarnation, accuser=accuser)
             )
-        )
-    else:
-        msg.dead.CopyFrom(
-            pb.Dead(
-                member=update.member,
-                address=update.address,
-                incarnation=update.incarnation,
-                accuser=update.accuser,
+        case Dead(member=member, address=address, incarnation=incarnation, accuser=accuser):
+            msg.dead.CopyFrom(
+                pb.Dead(member=member, address=address, incarnation=incarnation, accuser=accuser)
             )
-        )
+        case _:
+            assert_never(update)
     return msg
 
 
@@ -141,22 +132,23 @@ def _datagram_pb(msg: Datagram) -> pb.Datagram:
     out = pb.Datagram(
         updates=[_update_pb(u) for u in msg.updates], items=[_item_pb(i) for i in msg.items]
     )
-    if isinstance(msg, Ping):
-        out.ping.CopyFrom(pb.Ping(seq=msg.seq, source=msg.source))
-        if msg.target is not None:
-            out.ping.target = msg.target
-    elif isinstance(msg, PingReq):
-        out.ping_req.CopyFrom(
-            pb.PingReq(
-                seq=msg.seq, source=msg.source, target=msg.target, target_address=msg.target_address
+    match msg:
+        case Ping(seq=seq, source=source, target=target):
+            out.ping.CopyFrom(pb.Ping(seq=seq, source=source))
+            if target is not None:
+                out.ping.target = target
+        case PingReq(seq=seq, source=source, target=target, target_address=target_address):
+            out.ping_req.CopyFrom(
+                pb.PingReq(seq=seq, source=source, target=target, target_address=target_address)
             )
-        )
-    elif isinstance(msg, Ack):
-        out.ack.CopyFrom(pb.Ack(seq=msg.seq, source=msg.source))
-    elif isinstance(msg, Gossip):
-        out.gossip.CopyFrom(pb.Gossip(source=msg.source))
-    else:
-        out.nack.CopyFrom(pb.Nack(seq=msg.seq, source=msg.source))
+        case Ack(seq=seq, source=source):
+            out.ack.CopyFrom(pb.Ack(seq=seq, source=source))
+        case Gossip(source=source):
+            out.gossip.CopyFrom(pb.Gossip(source=source))
+        case Nack(seq=seq, source=source):
+            out.nack.CopyFrom(pb.Nack(seq=seq, source=source))
+        case _:
+            assert_never(msg)
     return out
 
 

@@ -9,23 +9,21 @@ The associated data is empty. `seal` and `unseal` are the documented test seam.
 ``too_short``, ``bad_magic``, ``unknown_version`` or ``auth_failed``; callers
 drop such packets silently and count the reason in `FrameCounters`.
 
-Nonces. The core never draws OS randomness itself (it imports neither ``os``
-nor ``secrets``), so a simulation can run a whole mesh deterministically.
-`seal` takes its nonce from, in order: the ``nonce`` argument, the ``source``
-argument, or the module's installed `NonceSource`. Adapters install the OS
-source with `install_nonce_source`; if nothing was installed when a nonce is
-first needed, the frame installs `grid.adapters.nonce` (a CSPRNG over
-``os.urandom``), by name, so ``seal(key, plaintext)`` always yields a fresh
-random nonce. That lazy import is the one place the core reaches outward, and it
-only ever supplies randomness.
+Nonces. ``seal(key, plaintext)`` draws a fresh 96-bit nonce from `secrets`,
+the OS CSPRNG, which keeps the AES-GCM nonce collision probability negligible
+for any realistic number of frames per key. This module is the one place in the
+core allowed to import `secrets` (the import contract in pyproject.toml names
+it): a GCM nonce must never repeat under a key, so it cannot come from an
+injected, seedable `random.Random`. Callers that need a fixed frame (test
+vectors) pass ``nonce``.
 """
 
 from __future__ import annotations
 
-import importlib
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -85,40 +83,17 @@ class FrameAuthFailed(FrameError):
     code = "frame_auth_failed"
 
 
-class NonceSource(Protocol):
-    """Supplies ``size`` bytes that are unique per key (the OS CSPRNG in production)."""
-
-    def __call__(self, size: int, /) -> bytes: ...
-
-
-_installed: list[NonceSource] = []
-
-
-def install_nonce_source(source: NonceSource) -> None:
-    """Install the source `seal` uses when given no nonce (adapters call this at start)."""
-    _installed[:] = [source]
-
-
-def installed_nonce_source() -> NonceSource:
-    """The installed source; installs `grid.adapters.nonce` when none was installed."""
-    if not _installed:
-        importlib.import_module("grid.adapters.nonce").install()
-    return _installed[0]
-
-
 def check_key(key: bytes) -> None:
     """Refuse anything but 32 raw key bytes (a configuration error, never untrusted input)."""
     if not isinstance(key, bytes | bytearray) or len(key) != KEY_BYTES:
         raise ValueError("a GRID frame key is exactly 32 bytes")
 
 
-def seal(
-    key: bytes, plaintext: bytes, nonce: bytes | None = None, *, source: NonceSource | None = None
-) -> bytes:
-    """Encrypt ``plaintext`` into one GRID frame under ``key``."""
+def seal(key: bytes, plaintext: bytes, nonce: bytes | None = None) -> bytes:
+    """Encrypt ``plaintext`` into one GRID frame under ``key`` (a random nonce unless given)."""
     check_key(key)
     if nonce is None:
-        nonce = (source or installed_nonce_source())(NONCE_BYTES)
+        nonce = secrets.token_bytes(NONCE_BYTES)
     if len(nonce) != NONCE_BYTES:
         raise ValueError("a GRID frame nonce is exactly 12 bytes")
     sealed = AESGCM(bytes(key)).encrypt(bytes(nonce), plaintext, None)

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from grid.core.wire.frame import (
     FrameCounters,
     FrameError,
-    NonceSource,
     check_key,
     seal,
     unseal,
@@ -65,11 +64,9 @@ class Keyring:
         previous = [k for k in self._keys if k != bytes(new_primary)]
         return Keyring(new_primary, previous[:ACCEPTED_KEYS_MAX])
 
-    def seal(
-        self, plaintext: bytes, nonce: bytes | None = None, *, source: NonceSource | None = None
-    ) -> bytes:
-        """Seal with the primary key."""
-        return seal(self.primary, plaintext, nonce, source=source)
+    def seal(self, plaintext: bytes, nonce: bytes | None = None) -> bytes:
+        """Seal with the primary key (a random nonce unless given)."""
+        return seal(self.primary, plaintext, nonce)
 
     def unseal(self, packet: bytes) -> bytes:
         """Open a frame with any accepted key; raises `FrameError`."""
