@@ -180,3 +180,18 @@ async def test_sixteen_reporters_at_once_persist_what_the_reference_model_holds(
     assert status["gatewayFeedback"]["reportersWithEvidence"] == model.with_evidence()
     condition = status["conditions"][0]
     assert (condition["status"] == "True") == (model.with_evidence() == 0)
+
+
+async def test_reports_waiting_behind_a_slow_write_share_the_next_one(pki: Pki) -> None:
+    async with serving(pki.ca, sites(pki)) as endpoint:
+        endpoint.store.stall_s = 0.3
+        reports = [Report(f"gw-{i}", "r", 1, 1, i % 2, True) for i in range(8)]
+        replay = Report("gw-0", "r", 0, 1, 0, True)  # older epoch than gw-0's, once queued
+        answers = await asyncio.gather(*(endpoint.post(r) for r in [*reports, replay]))
+        statuses = [a.status for a in answers]
+        assert statuses[:8] == [204] * 8
+        assert statuses[8] in (204, 409)  # admitted first, or refused as a replay after gw-0
+        assert endpoint.store.patch_calls < 8, "queued reports were published together"
+        status = await endpoint.status()
+        assert len(status["gatewayFeedback"]["reporters"]) == 8
+        assert status["gatewayFeedback"]["reportersWithEvidence"] == 4

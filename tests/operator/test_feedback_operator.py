@@ -26,15 +26,14 @@ from grid.demo.plan import NETWORK, free_port
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings
 from grid.operator.startup import StartupError
-
-from .conftest import Eventually
+from grid.testing.poll import eventually
 
 EVENTS = {"conflict", "conflict_exhausted", "overflow", "unauthorized", "write_failure"}
 
 
 @contextlib.asynccontextmanager
 async def east(
-    tmp_path: Path, eventually: Eventually, *, ingest_feedback: bool = True
+    tmp_path: Path, *, ingest_feedback: bool = True
 ) -> AsyncIterator[tuple[Operator, SqliteStore, aiohttp.ClientSession]]:
     mesh = DemoMesh(tmp_path / "demo", ["east", "west"], signal_transport="poll")
     await mesh.prepare()
@@ -91,9 +90,9 @@ async def _network_status(store: SqliteStore) -> dict[str, Any]:
 
 
 async def test_the_operator_persists_feedback_and_its_metrics_pass_promtool(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
-    async with east(tmp_path, eventually) as (operator, store, session):
+    async with east(tmp_path) as (operator, store, session):
         status, headers, body = await _post(
             operator, session, Report("gw-east", "east-0", 9, 1, 1, False)
         )
@@ -119,9 +118,9 @@ async def test_the_operator_persists_feedback_and_its_metrics_pass_promtool(
 
 
 async def test_without_ingest_feedback_the_post_is_405_and_polling_works(
-    tmp_path: Path, eventually: Eventually
+    tmp_path: Path,
 ) -> None:
-    async with east(tmp_path, eventually, ingest_feedback=False) as (operator, store, session):
+    async with east(tmp_path, ingest_feedback=False) as (operator, store, session):
         status, headers, body = await _post(
             operator, session, Report("gw-east", "east-0", 9, 1, 0, True)
         )
