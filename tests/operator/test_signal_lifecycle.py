@@ -137,7 +137,10 @@ async def test_gossip_is_the_default_and_leaves_the_signals_port_closed(
 ) -> None:
     async with east(tmp_path) as site:
         await _ready(site)
-        assert site.operator.running is not None and site.operator.running.mode == "gossip"
+        assert (
+            site.operator.signals.running is not None
+            and site.operator.signals.running.mode == "gossip"
+        )
         assert "signals" not in site.operator.addresses
         assert not _port_open(site.settings.signals_bind)
 
@@ -254,19 +257,19 @@ async def test_rotation_reads_declared_trust_under_gossip_a_switch_to_pin_stops_
         await _ready(site)
         rotated = _rotate(site)
         await eventually(lambda: _lane_fingerprint(site) == rotated, "the SVID is reloaded")
-        assert site.operator.cert_rotations._value.get() == 1  # type: ignore[attr-defined]
+        assert site.operator.registry.get_sample_value("grid_cert_rotations_total") == 1
         await _edit(site.store, "GridNetwork", NETWORK, _set_trust({"mode": "pin"}))
         await eventually(
             lambda: (
-                site.operator.network is not None
-                and site.operator.network.spec.tls is not None
-                and site.operator.network.spec.tls.trust.mode == "pin"
+                site.operator.served.network is not None
+                and site.operator.served.network.spec.tls is not None
+                and site.operator.served.network.spec.tls.trust.mode == "pin"
             ),
             "the operator sees the switch to pin",
         )
         _rotate(site)
-        checks = site.operator.rotation_checks
-        await eventually(lambda: site.operator.rotation_checks >= checks + 3, "checks run")
+        checks = site.operator.signals.rotation_checks
+        await eventually(lambda: site.operator.signals.rotation_checks >= checks + 3, "checks run")
         assert _lane_fingerprint(site) == rotated, "pin stopped rotation"
         assert not site.task.done(), "no restart under gossip"
 

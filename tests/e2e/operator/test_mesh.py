@@ -119,7 +119,7 @@ def _port_open(address: str) -> bool:
 
 async def test_gossip_mesh_leaves_every_signals_port_closed(mesh: DemoMesh, look: Any) -> None:
     """Gossip is the default: no operator binds the mTLS signals listener (seed 000)."""
-    await look.wait_for("east is ready", lambda: look.ready("east"), CONVERGE_TIMEOUT_S)
+    await eventually(lambda: look.ready("east"), "east is ready", timeout_s=CONVERGE_TIMEOUT_S)
     for name, site in mesh.plan.sites.items():
         assert not _port_open(f"127.0.0.1:{site.signals_port}"), name
         assert mesh.describe()["sites"][name]["signals"] is None
