@@ -195,3 +195,21 @@ async def test_reports_waiting_behind_a_slow_write_share_the_next_one(pki: Pki) 
         status = await endpoint.status()
         assert len(status["gatewayFeedback"]["reporters"]) == 8
         assert status["gatewayFeedback"]["reportersWithEvidence"] == 4
+
+
+async def test_a_report_whose_budget_runs_out_in_the_queue_is_never_published(
+    pki: Pki,
+) -> None:
+    limits = ListenerLimits(request_budget_s=0.3)
+    async with serving(pki.ca, sites(pki), limits=limits) as endpoint:
+        endpoint.store.stall_s = 30.0
+        stalled, queued = await asyncio.gather(
+            endpoint.post(Report("gw-a", "r", 1, 1, 0, True)),
+            endpoint.post(Report("gw-b", "r", 1, 1, 0, True)),
+        )
+        assert (stalled.status, queued.status) == (504, 504)
+        assert no_echo(stalled.headers) and no_echo(queued.headers)
+        endpoint.store.stall_s = 0.0
+        assert (await endpoint.post(Report("gw-c", "r", 1, 1, 0, True))).status == 204
+        reporters = (await endpoint.status())["gatewayFeedback"]["reporters"]
+        assert [r["reporter"] for r in reporters] == ["gw-c"]
