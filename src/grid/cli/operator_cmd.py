@@ -22,9 +22,11 @@ import pydantic
 from pydantic import FilePath
 from pydantic.fields import FieldInfo
 
+from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.url import open_store
 from grid.errors import GridError
 from grid.operator import logs
+from grid.operator.leader import ElectedOperator
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings, env_name, flag_name
 
@@ -41,8 +43,6 @@ def _click_type(field: FieldInfo) -> click.ParamType[Any]:
     if kind is Path:
         return click.Path(path_type=Path, file_okay=False)
     bounds = [getattr(m, "ge", None) for m in field.metadata]
-    if kind is bool:
-        return click.BOOL
     if kind is int:
         int_floors = [int(b) for b in bounds if isinstance(b, int)]
         return click.IntRange(min=int_floors[0]) if int_floors else click.INT
@@ -56,12 +56,20 @@ def _setting_options(fn: F) -> F:
     """Add one ``--flag`` per `OperatorSettings` field, with its GRID_* fallback and help."""
     for name, field in reversed(list(OperatorSettings.model_fields.items())):
         required = field.is_required()
-        flag = flag_name(name)
-        if field.annotation is bool:
-            # A switch: ``--ingest-feedback/--no-ingest-feedback``.
-            flag = f"{flag}/--no-{flag.removeprefix('--')}"
+        if field.annotation is bool:  # an on/off switch: --flag / --no-flag
+            flag = flag_name(name)
+            fn = click.option(
+                f"{flag}/--no-{flag.removeprefix('--')}",
+                name,
+                envvar=env_name(name),
+                show_envvar=True,
+                default=field.default,
+                show_default=True,
+                help=field.description,
+            )(fn)
+            continue
         fn = click.option(
-            flag,
+            flag_name(name),
             name,
             envvar=env_name(name),
             show_envvar=True,
@@ -75,8 +83,15 @@ def _setting_options(fn: F) -> F:
 
 
 async def _serve(settings: OperatorSettings) -> None:
-    store = await open_store(settings.store)
-    operator = Operator(settings, store)
+    store = await open_store(settings.store, kubeconfig=settings.kubeconfig)
+    operator: Operator | ElectedOperator
+    if settings.leader_election:
+        if not isinstance(store, KubernetesStore):
+            await store.close()
+            raise GridError("--leader-election needs --store kubernetes", code="invalid")
+        operator = ElectedOperator(settings, store)
+    else:
+        operator = Operator(settings, store)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, operator.stop)

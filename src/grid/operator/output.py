@@ -141,6 +141,7 @@ class OverlayWriter:
                 "name": name,
                 "namespace": namespace,
                 "labels": {
+                    "app.kubernetes.io/managed-by": "grid-operator",
                     "grid.praxis-proxy.io/network": network,
                     "grid.praxis-proxy.io/gateway": gateway,
                 },

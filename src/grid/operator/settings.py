@@ -34,6 +34,13 @@ class OperatorSettings(BaseModel):
     store: str = Field(
         DEFAULT_STORE, description="Resource store URL: sqlite:PATH (embedded) or kubernetes."
     )
+    kubeconfig: FilePath | None = Field(
+        None,
+        description=(
+            "Kubeconfig for --store kubernetes; absent means KUBECONFIG, then the in-cluster "
+            "service account, then ~/.kube/config."
+        ),
+    )
     network: str | None = Field(
         None, description="The GridNetwork to serve; absent means the only one in the store."
     )
@@ -149,6 +156,33 @@ class OperatorSettings(BaseModel):
             "Attempts in all of the feedback status write when the store answers 409. More "
             "rides out busier writers but spends more of the 5 s request budget."
         ),
+    )
+
+    leader_election: bool = Field(
+        False,
+        description=(
+            "Lead through a Lease so several replicas can run: only the leader reconciles, "
+            "gossips and binds SWIM (--store kubernetes only)."
+        ),
+    )
+    lease_name: str | None = Field(
+        None,
+        description="The Lease, in POD_NAMESPACE; absent means grid-operator-{site}.",
+    )
+    lease_duration_s: float = Field(
+        15.0,
+        ge=0.1,
+        description="Seconds a follower waits after the Lease last changed before taking it.",
+    )
+    renew_deadline_s: float = Field(
+        10.0,
+        ge=0.1,
+        description="Seconds a leader leads without a successful renewal (< lease duration).",
+    )
+    retry_period_s: float = Field(
+        2.0,
+        ge=0.05,
+        description="Seconds between renewals and takeover attempts (< renew deadline).",
     )
 
 
