@@ -14,6 +14,9 @@ the durable write. For each, in the same run:
   rising rejected counter;
 * the latency of each POST, until its 204, is recorded; p50 and p99 reported.
 
+Both servers run at once and the load alternates between them in rounds, so a
+busy neighbour on a shared machine slows both alike.
+
 ``--quick`` keeps it under a minute. The last line printed is one JSON object.
 """
 
@@ -135,7 +138,12 @@ async def _hold_peers(port: int, context: ssl.SSLContext) -> list[asyncio.Stream
 
 
 async def _reporter(
-    index: int, url: str, context: ssl.SSLContext, seconds: float, latencies: list[float]
+    index: int,
+    epoch: int,
+    url: str,
+    context: ssl.SSLContext,
+    seconds: float,
+    latencies: list[float],
 ) -> int:
     """One Local reporter: paced reports on one keep-alive connection; returns errors."""
     interval = REPORTERS / RATE_RPS
@@ -150,7 +158,7 @@ async def _reporter(
             await asyncio.sleep(max(0.0, due - loop.time()))
             sequence += 1
             rejected += sequence % 7 == 0
-            report = Report(f"gw-{index}", "bench", 1, sequence, rejected, sequence % 7 != 0)
+            report = Report(f"gw-{index}", "bench", epoch, sequence, rejected, sequence % 7 != 0)
             began = time.perf_counter()
             async with session.post(url, headers=report_headers(report)) as resp:
                 await resp.read()
@@ -168,68 +176,106 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _measure(port: int, files: dict[str, Path], seconds: float, out: Any) -> dict[str, Any]:
-    peer = client_context(files["ca"], files["west"], files["west-key"])
-    local = client_context(files["ca"], files["east"], files["east-key"])
-    writers = await _hold_peers(port, peer)
+async def _peers_held(out: Any, deadline_s: float = 30.0) -> int:
+    """The peer count the server process reports, once it reaches ``PEERS`` (or the deadline)."""
     held = 0
-    for _ in range(100):  # the server process reports its book every 50 ms
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while loop.time() < end:
         with contextlib.suppress(Exception):
-            message = out.get(timeout=0.1)
+            message = await asyncio.to_thread(out.get, True, 0.2)
             if message[0] == "book":
                 held = message[2]
                 if held == PEERS:
-                    break
+                    return held
+    return held
+
+
+async def _round(
+    epoch: int, url: str, local: ssl.SSLContext, seconds: float
+) -> tuple[list[float], int]:
+    """One round: every reporter starts a new epoch (a gateway restart), then reports."""
     latencies: list[float] = []
-    url = f"https://127.0.0.1:{port}{INGEST_PATH}"
-    began = time.monotonic()
     errors = await asyncio.gather(
-        *(_reporter(i, url, local, seconds, latencies) for i in range(REPORTERS))
+        *(_reporter(i, epoch, url, local, seconds, latencies) for i in range(REPORTERS))
     )
-    elapsed = time.monotonic() - began
+    return latencies, sum(errors)
+
+
+async def _measure(
+    servers: dict[str, tuple[int, Any]], files: dict[str, Path], seconds: float, rounds: int
+) -> dict[str, Any]:
+    """Hold the peers on every server, then alternate load rounds between them."""
+    peer = client_context(files["ca"], files["west"], files["west-key"])
+    local = client_context(files["ca"], files["east"], files["east-key"])
+    writers, held = [], {}
+    for kind, (port, out) in servers.items():
+        writers += await _hold_peers(port, peer)
+        held[kind] = await _peers_held(out)
+    pooled: dict[str, list[float]] = {kind: [] for kind in servers}
+    errors = dict.fromkeys(servers, 0)
+    elapsed = dict.fromkeys(servers, 0.0)
+    for epoch in range(1, rounds + 1):
+        for kind, (port, _out) in servers.items():
+            began = time.monotonic()
+            latencies, failed = await _round(
+                epoch, f"https://127.0.0.1:{port}{INGEST_PATH}", local, seconds
+            )
+            elapsed[kind] += time.monotonic() - began
+            pooled[kind] += latencies
+            errors[kind] += failed
     for writer in writers:
         writer.close()
     return {
-        "requests": len(latencies),
-        "errors": sum(errors),
-        "rate_rps": round(len(latencies) / elapsed, 1),
-        "peers_held": held,
-        "p50_ms": round(statistics.median(latencies) * 1000, 3),
-        "p99_ms": round(_percentile(latencies, 0.99) * 1000, 3),
+        kind: {
+            "requests": len(values),
+            "errors": errors[kind],
+            "rate_rps": round(len(values) / elapsed[kind], 1),
+            "peers_held": held[kind],
+            "p50_ms": round(statistics.median(values) * 1000, 3),
+            "p99_ms": round(_percentile(values, 0.99) * 1000, 3),
+        }
+        for kind, values in pooled.items()
     }
 
 
-def run(seconds: float) -> dict[str, Any]:
-    """Measure both stores, each in its own server process, one after the other."""
-    results: dict[str, Any] = {}
+def run(seconds: float, rounds: int) -> dict[str, Any]:
+    """Both stores, each in its own server process, measured in alternating rounds so
+    that a noisy neighbour on a shared machine hits both alike."""
     with tempfile.TemporaryDirectory(prefix="grid-bench-feedback-") as tmp:
         root = Path(tmp)
         files = _write_pki(root)
         ctx = multiprocessing.get_context("spawn")
-        for kind in ("memory", "sqlite"):
-            stop, out = ctx.Event(), ctx.Queue()
-            proc = ctx.Process(target=_server_main, args=(kind, files, root, out, stop))
-            proc.start()
-            try:
+        stop = ctx.Event()
+        procs, servers = [], {}
+        try:
+            for kind in ("memory", "sqlite"):
+                out = ctx.Queue()
+                proc = ctx.Process(target=_server_main, args=(kind, files, root, out, stop))
+                proc.start()
+                procs.append(proc)
                 message = out.get(timeout=30)
                 while message[0] != "port":
                     message = out.get(timeout=30)
-                results[kind] = asyncio.run(_measure(message[1], files, seconds, out))
-            finally:
-                stop.set()
+                servers[kind] = (message[1], out)
+            return asyncio.run(_measure(servers, files, seconds, rounds))
+        finally:
+            stop.set()
+            for proc in procs:
                 proc.join(10)
                 if proc.is_alive():
                     proc.kill()
-    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a run under a minute")
-    parser.add_argument("--seconds", type=float, default=None, help="load per store")
+    parser.add_argument("--seconds", type=float, default=None, help="load per round and store")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds")
     args = parser.parse_args()
-    seconds = args.seconds or (8.0 if args.quick else 30.0)
-    results = run(seconds)
+    seconds = args.seconds or (4.0 if args.quick else 15.0)
+    rounds = args.rounds or (2 if args.quick else 4)
+    results = run(seconds, rounds)
     memory, sqlite = results["memory"], results["sqlite"]
     for kind, figures in results.items():
         print(f"{kind:>6}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
