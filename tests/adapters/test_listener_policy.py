@@ -59,8 +59,12 @@ def _process(
         assert proc.stdout is not None
         yield proc, proc.stdout.readline()
     finally:
-        proc.terminate()
+        if proc.returncode is None:
+            proc.terminate()
         proc.wait(10)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def _stderr(proc: subprocess.Popen[str]) -> str:

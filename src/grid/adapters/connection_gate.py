@@ -27,6 +27,7 @@ import ssl
 import time
 from asyncio import sslproto
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import cast
 
 TLS_READ_BUFFER_BYTES = 16 * 1024
@@ -217,10 +218,20 @@ def _feed(tls: sslproto.SSLProtocol, data: bytes) -> None:
         view = view[size:]
 
 
-InnerFactory = Callable[[asyncio.Transport, Callable[[], None]], asyncio.Protocol]
-"""Makes the HTTP protocol of one admitted connection, given its raw TCP transport
-(which a refusal closes directly, so no TLS shutdown keeps reading) and a callback
-to call once its first request head is complete (it is then no longer evictable)."""
+@dataclass(frozen=True)
+class Admitted:
+    """What the HTTP protocol of an admitted connection is given."""
+
+    raw: asyncio.Transport
+    """The TCP transport, which a refusal closes directly (no TLS shutdown keeps reading)."""
+    settled: Callable[[], None]
+    """To call once the first request head is complete (then it is no longer evictable)."""
+    first_head_due: float
+    """Loop time by which the first request head must be complete (accept + deadline)."""
+
+
+InnerFactory = Callable[[Admitted], asyncio.Protocol]
+"""Makes the HTTP protocol of one admitted connection."""
 
 
 class GuardedConnection(asyncio.Protocol):
@@ -237,7 +248,7 @@ class GuardedConnection(asyncio.Protocol):
         gate: ConnectionGate,
         *,
         tls: ssl.SSLContext | None,
-        handshake_timeout_s: float,
+        first_head_timeout_s: float,
         handshakes: set[asyncio.Task[None]],
         classify: Classifier | None = None,
         trim: HeapTrim | None = None,
@@ -245,7 +256,8 @@ class GuardedConnection(asyncio.Protocol):
         self._make_inner = inner
         self._gate = gate
         self._tls = tls
-        self._handshake_timeout_s = handshake_timeout_s
+        self._first_head_timeout_s = first_head_timeout_s
+        self._first_head_due = 0.0
         self._handshakes = handshakes
         self._classify = classify
         self._trim = trim
@@ -268,18 +280,18 @@ class GuardedConnection(asyncio.Protocol):
             return
         self._holds_slot = True
         self._slot = raw
+        loop = asyncio.get_running_loop()
+        self._first_head_due = loop.time() + self._first_head_timeout_s
         if self._tls is None:
             self._attach(raw, raw)
             return
         # The TLS layer (buffers, handshake task) is built only once the client
-        # speaks, so a silent socket costs little more than its descriptor.
+        # speaks, so a silent socket costs little more than its descriptor. Silence
+        # and the handshake together must end by the first head's deadline.
         self._raw = raw
-        self._silence = asyncio.get_running_loop().call_later(self._handshake_timeout_s, raw.abort)
+        self._silence = loop.call_at(self._first_head_due, raw.abort)
 
     def _begin_tls(self, raw: asyncio.Transport, first_bytes: bytes) -> None:
-        if self._silence is not None:
-            self._silence.cancel()
-            self._silence = None
         raw.pause_reading()  # the TLS layer resumes reading once it is in place
         task = asyncio.get_running_loop().create_task(self._secure(raw, first_bytes))
         self._handshakes.add(task)
@@ -287,14 +299,10 @@ class GuardedConnection(asyncio.Protocol):
 
     async def _secure(self, raw: asyncio.Transport, first_bytes: bytes) -> None:
         assert self._tls is not None
+        timeout_s = self._first_head_timeout_s
         try:
             secured = await start_compact_tls(
-                raw,
-                self,
-                self._tls,
-                self._handshake_timeout_s,
-                self._handshake_timeout_s,
-                first_bytes,
+                raw, self, self._tls, timeout_s, timeout_s, first_bytes
             )
         except BaseException as exc:
             # Refused certificate, timeout, reset, or shutdown: the TLS layer never
@@ -310,13 +318,17 @@ class GuardedConnection(asyncio.Protocol):
         self._attach(secured, raw)
 
     def _attach(self, transport: asyncio.Transport, raw: asyncio.Transport) -> None:
+        if self._silence is not None:
+            self._silence.cancel()
+            self._silence = None
         if self._classify is not None:
             name = self._classify(transport)
             if not self._gate.enter_class(name):
                 raw.abort()
                 return
             self._class = name
-        inner = self._inner = self._make_inner(raw, functools.partial(self._gate.settle, raw))
+        settled = functools.partial(self._gate.settle, raw)
+        inner = self._inner = self._make_inner(Admitted(raw, settled, self._first_head_due))
         inner.connection_made(transport)
         early, self._early = self._early, []
         for data in early:

@@ -80,10 +80,10 @@ class HealthServer:
     ) -> None:
         self.registry = registry
         self._ready = ready
-        self.policy = policy
-        self._listener: HttpListener | None = None
         self.role: str | None = None
         """With leader election, ``leader`` or ``follower``: /readyz names it."""
+        self.policy = policy
+        self._listener: HttpListener | None = None
 
     def app(self) -> web.Application:
         """The aiohttp application with the three routes."""

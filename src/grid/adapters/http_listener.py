@@ -39,6 +39,7 @@ from aiohttp import http_exceptions, web
 from aiohttp.web_protocol import RequestHandler
 
 from grid.adapters.connection_gate import (
+    Admitted,
     Classifier,
     ConnectionGate,
     GuardedConnection,
@@ -131,8 +132,7 @@ class PolicedRequestHandler(RequestHandler):
     def __init__(
         self,
         manager: web.Server,
-        raw: asyncio.Transport,
-        settled: Callable[[], None],
+        admitted: Admitted,
         policy: ListenerPolicy,
         error_answer: ErrorAnswer,
         **kwargs: Any,
@@ -147,8 +147,9 @@ class PolicedRequestHandler(RequestHandler):
             access_log=None,  # type: ignore[arg-type]  # None turns the access log off
             **kwargs,
         )
-        self._raw = raw
-        self._settled: Callable[[], None] | None = settled
+        self._raw = admitted.raw
+        self._settled: Callable[[], None] | None = admitted.settled
+        self._first_head_due = admitted.first_head_due
         self._policy = policy
         self._error_answer = error_answer
         self._deadline: asyncio.TimerHandle | None = None
@@ -156,9 +157,9 @@ class PolicedRequestHandler(RequestHandler):
         self._idle = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Start serving, with the first head due within the header deadline."""
+        """Start serving, with the first head due by the deadline counted from accept."""
         super().connection_made(transport)
-        self._arm(self._policy.header_read_timeout_s, "header_timeout")
+        self._arm(max(0.0, self._first_head_due - self._loop.time()), "header_timeout")
 
     def data_received(self, data: bytes) -> None:
         """Parse bytes; the first byte after an answer starts the next head's deadline."""
@@ -306,11 +307,10 @@ class HttpListener:
         assert server is not None
         policy = self.policy
 
-        def inner(raw: asyncio.Transport, settled: Callable[[], None]) -> asyncio.Protocol:
+        def inner(admitted: Admitted) -> asyncio.Protocol:
             return PolicedRequestHandler(
                 server,
-                raw,
-                settled,
+                admitted,
                 policy,
                 self._error_answer,
                 auto_decompress=self._auto_decompress,
@@ -322,7 +322,7 @@ class HttpListener:
                     inner,
                     self.connections,
                     tls=self.ssl_context,
-                    handshake_timeout_s=policy.header_read_timeout_s,
+                    first_head_timeout_s=policy.header_read_timeout_s,
                     handshakes=self._handshakes,
                     classify=policy.classify,
                     trim=self._trim,

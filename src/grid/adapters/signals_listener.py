@@ -74,11 +74,12 @@ class ClassifiedConnection(asyncio.Protocol):
     """
 
     def __init__(
-        self, state: ListenerState, inner: Callable[[asyncio.Transport], asyncio.Protocol]
+        self, state: ListenerState, inner: Callable[[asyncio.Transport, float], asyncio.Protocol]
     ) -> None:
         self._state = state
         self._make_inner = inner
         self._raw: asyncio.Transport | None = None
+        self._accepted_at = 0.0
         self._inner: asyncio.Protocol | None = None
         self._secured: asyncio.Transport | None = None
         self._class: ConnectionClass | None = None
@@ -96,6 +97,7 @@ class ClassifiedConnection(asyncio.Protocol):
             return
         self._pending = True
         self._raw = raw
+        self._accepted_at = asyncio.get_running_loop().time()
         raw.pause_reading()  # start_tls resumes reading once the TLS layer is in place
         task = asyncio.get_running_loop().create_task(self._secure(raw))
         self._state.tasks.add(task)
@@ -148,7 +150,7 @@ class ClassifiedConnection(asyncio.Protocol):
         self._state.classes[secured] = verdict
         self._state.on_classified(verdict)
         assert self._raw is not None
-        inner = self._inner = self._make_inner(self._raw)
+        inner = self._inner = self._make_inner(self._raw, self._accepted_at)
         inner.connection_made(secured)
         early, self._early = self._early, []
         for data in early:

@@ -32,6 +32,7 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from grid.adapters.connection_gate import Admitted
 from grid.adapters.health_server import ClosedCounter
 from grid.adapters.http_listener import ListenerPolicy, PolicedRequestHandler
 from grid.adapters.signals_listener import (
@@ -241,11 +242,12 @@ class SignalsServer:
             connections_max=limits.connections_max,
         )
 
-        def handler(raw: asyncio.Transport) -> asyncio.Protocol:
+        def handler(raw: asyncio.Transport, accepted_at: float) -> asyncio.Protocol:
+            # The first head is due a header deadline after accept, handshake included.
+            admitted = Admitted(raw, _settled, accepted_at + limits.header_timeout_s)
             return PolicedRequestHandler(
                 server,
-                raw,
-                _settled,
+                admitted,
                 policy,
                 self._error_answer,
                 max_line_size=limits.request_line_bytes_max,
