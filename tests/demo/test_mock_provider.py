@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -167,3 +168,42 @@ def test_settings_reject_unknown_profiles_and_zero_capacity() -> None:
         MockSettings(MODEL, profile="chaotic")
     with pytest.raises(ValueError):
         MockSettings(MODEL, capacity=0)
+
+
+async def test_streaming_sends_chunks_usage_and_done(http: aiohttp.ClientSession) -> None:
+    provider, base = await start(MockSettings(MODEL, service_time_s=0.0))
+    try:
+        body = {
+            **chat("one two three"),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        async with http.post(f"{base}/v1/chat/completions", json=body) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            text = await resp.text()
+        events = [e.removeprefix("data: ") for e in text.strip().split("\n\n")]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+        assert content == f"[{MODEL}] one two three"
+        usage = chunks[-1]["usage"]
+        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
+    finally:
+        await provider.stop()
+
+
+async def test_requests_are_counted_on_stats(http: aiohttp.ClientSession) -> None:
+    provider, base = await start(MockSettings(MODEL, service_time_s=0.0))
+    try:
+        for i in range(3):
+            headers = {"x-ai-routing-candidate": "0000beef"} if i else {}
+            async with http.post(
+                f"{base}/v1/chat/completions", json=chat("x"), headers=headers
+            ) as resp:
+                await resp.read()
+        async with http.get(f"{base}/stats") as resp:
+            assert await resp.json() == {"requests": 3, "routed": 2}
+        assert (await scrape(http, base))["grid_mock_requests_total"] == 3
+    finally:
+        await provider.stop()

@@ -279,6 +279,7 @@ class HttpListener:
         ssl_context: ssl.SSLContext | None = None,
         error_answer: ErrorAnswer = plain_error,
         auto_decompress: bool = True,
+        shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
     ) -> None:
         self.app = app
         self.policy = policy or ListenerPolicy()
@@ -291,6 +292,8 @@ class HttpListener:
         )
         self._error_answer = error_answer
         self._auto_decompress = auto_decompress
+        self._shutdown_timeout_s = shutdown_timeout_s
+        """Seconds in-flight requests get at `stop` (the gateway's drain time)."""
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._handshakes: set[asyncio.Task[None]] = set()
@@ -301,7 +304,7 @@ class HttpListener:
 
         A bind failure (``OSError``) cleans up before it propagates.
         """
-        runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=self._shutdown_timeout_s)
         await runner.setup()
         server = runner.server
         assert server is not None

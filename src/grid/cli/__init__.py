@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "grid.cli.store_cmd",
     "grid.cli.demo_cmd",
     "grid.cli.telemetry_send",
+    "grid.cli.gateway_cmd",
 )
 
 

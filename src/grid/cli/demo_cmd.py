@@ -1,8 +1,10 @@
 """``grid demo``: a live local mesh on loopback, the embedded default.
 
 It starts one operator process per site, each with its own SQLite store, a dev
-PKI and encrypted SWIM, plus mock providers under changing load, then shows
-each site's ranked candidates as they change. Ctrl-C (or ``--duration``) stops
+PKI and encrypted SWIM, plus mock providers under changing load and one
+``grid gateway`` per site, then shows each site's ranked candidates and the
+requests routed to each as they change. ``--traffic R`` sends R chat
+completions a second through the gateways. Ctrl-C (or ``--duration``) stops
 every child process.
 """
 
@@ -14,20 +16,27 @@ import signal
 import sys
 from pathlib import Path
 
+import aiohttp
 import click
 from rich.console import Console
 from rich.live import Live
 
 from grid.demo.load import drive
 from grid.demo.mesh import DemoMesh
-from grid.demo.plan import MODEL
+from grid.demo.plan import API_MODEL, MODEL
 from grid.demo.table import mesh_view
+from grid.demo.traffic import DEFAULT_RATE, send_traffic
 
 DEFAULT_SITES = ("east", "west", "central")
 
 
 async def _run(
-    root: Path, sites: list[str], duration: float | None, transport: str, console: Console
+    root: Path,
+    sites: list[str],
+    duration: float | None,
+    traffic: float,
+    transport: str,
+    console: Console,
 ) -> None:
     mesh = DemoMesh(root, sites, signal_transport=transport)
     stop = asyncio.Event()
@@ -35,6 +44,7 @@ async def _run(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     load: asyncio.Task[None] | None = None
+    routed: asyncio.Task[None] | None = None
     try:
         console.print(f"[bold]grid demo[/]: preparing {len(sites)} sites under {root}")
         await mesh.prepare()
@@ -45,21 +55,29 @@ async def _run(
             f"signal transport: {transport}"
             + ("; local scoring is off, candidates carry no score" if transport == "poll" else "")
         )
+        gateways = [a for a in map(mesh.gateway_address, mesh.plan.sites) if a is not None]
+        if gateways:
+            console.print(f"gateways: {', '.join(gateways)} (try the curl in the README)")
         load = asyncio.create_task(drive([pp.port for pp in mesh.plan.providers], MODEL))
+        routed = asyncio.create_task(send_traffic(gateways, traffic, (MODEL, API_MODEL)))
         dirs = {name: s.overlay_dir for name, s in mesh.plan.sites.items()}
         scoring = transport != "poll"
         deadline = None if duration is None else loop.time() + duration
-        with Live(mesh_view(dirs, scoring=scoring), console=console, refresh_per_second=2) as live:
-            while not stop.is_set() and (deadline is None or loop.time() < deadline):
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(1.0):
-                        await stop.wait()
-                live.update(mesh_view(dirs, scoring=scoring))
+        view = mesh_view(dirs, scoring=scoring)
+        async with aiohttp.ClientSession() as http:
+            with Live(view, console=console, refresh_per_second=2) as live:
+                while not stop.is_set() and (deadline is None or loop.time() < deadline):
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(1.0):
+                            await stop.wait()
+                    counts = await mesh.routed_counts(http)
+                    live.update(mesh_view(dirs, counts, scoring=scoring))
     finally:
-        if load is not None:
-            load.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await load
+        for task in (load, routed):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         console.print("stopping every process of the demo...")
         await mesh.stop()
 
@@ -93,11 +111,20 @@ async def _run(
     show_default=True,
     help="Where the demo keeps its PKI, stores, overlays and logs.",
 )
-def demo_cmd(site_count: int, duration: float | None, signal_transport: str, root: Path) -> None:
+@click.option(
+    "--traffic",
+    type=click.FloatRange(min=0, max=1000),
+    default=DEFAULT_RATE,
+    show_default=True,
+    help="Chat completions per second sent through the gateways (half streaming); 0 = none.",
+)
+def demo_cmd(
+    site_count: int, duration: float | None, signal_transport: str, root: Path, traffic: float
+) -> None:
     """Run a live local mesh: operators, mock providers and a live ranked table."""
     names = [*DEFAULT_SITES, *(f"site-{i}" for i in range(4, 10))][:site_count]
     try:
-        asyncio.run(_run(root, names, duration, signal_transport, Console()))
+        asyncio.run(_run(root, names, duration, traffic, signal_transport, Console()))
     except TimeoutError as exc:
         click.echo(f"error: {exc}; see the logs under {root / 'logs'}", err=True)
         sys.exit(1)

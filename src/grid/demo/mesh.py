@@ -2,9 +2,14 @@
 
 The mesh is what ``grid demo`` runs and what the end-to-end tests drive: a dev
 PKI and SWIM key, one embedded store per site filled with that site's
-resources, mock providers, and one ``grid operator`` process per site on
-loopback. The supervisor restarts an operator that exits, as Kubernetes would,
-and `stop` ends every child process.
+resources, mock providers, one ``grid operator`` process per site on loopback,
+and one ``grid gateway`` per site run from the ``praxis.yaml`` that site's
+operator rendered (overlay-file mode). The supervisor restarts a child that
+exits, as Kubernetes would, and `stop` ends every child process.
+
+The demo Secret's token is "mounted" for the gateways the way Kubernetes mounts
+a Secret: a file under a private temporary directory outside the demo
+directory, removed at `stop`, so nothing under the demo directory holds it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +34,19 @@ from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.pki import DevPki, write_dev_pki
 from grid.errors import AlreadyExists, Conflict
+from grid.gateway.config import ConfigError, load_config
+from grid.gateway.settings import GatewaySettings
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 45.0
 RESTART_BACKOFF_S = 1.0
+PRAXIS_TIMEOUT_S = 30.0
+"""How long to wait for every site's praxis.yaml to list every cluster before the
+gateways start anyway with what is rendered (a missing cluster is then skipped)."""
+DEMO_TOKEN = b"sk-demo-placeholder-not-a-key"
+"""The demo's placeholder API token: in the stores' Secret and the mounted file only."""
+CREDENTIAL_SECRET = ("openai-credentials", "token")
 
 
 @dataclass
@@ -59,10 +73,14 @@ class DemoMesh:
         probe_interval: str = "500ms",
         suspicion_timeout: str = "2s",
         scrape_interval: str = "1s",
+        gateways: bool = True,
         signal_transport: str = "gossip",
         signals_poll_interval_s: float = 1.0,
     ) -> None:
         self.root = root
+        self.gateways = gateways
+        self.credentials = Path(tempfile.mkdtemp(prefix="grid-demo-credentials-"))
+        """The Secret mount of the demo gateways (outside the demo directory)."""
         self.signal_transport = signal_transport
         """The mode the GridNetwork declares (demo.json's ``signals`` follows it)."""
         self.signals_poll_interval_s = signals_poll_interval_s
@@ -94,15 +112,20 @@ class DemoMesh:
             self.plan,
             probe_interval=self.probe_interval,
             suspicion_timeout=self.suspicion_timeout,
+            credential_base=self.credentials,
             signal_transport=self.signal_transport,
         )
+        name, key = CREDENTIAL_SECRET
+        mounted = self.credentials / name / key
+        mounted.parent.mkdir(parents=True, exist_ok=True)
+        mounted.write_bytes(DEMO_TOKEN)
         sites = [
             p.site_doc(s, self.pki.sites[s.name].fingerprint) for s in self.plan.sites.values()
         ]
         secrets = [
             p.secret_doc("grid-swim-key", {"swim.key": self.pki.swim_key.read_bytes()}),
             p.secret_doc("grid-ca", {"ca.crt": self.pki.ca.read_bytes()}),
-            p.secret_doc("openai-credentials", {"token": b"sk-demo-placeholder-not-a-key"}),
+            p.secret_doc(CREDENTIAL_SECRET[0], {CREDENTIAL_SECRET[1]: DEMO_TOKEN}),
         ]
         first = next(iter(self.plan.sites))
         for site in self.plan.sites.values():
@@ -164,14 +187,15 @@ class DemoMesh:
         )
 
     async def start(self) -> None:
-        """Start mock providers, then operators, and wait until every operator is ready."""
-        for provider in self.plan.providers:
+        """Start mock providers, then operators, then gateways, and wait until all are ready."""
+        models = {"openai": p.API_MODEL}
+        for provider in [*self.plan.providers, *self.plan.stand_ins]:
             argv = self._grid(
                 "mock-provider",
                 "--port",
                 str(provider.port),
                 "--model",
-                p.MODEL,
+                models.get(provider.name, p.MODEL),
                 "--profile",
                 provider.profile,
                 "--capacity",
@@ -186,6 +210,36 @@ class DemoMesh:
             await self.start_operator(site.name)
         self._supervisor = asyncio.create_task(self._supervise(), name="demo-supervisor")
         await self.wait_ready()
+        if self.gateways:
+            await self._wait_praxis()
+            for site in self.plan.sites.values():
+                argv = self._grid("gateway", "--config", str(site.praxis))
+                name = f"gateway-{site.name}"
+                await self._spawn(Child(name, argv, self._log(name), {}))
+            await self._wait_http(
+                {
+                    s: f"127.0.0.1:{p_.gateway_admin_port}/ready"
+                    for s, p_ in self.plan.sites.items()
+                },
+                "gateways",
+            )
+
+    async def _wait_praxis(self) -> None:
+        """Wait until every site's praxis.yaml lists every cluster (bounded)."""
+        clusters = len(self.plan.providers) + len(self.plan.stand_ins)
+        deadline = time.monotonic() + PRAXIS_TIMEOUT_S
+        while True:
+            complete = [
+                _cluster_count(site.praxis) >= clusters for site in self.plan.sites.values()
+            ]
+            if all(complete):
+                return
+            if time.monotonic() > deadline:
+                if not any(site.praxis.exists() for site in self.plan.sites.values()):
+                    raise TimeoutError("no site rendered its praxis.yaml")
+                log.warning("starting gateways before every praxis.yaml lists every cluster")
+                return
+            await asyncio.sleep(0.2)
 
     def _log(self, name: str) -> Path:
         return self.root / "logs" / f"{name}.log"
@@ -272,18 +326,25 @@ class DemoMesh:
 
     async def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Poll every operator's /readyz until all answer 200."""
+        urls = {s: f"127.0.0.1:{site.metrics_port}/readyz" for s, site in self.plan.sites.items()}
+        await self._wait_http(urls, "operators", timeout_s)
+
+    async def _wait_http(
+        self, urls: dict[str, str], what: str, timeout_s: float = READY_TIMEOUT_S
+    ) -> None:
+        """Poll each ``host:port/path`` until all answer 200."""
         deadline = time.monotonic() + timeout_s
-        pending = set(self.plan.sites)
+        pending = set(urls)
         async with aiohttp.ClientSession() as session:
             while pending:
                 for site in list(pending):
-                    url = f"http://127.0.0.1:{self.plan.sites[site].metrics_port}/readyz"
+                    url = f"http://{urls[site]}"
                     with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                         async with session.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
                             if r.status == 200:
                                 pending.discard(site)
                 if pending and time.monotonic() > deadline:
-                    raise TimeoutError(f"operators not ready: {', '.join(sorted(pending))}")
+                    raise TimeoutError(f"{what} not ready: {', '.join(sorted(pending))}")
                 if pending:
                     await asyncio.sleep(0.2)
 
@@ -304,8 +365,27 @@ class DemoMesh:
                 "overlay_dir": str(site.overlay_dir),
                 "cert": str(self.pki.sites[name].cert),
                 "key": str(self.pki.sites[name].key),
+                "gateway": self.gateway_address(name),
             }
-        return {"sites": sites, "ca": str(self.pki.ca), "gateway": None}
+        first = next(iter(self.plan.sites), None)
+        top = self.gateway_address(first) if first is not None else None
+        return {"sites": sites, "ca": str(self.pki.ca), "gateway": top}
+
+    def gateway_address(self, site: str) -> str | None:
+        """The site gateway's public ``host:port``, or None when it is not running."""
+        if f"gateway-{site}" not in self.children:
+            return None
+        return f"127.0.0.1:{self.plan.sites[site].gateway_port}"
+
+    async def routed_counts(self, session: aiohttp.ClientSession) -> dict[str, int]:
+        """Requests each cluster's mock provider received through a gateway (/stats)."""
+        counts: dict[str, int] = {}
+        for provider in [*self.plan.providers, *self.plan.stand_ins]:
+            url = f"http://127.0.0.1:{provider.port}/stats"
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
+                    counts[provider.name] = int((await r.json())["routed"])
+        return counts
 
     def write_description(self) -> Path:
         """Write demo.json atomically and return its path."""
@@ -336,3 +416,13 @@ class DemoMesh:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
+        shutil.rmtree(self.credentials, ignore_errors=True)
+
+
+def _cluster_count(praxis: Path) -> int:
+    """How many clusters a rendered praxis.yaml lists (0 before it exists)."""
+    try:
+        config = load_config(praxis, GatewaySettings().config_max_bytes)
+    except ConfigError:
+        return 0
+    return len(config.clusters)

@@ -3,7 +3,12 @@
 `grid demo` starts one per provider so that the scrape loop, scoring and overlay
 have real, moving load to react to; tests use it as a real HTTP backend. It serves
 ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health`` and
-``GET /metrics``.
+``GET /metrics``, plus ``GET /stats`` (``{"requests": N, "routed": M}``: completions
+received, and those of them that came through a Grid gateway, recognised by its
+``x-ai-routing-candidate`` header, so the demo can show traffic follow the ranking).
+``"stream": true`` answers with Server-Sent Events chunk by chunk across the
+service time, ending with a ``usage`` chunk when ``stream_options.include_usage``
+is set, then ``[DONE]``.
 
 Load is real: each completion takes one of ``capacity`` concurrency slots for a
 simulated service time, and requests beyond the capacity wait for a slot. The
@@ -30,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
+import json
 import math
 import random
 import time
@@ -56,6 +62,8 @@ PREFIX_MEMORY = 256
 """How many recent prompt prefixes count as cached."""
 PREFIX_CHARS = 64
 """Characters of the prompt that form its cache key."""
+ROUTED_HEADER = "x-ai-routing-candidate"
+"""The provider-hop header a Grid gateway adds: its presence marks a routed request."""
 BODY_MAX_BYTES = 1024 * 1024
 """Largest accepted request body."""
 LISTENER_POLICY = ListenerPolicy(
@@ -131,6 +139,11 @@ class _Metrics:
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
+        self.requests = Counter(
+            "grid_mock_requests",
+            "Chat completion requests received (any outcome).",
+            registry=self.registry,
+        )
         self.model = model
         # Create every series up front, as vLLM does, so an idle server exports zeros.
         for metric in (
@@ -163,6 +176,10 @@ class MockProvider:
         self.running = 0
         self._prefixes: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.metrics = _Metrics(settings.model)
+        self.requests = 0
+        """Chat completion requests received so far (any outcome)."""
+        self.routed = 0
+        """Those of `requests` that a Grid gateway routed here."""
         self._listener: HttpListener | None = None
 
     # -- load model ------------------------------------------------------------
@@ -228,9 +245,17 @@ class MockProvider:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/stats", self._stats)
         return app
 
-    async def _chat_completions(self, request: web.Request) -> web.Response:
+    async def _stats(self, _request: web.Request) -> web.Response:
+        return web.json_response({"requests": self.requests, "routed": self.routed})
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
+        if ROUTED_HEADER in request.headers:
+            self.routed += 1
+        self.metrics.requests.inc()
         if self.settings.profile == "failing":
             return _error(503, "the backend is failing (mock profile 'failing')", "server_error")
         try:
@@ -243,8 +268,56 @@ class MockProvider:
         if body["model"] != self.settings.model:
             return _error(404, f"the model {body['model']!r} does not exist", "model_not_found")
         prompt = "\n".join(str(m.get("content", "")) for m in body["messages"])
+        if body.get("stream"):
+            return await self._stream(request, prompt, body)
         await self.serve_one(prompt)
         return web.json_response(self._completion(prompt, body))
+
+    async def _stream(
+        self, request: web.Request, prompt: str, body: dict[str, Any]
+    ) -> web.StreamResponse:
+        """An SSE completion: one chunk per word, spread over the service time."""
+        completion = self._completion(prompt, body)
+        words = completion["choices"][0]["message"]["content"].split(" ")
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        base = {
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": completion["created"],
+            "model": self.settings.model,
+        }
+
+        async def send(delta: dict[str, Any], finish: str | None = None) -> None:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            await out.write(_sse({**base, "choices": [choice]}))
+
+        await send({"role": "assistant", "content": ""})
+        pause = self._service_time() / max(1, len(words))
+        for i, word in enumerate(words):
+            await self._hold(pause)
+            await send({"content": word if i == 0 else f" {word}"})
+        await send({}, "stop")
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            await out.write(_sse({**base, "choices": [], "usage": completion["usage"]}))
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
+
+    async def _hold(self, seconds: float) -> None:
+        """Hold a concurrency slot for ``seconds`` (one chunk of a stream)."""
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.running -= 1
+            self._slots.release()
 
     def _completion(self, prompt: str, body: dict[str, Any]) -> dict[str, Any]:
         last = str(body["messages"][-1].get("content", ""))
@@ -309,9 +382,12 @@ def _check_chat_body(body: object) -> str | None:
         return "'messages' must be a non-empty list"
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         return "each message needs a 'role'"
-    if body.get("stream"):
-        return "streaming is not supported by the mock provider"
     return None
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    """One Server-Sent Event carrying ``payload`` as JSON."""
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
 def _malformed(status: int, reason: str) -> web.Response:

@@ -6,6 +6,11 @@ resources for each site's embedded store. Every site's store holds the same
 GridNetwork and GridSites (each cluster has its own copy, as in Kubernetes,
 with the real fingerprints of the dev certificates) plus only its own
 InferenceProviders, the way each cluster holds only what runs there.
+
+Each site's gateway reference enables ``consumerConfig`` on loopback ports of
+its own, with a cluster endpoint for every provider of the mesh (the two
+third-party providers are played by stand-in mock providers), so every site's
+operator renders a complete ``praxis.yaml`` that ``grid gateway`` runs.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from grid.core.resources import API_VERSION, AUTO_DISCOVER_LABEL, SITE_LABEL
 NETWORK = "grid-demo"
 NAMESPACE = "grid-system"
 MODEL = "llama-3.1-8b-instruct"
+API_MODEL = "gpt-4o-mini"
+"""The model of the third-party API provider (played by a stand-in mock)."""
+CONSUMER_CONFIG_MAP = "praxis-consumer-config"
 SITE_GEOGRAPHY: dict[str, tuple[str, str]] = {
     "east": ("us-east-1", "us-east-1a"),
     "west": ("us-west-2", "us-west-2a"),
@@ -91,6 +99,10 @@ class SitePlan:
     metrics_port: int
     egress_port: int
     root: Path
+    gateway_port: int = 0
+    """The site gateway's public listener."""
+    gateway_admin_port: int = 0
+    """The site gateway's admin listener (/ready, /metrics, /snapshot)."""
     providers: list[ProviderPlan] = field(default_factory=list)
     signals_port: int = 0
     """The mTLS signals listener's port (bound only under poll)."""
@@ -110,6 +122,11 @@ class SitePlan:
         """The gateway this site's overlay is for."""
         return f"edge-{self.name}"
 
+    @property
+    def praxis(self) -> Path:
+        """The site gateway's rendered praxis.yaml."""
+        return self.overlay_dir / "praxis.yaml"
+
 
 @dataclass
 class MeshPlan:
@@ -118,10 +135,12 @@ class MeshPlan:
     root: Path
     sites: dict[str, SitePlan]
     pki_dir: Path
+    stand_ins: list[ProviderPlan] = field(default_factory=list)
+    """Mock providers playing the third-party providers (cluster = provider name)."""
 
     @property
     def providers(self) -> list[ProviderPlan]:
-        """Every mock provider of every site."""
+        """Every mock provider of every site (the stand-ins not included)."""
         return [p for s in self.sites.values() for p in s.providers]
 
 
@@ -135,6 +154,7 @@ def plan_mesh(root: Path, site_names: list[str]) -> MeshPlan:
     for i, name in enumerate(site_names):
         region, zone = SITE_GEOGRAPHY.get(name, (f"region-{i}", f"region-{i}a"))
         site = SitePlan(name, region, zone, pick_port(), pick_port(), pick_port(), root / name)
+        site.gateway_port, site.gateway_admin_port = pick_port(), pick_port()
         site.signals_port = pick_port()
         count = 2 if i == 0 else 1
         for j in range(count):
@@ -142,7 +162,33 @@ def plan_mesh(root: Path, site_names: list[str]) -> MeshPlan:
             profile = _PROFILES[(i + j) % 2]
             site.providers.append(ProviderPlan(f"vllm-{name}{suffix}", name, pick_port(), profile))
         sites[name] = site
-    return MeshPlan(root, sites, root / "pki")
+    first = site_names[0] if site_names else ""
+    stand_ins = [
+        ProviderPlan("bedrock-llama", first, pick_port(), "steady", capacity=8),
+        ProviderPlan("openai", first, pick_port(), "steady", capacity=8),
+    ]
+    return MeshPlan(root, sites, root / "pki", stand_ins)
+
+
+def consumer_config(plan: MeshPlan, site: SitePlan, credential_base: Path) -> dict[str, Any]:
+    """The site gateway's ``consumerConfig``: loopback listeners, every cluster plaintext."""
+    endpoints = [
+        {
+            "cluster": p.name,
+            "address": f"127.0.0.1:{p.port}",
+            "transport": {"mode": "plaintext"},
+        }
+        for p in [*plan.providers, *plan.stand_ins]
+    ]
+    return {
+        "enabled": True,
+        "configMapName": CONSUMER_CONFIG_MAP,
+        "listenerHost": "127.0.0.1",
+        "listenerPort": site.gateway_port,
+        "adminAddress": f"127.0.0.1:{site.gateway_admin_port}",
+        "credentialMountBase": str(credential_base),
+        "clusterEndpoints": endpoints,
+    }
 
 
 def _meta(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -154,6 +200,7 @@ def network_doc(
     *,
     probe_interval: str,
     suspicion_timeout: str,
+    credential_base: Path,
     signal_transport: str = "gossip",
 ) -> dict[str, Any]:
     """The GridNetwork every site's store holds (``signalTransport`` only under poll)."""
@@ -164,7 +211,12 @@ def network_doc(
         "spec": {
             "seeds": [f"127.0.0.1:{s.swim_port}" for s in plan.sites.values()],
             "gatewayRefs": [
-                {"name": s.gateway, "namespace": NAMESPACE, "localSiteName": s.name}
+                {
+                    "name": s.gateway,
+                    "namespace": NAMESPACE,
+                    "localSiteName": s.name,
+                    "consumerConfig": consumer_config(plan, s, credential_base),
+                }
                 for s in plan.sites.values()
             ],
             "swim": {
@@ -230,7 +282,7 @@ def provider_doc(provider: ProviderPlan, *, interval: str) -> dict[str, Any]:
 
 
 def third_party_docs(site: str) -> list[dict[str, Any]]:
-    """A cloud-managed and an API provider at ``site``, never contacted by the demo."""
+    """A cloud-managed and an API provider at ``site``, played by stand-in mock providers."""
     return [
         {
             "apiVersion": API_VERSION,
@@ -252,7 +304,7 @@ def third_party_docs(site: str) -> list[dict[str, Any]]:
                 "gridNetworkRef": NETWORK,
                 "backendKind": "api_provider",
                 "providerKind": "open_ai",
-                "models": [{"name": "gpt-4o-mini"}],
+                "models": [{"name": API_MODEL}],
                 "cost": {"perMillionInputTokens": 0.15, "perMillionOutputTokens": 0.6},
                 "auth": {
                     "strategy": "BearerToken",

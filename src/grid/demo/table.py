@@ -1,4 +1,8 @@
-"""The live view of ``grid demo``: each site's ranked candidates from its overlay file."""
+"""The live view of ``grid demo``: each site's ranked candidates from its overlay file.
+
+The ``reqs`` column counts the requests each candidate's cluster received
+through any site's gateway, so traffic can be seen following the ranking.
+"""
 
 from __future__ import annotations
 
@@ -31,15 +35,29 @@ _SHORT = {
 }
 
 
-def site_table(site: str, overlay: dict[str, Any] | None, *, scoring: bool = True) -> Table:
-    """One site's candidates in rank order; under poll the title says scoring is off."""
+_COLUMNS = ("rank", "model", "site", "cluster", "tier", "admission", "score", "fresh", "reqs")
+
+
+def site_table(
+    site: str,
+    overlay: dict[str, Any] | None,
+    counts: dict[str, int] | None = None,
+    *,
+    scoring: bool = True,
+) -> Table:
+    """One site's candidates in rank order, with the routed requests of each cluster.
+
+    Under poll the title says local scoring is off (the score column stays empty).
+    """
     title = f"site {site}" if scoring else f"site {site} (scoring off: signals polled)"
     table = Table(title=title, title_justify="left", expand=True)
-    for column in ("rank", "model", "site", "cluster", "tier", "admission", "score", "fresh"):
-        table.add_column(column, justify="right" if column in ("rank", "score") else "left")
+    for column in _COLUMNS:
+        right = column in ("rank", "score", "reqs")
+        table.add_column(column, justify="right" if right else "left")
     if overlay is None:
-        table.add_row("-", "waiting for the first overlay", "", "", "", "", "", "")
+        table.add_row("-", "waiting for the first overlay", *([""] * (len(_COLUMNS) - 2)))
         return table
+    counts = counts or {}
     for c in overlay.get("candidates", []):
         score = c.get("score")
         table.add_row(
@@ -51,12 +69,15 @@ def site_table(site: str, overlay: dict[str, Any] | None, *, scoring: bool = Tru
             _SHORT.get(str(c.get("admission_state")), str(c.get("admission_state"))),
             f"{score:.3f}" if isinstance(score, int | float) else "-",
             "yes" if c.get("fresh") else "no",
+            str(counts.get(str(c.get("cluster")), "-")),
         )
     return table
 
 
-def mesh_view(overlay_dirs: dict[str, Path], *, scoring: bool = True) -> Group:
+def mesh_view(
+    overlay_dirs: dict[str, Path], counts: dict[str, int] | None = None, *, scoring: bool = True
+) -> Group:
     """A table per site, in site order."""
     return Group(
-        *(site_table(s, read_overlay(d), scoring=scoring) for s, d in overlay_dirs.items())
+        *(site_table(s, read_overlay(d), counts, scoring=scoring) for s, d in overlay_dirs.items())
     )

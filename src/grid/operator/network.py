@@ -99,11 +99,15 @@ class ServedNetwork:
         self.network = GridNetwork.model_validate(obj)
 
     async def write_status(
-        self, name: str, overlays: Sequence[Mapping[str, Any]], site_phases: Mapping[str, SitePhase]
+        self,
+        name: str,
+        overlays: Sequence[Mapping[str, Any]],
+        site_phases: Mapping[str, SitePhase],
+        consumers: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """Write what a render round changed in network ``name``'s status, if anything."""
         fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", name))
-        patch = rendered_patch(fresh, overlays, site_phases)
+        patch = rendered_patch(fresh, overlays, site_phases, consumers)
         if patch:
             obj = await self.store.patch_status("GridNetwork", name, patch)
             self.network = GridNetwork.model_validate(obj)

@@ -6,7 +6,8 @@ event). The ConfigMap goes through the `ResourceStore` port, so the embedded
 store and a Kubernetes store need no different logic. In the embedded default
 the same two documents also land in the site's output directory, each written
 atomically: a temporary file in the same directory, fsync, rename, fsync of the
-directory.
+directory. A gateway whose ``consumerConfig`` is enabled also gets its
+``praxis.yaml`` (`ConsumerConfigWriter`), written the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from grid.adapters.store.port import ResourceStore
+from grid.core.overlay.consumer import CONFIG_KEY as PRAXIS_KEY
+from grid.core.overlay.consumer import ConsumerConfigError, render_consumer_config
+from grid.core.resources.network_spec import ConsumerSpec
 from grid.core.routing.render import Rendered
 from grid.errors import AlreadyExists, NotFound
 
@@ -86,6 +90,11 @@ class OverlayWriter:
         """With more than one gateway at the site, each gets ``{overlay_dir}/{gateway}/``."""
         self.writes = 0
 
+    @property
+    def store(self) -> ResourceStore:
+        """The store the ConfigMaps go to."""
+        return self._store
+
     def directory(self, gateway: str) -> Path | None:
         """Where a gateway's files go: the overlay directory, or its gateway subdirectory."""
         if self._root is None:
@@ -133,28 +142,118 @@ class OverlayWriter:
     async def _write_configmap(
         self, network: str, gateway: str, namespace: str, config: str, envelope: str
     ) -> None:
-        name = configmap_name(network, gateway)
-        obj: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": {
-                    "app.kubernetes.io/managed-by": "grid-operator",
-                    "grid.praxis-proxy.io/network": network,
-                    "grid.praxis-proxy.io/gateway": gateway,
-                },
-            },
-            "data": {CONFIG_KEY: config, ENVELOPE_KEY: envelope},
-        }
+        await upsert_configmap(
+            self._store,
+            configmap_name(network, gateway),
+            namespace,
+            _labels(network, gateway),
+            {CONFIG_KEY: config, ENVELOPE_KEY: envelope},
+        )
+
+
+def _labels(network: str, gateway: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/managed-by": "grid-operator",
+        "grid.praxis-proxy.io/network": network,
+        "grid.praxis-proxy.io/gateway": gateway,
+    }
+
+
+async def upsert_configmap(
+    store: ResourceStore, name: str, namespace: str, labels: dict[str, str], data: dict[str, str]
+) -> None:
+    """Create the ConfigMap, or replace its data (keeping its resourceVersion)."""
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "data": data,
+    }
+    try:
+        current = await store.get("ConfigMap", name, namespace=namespace)
+    except NotFound:
         try:
-            current = await self._store.get("ConfigMap", name, namespace=namespace)
+            await store.create(obj)
+            return
+        except AlreadyExists:
+            current = await store.get("ConfigMap", name, namespace=namespace)
+    obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    await store.replace(obj)
+
+
+class ConsumerConfigWriter:
+    """Renders and writes each gateway's ``praxis.yaml`` when, and only when, it changes.
+
+    The text is rendered from the overlay on every pass (pure and cheap) and
+    compared with what was last written, so an overlay revision that changes
+    the file rewrites it and one that does not writes nothing. The ConfigMap is
+    ``consumerConfig.configMapName`` in the gateway's namespace with the one key
+    ``praxis.yaml``; in the embedded default the same text also lands in the
+    gateway's overlay directory.
+    """
+
+    def __init__(self, store: ResourceStore, overlays: OverlayWriter) -> None:
+        self._store = store
+        self._overlays = overlays
+        self._written: dict[tuple[str, str, str], str | None] = {}
+        self.writes = 0
+
+    def overlay_file(self, config: ConsumerSpec, gateway: str) -> str | None:
+        """The envelope path the route filter reads, or None for inline candidates."""
+        if config.overlay_file is not None:
+            return config.overlay_file
+        directory = self._overlays.directory(gateway)
+        return None if directory is None else str((directory / ENVELOPE_KEY).absolute())
+
+    async def write(self, rendered: Rendered, config: ConsumerSpec | None) -> dict[str, Any]:
+        """Render and write one gateway's praxis.yaml; returns its status entry."""
+        scope = rendered.scope
+        name = config.config_map_name if config else ConsumerSpec().config_map_name
+        entry: dict[str, Any] = {
+            "gatewayName": scope.gateway,
+            "namespace": scope.namespace,
+            "configMapName": name,
+            "observedGeneration": rendered.network.metadata.generation,
+        }
+        if config is None or not config.enabled:
+            return {**entry, "phase": "Disabled", "reason": "Disabled"}
+        result = render_consumer_config(
+            rendered.overlay, scope, config, self.overlay_file(config, scope.gateway)
+        )
+        if isinstance(result, ConsumerConfigError):
+            return {**entry, "phase": "Error", "reason": result.reason, "message": result.message}
+        key = (scope.network, scope.gateway, name)
+        directory = self._overlays.directory(scope.gateway)
+        if key not in self._written:
+            # After a restart, what the store and the file already hold counts as written.
+            self._written[key] = await self._stored(name, scope.namespace, directory)
+        if self._written[key] != result.text:
+            await upsert_configmap(
+                self._store,
+                name,
+                scope.namespace,
+                _labels(scope.network, scope.gateway),
+                {PRAXIS_KEY: result.text},
+            )
+            if directory is not None:
+                atomic_write(directory / PRAXIS_KEY, result.text.encode())
+            self._written[key] = result.text
+            self.writes += 1
+        return {**entry, "phase": "Rendered", "reason": "Rendered"}
+
+    async def _stored(self, name: str, namespace: str, directory: Path | None) -> str | None:
+        """The praxis.yaml the ConfigMap holds, if the file (when kept) holds the same."""
+        try:
+            cm = await self._store.get("ConfigMap", name, namespace=namespace)
         except NotFound:
+            return None
+        text = (cm.get("data") or {}).get(PRAXIS_KEY)
+        if not isinstance(text, str):
+            return None
+        if directory is not None:
             try:
-                await self._store.create(obj)
-                return
-            except AlreadyExists:
-                current = await self._store.get("ConfigMap", name, namespace=namespace)
-        obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        await self._store.replace(obj)
+                if (directory / PRAXIS_KEY).read_text() != text:
+                    return None
+            except (OSError, UnicodeDecodeError):
+                return None
+        return text

@@ -4,8 +4,10 @@ A round runs whenever something marked the view dirty, and at least every
 ``render_interval_s`` so that time-driven rules (freshness, stale-candidate
 eviction) take effect within that bound. One round reads the replica's live
 records of verified sites, builds the mesh view once, renders every served
-gateway from it and writes an overlay only when its revision changed. The
-round's `overlay_entry` items feed the GridNetwork status.
+gateway from it and writes an overlay only when its revision changed, and the
+``praxis.yaml`` of each gateway whose ``consumerConfig`` is enabled when its
+text changed. The round's `overlay_entry` items and `consumer_status` feed the
+GridNetwork status.
 
 Signals come from the records themselves under gossip; under poll the caller
 passes a ``signals_view`` (own scrapes plus what was pulled from peers,
@@ -34,7 +36,7 @@ from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs,
 from grid.core.routing.render import render
 from grid.core.routing.signals import SignalsDocument
 from grid.errors import GridError
-from grid.operator.output import OverlayWriter, configmap_name
+from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,9 @@ class OverlayLoop:
             ("written", "unchanged", "failed"),
             registry,
         )
+        self.consumers = ConsumerConfigWriter(writer.store, writer)
+        self.consumer_status: list[dict[str, Any]] = []
+        """The last round's ``consumerConfigStatus`` items."""
         self._sequence = 0
         self._epoch = int(time.time())
 
@@ -108,6 +113,7 @@ class OverlayLoop:
                 sequence=self._sequence,
             )
         overlays = []
+        consumers: list[dict[str, Any]] = []
         served = served_gateways(network, self.site)
         self.writer.per_gateway = len(served) > 1
         for ref in served:
@@ -146,4 +152,6 @@ class OverlayLoop:
                     candidates=candidates,
                 )
             )
+            consumers.append(await self.consumers.write(rendered, ref.consumer_config))
+        self.consumer_status = consumers
         return overlays

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, FilePath
 
+from grid.core.crdt.origin import AuthLimits
+
 DEFAULT_STORE = "sqlite:.grid/store.db"
 DEFAULT_SWIM_BIND = "0.0.0.0:7946"
 DEFAULT_METRICS_BIND = "0.0.0.0:9090"
@@ -131,6 +133,16 @@ class OperatorSettings(BaseModel):
         description=(
             "Seconds between checks of the site certificate files for rotation (spiffe trust "
             "only). Shorter picks up a renewed SVID sooner at the cost of a file read."
+        ),
+    )
+    pending_items_max: int = Field(
+        AuthLimits().pending_items_max,
+        ge=0,
+        description=(
+            "Received items held while their origin's certificate is not verified yet, over "
+            "all sites (one per site and lane). Beyond it they are dropped and come again by "
+            "anti-entropy; more room means less waiting after a start, and more memory a peer "
+            "can claim."
         ),
     )
     ingest_feedback: bool = Field(

@@ -18,17 +18,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from grid.core.overlay import verify
-from grid.demo.plan import NAMESPACE, NETWORK
+from grid.demo.plan import MODEL, NAMESPACE, NETWORK
 from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
 DURATION_S = 3
 SITES = {"east", "west", "central"}
-SITE_KEYS = {"pid", "swim", "signals", "metrics", "store", "overlay_dir", "cert", "key"}
+SITE_KEYS = {"pid", "swim", "signals", "metrics", "store", "overlay_dir", "cert", "key", "gateway"}
 ADDRESS = re.compile(r"^127\.0\.0\.1:\d{1,5}$")
 
 Proc = tuple[int, str]
@@ -69,7 +70,8 @@ def _check_description(doc: dict[str, Any], pids: set[int], transport: str) -> N
     assert set(doc) == {"sites", "ca", "gateway"}
     assert set(doc["sites"]) == SITES
     assert Path(doc["ca"]).read_text().startswith("-----BEGIN CERTIFICATE-----")
-    assert doc["gateway"] is None or ADDRESS.match(doc["gateway"])
+    assert ADDRESS.match(doc["gateway"])
+    assert doc["gateway"] == doc["sites"]["east"]["gateway"]
     for name, site in doc["sites"].items():
         assert set(site) == SITE_KEYS, name
         assert isinstance(site["pid"], int) and site["pid"] in pids, name
@@ -78,10 +80,23 @@ def _check_description(doc: dict[str, Any], pids: set[int], transport: str) -> N
         else:
             assert ADDRESS.match(site["signals"]), site
         assert ADDRESS.match(site["swim"]) and ADDRESS.match(site["metrics"]), site
+        assert ADDRESS.match(site["gateway"]), site
         assert Path(site["store"]).is_file()
         assert Path(site["overlay_dir"]).is_dir()
         assert Path(site["cert"]).read_text().startswith("-----BEGIN CERTIFICATE-----")
         assert "PRIVATE KEY" in Path(site["key"]).read_text()
+
+
+async def _chat_through(gateway: str) -> None:
+    """A chat completion through the demo gateway, as the README's curl sends it."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}]}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"http://{gateway}/v1/chat/completions", json=body) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+        answer = await resp.json()
+    assert answer["model"] == MODEL and answer["usage"]["total_tokens"] > 0
 
 
 @pytest.mark.parametrize("transport", ["gossip", "poll"])
@@ -117,7 +132,8 @@ async def test_demo_runs_and_leaves_nothing_behind(
         seen = _descendants(proc.pid)
         doc = json.loads((root / "demo.json").read_text())
         _check_description(doc, {pid for pid, _ in seen}, transport)
-        assert len(seen) >= 3 + 4, "three operators and four mock providers"
+        assert len(seen) >= 3 + 6 + 3, "three operators, six mock providers, three gateways"
+        await _chat_through(doc["gateway"])
         async with asyncio.timeout(60):
             code = await proc.wait()
     finally:
@@ -142,6 +158,7 @@ async def test_demo_runs_and_leaves_nothing_behind(
         assert overlay is not None, name
         scope = {"network": NETWORK, "namespace": NAMESPACE, "local_site": name}
         assert verify(overlay.envelope, scope).verdict == "accept"
+        assert (root / name / "praxis.yaml").is_file(), "the operator rendered praxis.yaml"
         scored = ["score" in c for c in overlay.candidates]
         assert all(scored) if transport == "gossip" else not any(scored), (name, transport)
     secrets = await tools.store_list(root / "east" / "store.db", "Secret")

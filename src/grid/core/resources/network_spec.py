@@ -148,14 +148,60 @@ class AdmissionSpec(WireModel):
         return self
 
 
+class ClusterTransportSpec(WireModel):
+    """How the gateway connects to one cluster endpoint (§11)."""
+
+    mode: Literal["mutual_tls", "plaintext"]
+    """``mutual_tls`` presents the gateway's certificate and verifies the cluster's."""
+    sni: Text | None = None
+    """TLS server name; required for ``mutual_tls`` and refused for ``plaintext``.
+
+    Both rules are checked when ``praxis.yaml`` is rendered (``MissingSni``,
+    ``PlaintextWithSni``), so a bad entry fails that render closed instead of
+    refusing the whole GridNetwork."""
+
+
+class ClusterEndpointSpec(WireModel):
+    """Where one routing cluster is reached from the gateway."""
+
+    cluster: Text = Field(min_length=1)
+    """The candidate ``cluster`` this endpoint serves."""
+    address: HostPort
+    transport: ClusterTransportSpec | None = None
+    """Absent fails the render closed with ``MissingTransport``."""
+
+
 class ConsumerSpec(WireModel):
-    """Render a complete Praxis configuration for this gateway, not only the overlay."""
+    """Render a complete Praxis configuration (``praxis.yaml``) for this gateway (§11)."""
 
     enabled: bool = False
-    listener_address: HostPort = "0.0.0.0:8080"
-    """Address of the rendered data-plane listener (grid_route, grid_credential_inject)."""
+    config_map_name: ObjectName = "praxis-consumer-config"
+    """ConfigMap (in the gateway's namespace) holding the one key ``praxis.yaml``."""
+    listener_port: int = Field(default=8080, ge=1, le=65535)
+    """Port of the public listener, rendered as ``{listenerHost}:{listenerPort}``."""
+    listener_host: Text = Field(default="0.0.0.0", min_length=1)
+    """Grid extension: the public listener's bind host (the demo binds loopback)."""
     admin_address: HostPort = "127.0.0.1:9901"
-    """Address of the rendered admin listener."""
+    """Grid extension: the admin listener (``/ready``, ``/metrics``, ``/snapshot``)."""
+    credential_mount_base: Text = Field(default="/run/secrets/grid-credentials", min_length=1)
+    """A credential's file is ``{base}/{secret name}/{secret key}``."""
+    tls_cert_mount_path: Text = Field(default="/etc/praxis/tls", min_length=1)
+    """Directory holding ``ca.crt``, ``tls.crt`` and ``tls.key`` for ``mutual_tls`` clusters."""
+    cluster_endpoints: list[ClusterEndpointSpec] = Field(default_factory=list)
+    overlay_file: Text | None = Field(default=None, min_length=1)
+    """Grid extension: render ``overlay_file`` mode reading this envelope path, instead of
+    inline candidates. The embedded operator defaults it to the envelope it writes."""
+
+    @model_validator(mode="after")
+    def _unique_clusters(self) -> ConsumerSpec:
+        seen: set[str] = set()
+        for i, endpoint in enumerate(self.cluster_endpoints):
+            if endpoint.cluster in seen:
+                raise field_error(
+                    f"clusterEndpoints[{i}].cluster", f"duplicate cluster {endpoint.cluster!r}"
+                )
+            seen.add(endpoint.cluster)
+        return self
 
 
 class GatewayRef(WireModel):

@@ -65,11 +65,13 @@ def rendered_patch(
     network: GridNetwork,
     overlays: Sequence[Mapping[str, Any]],
     site_phases: Mapping[str, SitePhase],
+    consumers: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The status patch after a render round; {} when the status already says it all.
 
     ``network`` is the freshly read resource, ``overlays`` the `overlay_entry`
-    items of this round and ``site_phases`` every GridSite's current phase.
+    items of this round, ``site_phases`` every GridSite's current phase and
+    ``consumers`` the round's ``consumerConfigStatus`` items (§11).
     """
     status = network.status
     current = network.phase
@@ -90,6 +92,13 @@ def rendered_patch(
     new = [dict(o) for o in overlays]
     if old != new:
         patch["overlays"] = new
+    old_consumers = [
+        c.model_dump(by_alias=True, exclude_none=True)
+        for c in (status.consumer_config_status if status else [])
+    ]
+    new_consumers = [dict(c) for c in consumers]
+    if old_consumers != new_consumers:
+        patch["consumerConfigStatus"] = new_consumers
     if patch:
         patch["observedGeneration"] = network.metadata.generation
     return patch

@@ -100,6 +100,20 @@ class OverlayStatus(WireModel):
     """Rendering outcome, for example Rendered or Failed."""
 
 
+class ConsumerConfigStatus(WireModel):
+    """The outcome of rendering one gateway's ``praxis.yaml`` (§11)."""
+
+    gateway_name: ObjectName
+    namespace: NamespaceName | None = None
+    config_map_name: Text
+    phase: Literal["Rendered", "Error", "Disabled"]
+    reason: Text | None = None
+    """Why it failed closed: MissingClusterEndpoint, MissingTransport, MissingSni,
+    PlaintextWithSni; or Rendered / Disabled."""
+    message: Text | None = None
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
 class GatewayReporterStatus(WireModel):
     """Persisted ingest-feedback state of one gateway reporter.
 
@@ -136,6 +150,7 @@ class GridNetworkStatus(_StatusBase):
     connected_sites: int = Field(default=0, ge=0)
     """Number of GridSites of this network currently Active."""
     overlays: list[OverlayStatus] = Field(default_factory=list)
+    consumer_config_status: list[ConsumerConfigStatus] = Field(default_factory=list)
     gateway_feedback: GatewayFeedbackStatus | None = None
 
     def transition_to(self, target: str) -> None:

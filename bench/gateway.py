@@ -1,0 +1,392 @@
+"""Benchmark: ``grid gateway`` against direct, a trivial forwarder and LiteLLM's proxy.
+
+Every path ends at the same mock provider (``grid mock-provider``, zero service
+time), each in its own process, all on loopback and sharing the machine's cores
+with the load generator, so no proxy can match direct; the trivial aiohttp
+forwarder (``bench/forwarder.py``) is the floor any Python proxy pays. Measured
+in the same run, interleaved round by round, at concurrency 16 with keep-alive:
+
+* ``direct``: straight to the mock provider;
+* ``forwarder``: through the trivial forwarder;
+* ``gateway``: through ``grid gateway`` run from a rendered praxis.yaml in
+  overlay-file mode, with routing, session affinity (``x-grid-session`` from a
+  pool of 100) and bearer-credential injection from a mounted file;
+* ``litellm``: through LiteLLM's proxy routed to the same mock, only when
+  ``make bench-deps`` installed it in ``.bench/litellm``.
+
+Non-streaming chat completions give throughput and p50 latency, per round; the
+ratios are medians over rounds of figures measured back to back, which keeps
+the drift of a shared machine out of them. Streaming ones give the time to
+first byte. The last line is one JSON object with
+``throughput_ratio_to_forwarder`` (target >= 0.85), ``added_p50_ms`` over direct
+for the gateway and the forwarder, ``added_p50_ratio_to_forwarder`` (target <=
+1.25), ``throughput_ratio_to_litellm`` when LiteLLM ran, and the added time to
+first byte of streams. ``--quick`` stays under a minute.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Run as a script, this file's directory comes first on sys.path, where
+# bench/operator.py would shadow the standard library's `operator` module.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import secrets  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import aiohttp  # noqa: E402
+
+from grid.core.overlay import Provenance, Scope, build_envelope, format_timestamp  # noqa: E402
+from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config  # noqa: E402
+from grid.core.overlay.ids import stable_id  # noqa: E402
+from grid.core.resources.network_spec import ConsumerSpec  # noqa: E402
+from grid.demo.plan import free_port  # noqa: E402
+
+MODEL = "bench-model"
+CONCURRENCY = 16
+SESSIONS = 100
+REPO = Path(_HERE).parent
+LITELLM = REPO / ".bench" / "litellm" / "bin" / "litellm"
+SCOPE = Scope("bench", "edge", "bench", "east")
+LITELLM_WAIT_S = {True: 35.0, False: 120.0}
+"""How long LiteLLM's proxy may take to start (quick, full); past it the run goes on without it."""
+LITELLM_KEY = f"sk-bench-{secrets.token_hex(16)}"
+"""LiteLLM refuses to start without a master key; the load generator presents it."""
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello bench " * 8}]}
+
+
+def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """A child process with its output in ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+
+
+async def wait_http(
+    url: str, timeout_s: float, auth: str, child: subprocess.Popen[bytes] | None = None
+) -> None:
+    """POST to ``url`` until it answers 200, or fail at the deadline or if ``child`` exits."""
+    deadline = time.monotonic() + timeout_s
+    headers = {"Authorization": f"Bearer {auth}"}
+    async with aiohttp.ClientSession() as http:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with http.post(
+                    url, json=BODY, headers=headers, timeout=aiohttp.ClientTimeout(total=5)
+                ) as r:
+                    if r.status == 200:
+                        return
+            if child is not None and child.poll() is not None:
+                raise RuntimeError(f"the process behind {url} exited with {child.returncode}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} not up within {timeout_s} s")
+            await asyncio.sleep(0.2)
+
+
+def gateway_config(work: Path, upstream: str, public: int, admin: int) -> Path:
+    """praxis.yaml (overlay-file mode, one credentialed candidate) and its overlay and token."""
+    credential = {
+        "strategy": "bearer_token",
+        "secretRef": {"name": "bench-token", "namespace": "bench", "key": "token"},
+    }
+    candidate = {
+        "kind": "inference_model",
+        "name": MODEL,
+        "site": "east",
+        "cluster": "mock",
+        "fresh": True,
+        "stable_id": stable_id("inference_model", MODEL, "east", "mock"),
+        "admission_state": "new_and_existing",
+        "selection_tier": "same_site",
+        "rank": 0,
+        "credential": credential,
+    }
+    overlay = {
+        "network": "bench",
+        "local_site": "east",
+        "candidates": [candidate],
+        "generated_at": format_timestamp(datetime.now(UTC)),
+    }
+    envelope = build_envelope(
+        overlay, SCOPE, Provenance("bench", "bench", None, None, datetime.now(UTC))
+    )
+    (work / "grid-overlay.json").write_text(json.dumps(envelope))
+    token = work / "credentials" / "bench-token" / "token"
+    token.parent.mkdir(parents=True)
+    token.write_text("sk-bench-token")
+    config = ConsumerSpec.model_validate(
+        {
+            "enabled": True,
+            "listenerHost": "127.0.0.1",
+            "listenerPort": public,
+            "adminAddress": f"127.0.0.1:{admin}",
+            "credentialMountBase": str(work / "credentials"),
+            "clusterEndpoints": [
+                {"cluster": "mock", "address": upstream, "transport": {"mode": "plaintext"}}
+            ],
+        }
+    )
+    rendered = render_consumer_config(overlay, SCOPE, config, str(work / "grid-overlay.json"))
+    assert isinstance(rendered, RenderedConsumerConfig)
+    path = work / "praxis.yaml"
+    path.write_text(rendered.text)
+    return path
+
+
+def litellm_config(work: Path, upstream: str) -> Path:
+    """A LiteLLM proxy config routing MODEL to the mock as an OpenAI-compatible backend."""
+    path = work / "litellm.yaml"
+    path.write_text(
+        "general_settings:\n"
+        f"  master_key: {LITELLM_KEY}\n"
+        "model_list:\n"
+        f"  - model_name: {MODEL}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{MODEL}\n"
+        f"      api_base: http://{upstream}/v1\n"
+        "      api_key: sk-bench-token\n"
+    )
+    return path
+
+
+def client_token(name: str) -> str:
+    """What each target's clients present (the gateway strips and replaces it)."""
+    return LITELLM_KEY if name == "litellm" else "client-token"
+
+
+async def load(url: str, seconds: float, stream: bool, name: str) -> dict[str, Any]:
+    """``CONCURRENCY`` keep-alive clients posting for ``seconds``; counts and timings."""
+    latencies: list[float] = []
+    ttfb: list[float] = []
+    errors = 0
+    body = {**BODY, "stream": True} if stream else BODY
+    connector = aiohttp.TCPConnector(limit=CONCURRENCY)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        deadline = time.perf_counter() + seconds
+
+        async def worker(w: int) -> None:
+            nonlocal errors
+            n = 0
+            while time.perf_counter() < deadline:
+                headers = {"Authorization": f"Bearer {client_token(name)}"}
+                if name == "gateway":
+                    headers["x-grid-session"] = f"s{(w * 7 + n) % SESSIONS}"
+                n += 1
+                began = time.perf_counter()
+                try:
+                    async with http.post(url, json=body, headers=headers) as r:
+                        if stream:
+                            await r.content.readany()
+                            ttfb.append(time.perf_counter() - began)
+                        await r.read()
+                        if r.status != 200:
+                            errors += 1
+                            continue
+                except aiohttp.ClientError:
+                    errors += 1
+                    continue
+                latencies.append(time.perf_counter() - began)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(w) for w in range(CONCURRENCY)))
+        elapsed = time.perf_counter() - began
+    return {"ok": len(latencies), "errors": errors, "elapsed": elapsed,
+            "latencies": latencies, "ttfb": ttfb}  # fmt: skip
+
+
+def _p50_ms(values: list[float]) -> float:
+    return round(statistics.median(values) * 1000, 3) if values else float("nan")
+
+
+async def _round(name: str, url: str, seconds: float) -> tuple[dict[str, float], int]:
+    result = await load(url, seconds, False, name)
+    row = {
+        "rps": result["ok"] / result["elapsed"],
+        "p50_ms": statistics.median(result["latencies"]) * 1000,
+    }
+    return row, result["errors"]
+
+
+async def measure(targets: dict[str, str], rounds: int, seconds: float) -> dict[str, Any]:
+    """Per-round figures for every target, the order rotating each round; then streams.
+
+    The machine is shared, so load from outside drifts during a run; each round
+    measures every target back to back, and the figures are medians over rounds.
+    LiteLLM is measured after the others, each of its rounds right after a gateway
+    round that its ratio is taken against, so the CPU LiteLLM keeps using after a
+    round never lands in the direct, forwarder or gateway figures.
+    """
+    names = [n for n in targets if n != "litellm"]
+    per_round: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+    errors = dict.fromkeys(targets, 0)
+    for name, url in targets.items():  # warm every pool and code path first
+        await load(url, 0.5, False, name)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            row, failed = await _round(name, targets[name], seconds)
+            per_round[name].append(row)
+            errors[name] += failed
+    paired: list[dict[str, float]] = []
+    if "litellm" in targets:
+        for _ in range(max(1, rounds // 3)):
+            row, failed = await _round("gateway", targets["gateway"], seconds)
+            paired.append(row)
+            errors["gateway"] += failed
+            row, failed = await _round("litellm", targets["litellm"], seconds * 2)
+            per_round["litellm"].append(row)
+            errors["litellm"] += failed
+    figures: dict[str, Any] = {}
+    for name in targets:
+        rows = per_round[name]
+        figures[name] = {
+            "rps": round(statistics.median(row["rps"] for row in rows), 1),
+            "p50_ms": round(statistics.median(row["p50_ms"] for row in rows), 3),
+            "errors": errors[name],
+            "rounds": rows,
+        }
+    if paired:
+        figures["gateway"]["paired_with_litellm"] = paired
+    for name in names:
+        result = await load(targets[name], max(0.75, seconds), True, name)
+        figures[name]["stream_ttfb_p50_ms"] = _p50_ms(result["ttfb"])
+        figures[name]["stream_errors"] = result["errors"]
+    return figures
+
+
+def _median_ratio(
+    figures: dict[str, Any], a: str, b: str, key: str, rows_of_a: str = "rounds"
+) -> float:
+    """Median over rounds of ``a``'s figure divided by ``b``'s in the same round."""
+    pairs = zip(figures[a][rows_of_a], figures[b]["rounds"], strict=True)
+    return round(statistics.median(x[key] / y[key] for x, y in pairs), 3)
+
+
+def _median_added_ratio(figures: dict[str, Any]) -> float | None:
+    """Median over rounds of (gateway - direct) / (forwarder - direct) p50."""
+    ratios = []
+    rows = zip(
+        figures["gateway"]["rounds"],
+        figures["forwarder"]["rounds"],
+        figures["direct"]["rounds"],
+        strict=True,
+    )
+    for gw, fw, direct in rows:
+        added_fw = fw["p50_ms"] - direct["p50_ms"]
+        if added_fw > 0:
+            ratios.append((gw["p50_ms"] - direct["p50_ms"]) / added_fw)
+    return round(statistics.median(ratios), 3) if ratios else None
+
+
+def summarize(figures: dict[str, Any], quick: bool) -> dict[str, Any]:
+    """The ratios the issue names, from the measured figures."""
+    direct, forwarder, gateway = figures["direct"], figures["forwarder"], figures["gateway"]
+    added_gw = gateway["p50_ms"] - direct["p50_ms"]
+    added_fw = forwarder["p50_ms"] - direct["p50_ms"]
+    ttfb_gw = gateway["stream_ttfb_p50_ms"] - direct["stream_ttfb_p50_ms"]
+    ttfb_fw = forwarder["stream_ttfb_p50_ms"] - direct["stream_ttfb_p50_ms"]
+    result: dict[str, Any] = {
+        "bench": "gateway",
+        "quick": quick,
+        "concurrency": CONCURRENCY,
+        "figures": figures,
+        "throughput_ratio_to_forwarder": _median_ratio(figures, "gateway", "forwarder", "rps"),
+        "throughput_ratio_to_direct": _median_ratio(figures, "gateway", "direct", "rps"),
+        "forwarder_throughput_ratio_to_direct": _median_ratio(
+            figures, "forwarder", "direct", "rps"
+        ),
+        "added_p50_ms": {"gateway": round(added_gw, 3), "forwarder": round(added_fw, 3)},
+        "added_p50_ratio_to_forwarder": _median_added_ratio(figures),
+        "stream_added_ttfb_p50_ms": {"gateway": round(ttfb_gw, 3), "forwarder": round(ttfb_fw, 3)},
+        "litellm": "litellm" in figures,
+    }
+    if "litellm" in figures:
+        result["throughput_ratio_to_litellm"] = _median_ratio(
+            figures, "gateway", "litellm", "rps", "paired_with_litellm"
+        )
+    for row in figures.values():
+        row.pop("rounds", None)  # the per-round rows fed the medians above
+        row.pop("paired_with_litellm", None)
+    ratio = result["added_p50_ratio_to_forwarder"]
+    result["targets_met"] = result["throughput_ratio_to_forwarder"] >= 0.85 and (
+        ratio is not None and ratio <= 1.25
+    )
+    return result
+
+
+async def main_async(quick: bool) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="grid-bench-gateway-"))
+    mock_port, fwd_port, gw_port, admin_port = (free_port() for _ in range(4))
+    upstream = f"127.0.0.1:{mock_port}"
+    py = sys.executable
+    children = [
+        spawn([py, "-m", "grid", "mock-provider", "--port", str(mock_port), "--model", MODEL,
+               "--service-time-ms", "0", "--capacity", "4096"], work / "mock.log"),
+        spawn([py, "-P", str(REPO / "bench" / "forwarder.py"), str(fwd_port), upstream],
+              work / "forwarder.log"),
+        spawn([py, "-m", "grid", "gateway", "--config",
+               str(gateway_config(work, upstream, gw_port, admin_port))], work / "gateway.log"),
+    ]  # fmt: skip
+    targets = {
+        "direct": f"http://{upstream}/v1/chat/completions",
+        "forwarder": f"http://127.0.0.1:{fwd_port}/v1/chat/completions",
+        "gateway": f"http://127.0.0.1:{gw_port}/v1/chat/completions",
+    }
+    lite: subprocess.Popen[bytes] | None = None
+    skipped = ""
+    if LITELLM.exists():
+        lite_port = free_port()
+        lite = spawn(
+            [str(LITELLM), "--config", str(litellm_config(work, upstream)), "--host",
+             "127.0.0.1", "--port", str(lite_port), "--num_workers", "1"],
+            work / "litellm.log",
+        )  # fmt: skip
+        children.append(lite)
+        targets["litellm"] = f"http://127.0.0.1:{lite_port}/v1/chat/completions"
+    try:
+        for name, url in list(targets.items()):
+            child = lite if name == "litellm" else None
+            try:
+                await wait_http(
+                    url, LITELLM_WAIT_S[quick] if child else 20.0, client_token(name), child
+                )
+            except (TimeoutError, RuntimeError):
+                if child is None:
+                    raise
+                del targets[name]  # LiteLLM did not come up: compared without it
+                skipped = "litellm did not start in time"
+        figures = await measure(targets, rounds=6 if quick else 16, seconds=0.75 if quick else 2.0)
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+    result = summarize(figures, quick)
+    if skipped:
+        result["litellm_skipped"] = skipped
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer samples, under a minute")
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(main_async(args.quick)), sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""`grid gateway --config praxis.yaml`: the reference routing gateway (§11).
+
+It runs the praxis.yaml the operator renders and routes OpenAI-compatible
+requests by the overlay; SIGTERM drains in-flight requests within the file's
+``shutdown_timeout_secs``. A config or cold-start overlay that does not verify
+exits 2 with the reason, before any listener opens. The operator flags are for
+poll-mode signals and feedback, which this build does not include yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from grid.gateway.config import ConfigError, load_config
+from grid.gateway.server import Gateway
+from grid.gateway.settings import GatewaySettings
+from grid.gateway.snapshot import OverlayRejected
+from grid.operator.logs import configure as configure_logs
+
+
+async def _serve(gateway: Gateway) -> None:
+    public, admin = await gateway.start()
+    click.echo(f"grid gateway serving on {public} (admin {admin})")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await gateway.stop()
+
+
+@click.command("gateway")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="The praxis.yaml to run (as the operator renders it).",
+)
+@click.option("--operator", help="Operator signals listener HOST:PORT (poll mode; not yet used).")
+@click.option("--cert", type=click.Path(path_type=Path), help="Site certificate PEM (poll mode).")
+@click.option("--key", type=click.Path(path_type=Path), help="Site key PEM (poll mode).")
+@click.option("--ca", type=click.Path(path_type=Path), help="Grid CA PEM (poll mode).")
+def gateway_cmd(
+    config_path: Path,
+    operator: str | None,
+    cert: Path | None,
+    key: Path | None,
+    ca: Path | None,
+) -> None:
+    """Route OpenAI-compatible requests by the overlay, as praxis.yaml describes."""
+    if operator is not None:
+        click.echo("error: --operator (poll-mode signals) is not supported by this build", err=True)
+        sys.exit(2)
+    configure_logs("info")
+    settings = GatewaySettings()
+    try:
+        config = load_config(config_path, settings.config_max_bytes)
+        gateway = Gateway(config, settings, config_path)
+    except ConfigError as exc:
+        click.echo(f"error: {config_path}: {exc}", err=True)
+        sys.exit(2)
+    except OverlayRejected as exc:
+        click.echo(
+            f"error: the overlay file does not verify ({exc.reason}); not starting", err=True
+        )
+        sys.exit(2)
+    except (OSError, ValueError) as exc:
+        click.echo(f"error: cannot prepare the gateway: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(2)
+    try:
+        asyncio.run(_serve(gateway))
+    except OSError as exc:
+        click.echo(f"error: cannot listen: {exc.strerror}", err=True)
+        sys.exit(1)
+
+
+def register(main: click.Group) -> None:
+    """Add ``grid gateway`` to the CLI."""
+    main.add_command(gateway_cmd)

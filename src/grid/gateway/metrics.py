@@ -1,0 +1,102 @@
+"""The gateway's Prometheus metrics (admin ``/metrics``); every label set is closed.
+
+The per-request counters are plain integers in `Tally` objects, read by a custom
+collector at scrape time: a `prometheus_client` counter takes a lock and checks
+exemplars on every increment, which on the request path costs more than the
+routing decision itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+OUTCOMES = (
+    "routed",
+    "no_candidate",
+    "bad_request",
+    "too_large",
+    "not_found",
+    "upstream_unavailable",
+    "stream_broken",
+)
+"""Every value of ``grid_gateway_requests_total{outcome}``."""
+
+RELOADS = ("accepted", "rejected")
+
+
+class Tally:
+    """One counter value; ``inc`` is a plain integer add (one event loop, no lock)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, amount: int = 1) -> None:
+        """Add ``amount``."""
+        self.value += amount
+
+
+class _Family:
+    """A counter family over a closed set of label values."""
+
+    def __init__(self, name: str, doc: str, label: str | None, values: Iterable[str]) -> None:
+        self.name, self.doc, self.label = name, doc, label
+        self.tallies = {value: Tally() for value in values}
+
+    def metric(self) -> CounterMetricFamily:
+        labels = [self.label] if self.label else []
+        family = CounterMetricFamily(self.name, self.doc, labels=labels)
+        for value, tally in self.tallies.items():
+            family.add_metric([value] if self.label else [], tally.value)
+        return family
+
+
+class _TallyCollector(Collector):
+    def __init__(self, families: list[_Family]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        for family in self._families:
+            yield family.metric()
+
+
+class GatewayMetrics:
+    """Counters and gauges of one gateway process."""
+
+    def __init__(self, clusters: Iterable[str]) -> None:
+        self.registry = CollectorRegistry()
+        requests = _Family(
+            "grid_gateway_requests", "Client requests by outcome.", "outcome", OUTCOMES
+        )
+        upstream = _Family(
+            "grid_gateway_upstream_requests",
+            "Requests sent to each cluster (every attempt, failovers included).",
+            "cluster",
+            clusters,
+        )
+        failovers = _Family(
+            "grid_gateway_failovers",
+            "Attempts abandoned for the next candidate before any byte reached the client.",
+            None,
+            [""],
+        )
+        reloads = _Family(
+            "grid_gateway_overlay_reloads",
+            "Overlay file reloads by result; a rejected one keeps the last good snapshot.",
+            "result",
+            RELOADS,
+        )
+        self.requests = requests.tallies
+        self.upstream = upstream.tallies
+        self.failovers = failovers.tallies[""]
+        self.reloads = reloads.tallies
+        self.registry.register(_TallyCollector([requests, upstream, failovers, reloads]))
+
+    def gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
+        """A gauge whose value is read at scrape time."""
+        Gauge(name, doc, registry=self.registry).set_function(read)

@@ -1,0 +1,274 @@
+"""The public listener's handler: route one OpenAI-compatible request (§11).
+
+Per request: read the body (bounded), take the model from its JSON field,
+pick candidates from the current snapshot (`grid.gateway.routing`), and send
+the request to the first that answers. Connect failures, a missing
+credential, or a 502/503 before any byte reached the client move on to the
+next candidate; once the client has received bytes nothing is retried.
+Event streams are relayed chunk by chunk as they arrive.
+
+Outgoing requests lose the client's ``Authorization``, ``x-api-key`` and
+``x-ai-routing-*`` headers and the hop-by-hop ones; they gain the candidate's
+credential and the provider-hop headers ``x-ai-routing-candidate``,
+``x-ai-routing-request-id`` and, for an enveloped overlay,
+``x-ai-routing-revision``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import json
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from grid.gateway.affinity import AffinityTable
+from grid.gateway.config import PraxisConfig
+from grid.gateway.credentials import CredentialFiles
+from grid.gateway.metrics import GatewayMetrics
+from grid.gateway.routing import KIND, attempts
+from grid.gateway.settings import GatewaySettings
+from grid.gateway.snapshot import Candidate, Snapshot
+from grid.gateway.upstream import Upstream
+
+SESSION_HEADER = "x-grid-session"
+CANDIDATE_HEADER = "x-ai-routing-candidate"
+REQUEST_ID_HEADER = "x-ai-routing-request-id"
+REVISION_HEADER = "x-ai-routing-revision"
+
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+_STRIPPED = _HOP_BY_HOP | {
+    "authorization",
+    "x-api-key",
+    CANDIDATE_HEADER,
+    REQUEST_ID_HEADER,
+    REVISION_HEADER,
+}
+_FAILOVER_STATUS = frozenset({502, 503})
+_LARGE_BODY = 1024 * 1024
+"""Bodies this size and up are sent from a stream (aiohttp's threshold for raw bytes)."""
+
+
+def error(status: int, code: str, message: str) -> web.Response:
+    """The gateway's own refusal: ``{error: {code, message}}``."""
+    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+
+class Proxy:
+    """Routes requests by the current snapshot."""
+
+    def __init__(
+        self,
+        config: PraxisConfig,
+        settings: GatewaySettings,
+        snapshot: Callable[[], Snapshot],
+        upstreams: Mapping[str, Upstream],
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self._snapshot = snapshot
+        self.upstreams = upstreams
+        self.metrics = metrics
+        self.affinity = AffinityTable(settings.affinity_ttl_s, settings.affinity_max)
+        self.credentials = CredentialFiles()
+        self._model_header = config.model_header
+        # Request ids: a random per-process prefix and a counter, unique without a
+        # syscall per request (they identify, they do not authenticate).
+        self._id_prefix = f"{secrets.token_hex(8)}-"
+        self._ids = itertools.count(1)
+
+    def app(self) -> web.Application:
+        """The public application: POST anything under /v1/, GET /v1/models."""
+        app = web.Application(client_max_size=self.settings.body_max_bytes)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def models(self, _request: web.Request) -> web.Response:
+        """The models the snapshot routes, in OpenAI's list shape."""
+        names = dict.fromkeys(c.name for c in self._snapshot().candidates if c.kind == KIND)
+        data = [{"id": n, "object": "model", "owned_by": "grid"} for n in names]
+        return web.json_response({"object": "list", "data": data})
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Route one request."""
+        requests = self.metrics.requests
+        if request.method != "POST" or not request.path.startswith("/v1/"):
+            requests["not_found"].inc()
+            return error(404, "not_found", "only POST requests under /v1/ are routed")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            requests["too_large"].inc()
+            return error(
+                413, "body_too_large", f"the body exceeds {self.settings.body_max_bytes} bytes"
+            )
+        model = self._model(body)
+        if model is None:
+            requests["bad_request"].inc()
+            return error(
+                400,
+                "invalid_model",
+                f"the body must be a JSON object with a non-blank '{self.config.model_field}' "
+                f"of at most {self.settings.model_max_chars} characters",
+            )
+        snapshot = self._snapshot()
+        session = request.headers.get(SESSION_HEADER)
+        if session is not None and (not session or len(session) > self.settings.session_max_chars):
+            session = None
+        bound = self.affinity.get(session) if session is not None else None
+        tries = attempts(snapshot, model, bound, self.settings.failover_max)
+        if not tries:
+            requests["no_candidate"].inc()
+            return error(404, "no_candidate", "no candidate admits new requests for this model")
+        base = self._outgoing_headers(request, model, snapshot)
+        last = len(tries) - 1
+        for index, candidate in enumerate(tries):
+            response = await self._attempt(request, body, base, candidate, index == last)
+            if response is None:
+                if index < last:
+                    self.metrics.failovers.inc()
+                continue
+            if session is not None:
+                self.affinity.bind(session, candidate.stable_id)
+            return await self._relay(request, response)
+        requests["upstream_unavailable"].inc()
+        return error(502, "upstream_unavailable", "no candidate could be reached")
+
+    def _model(self, body: bytes) -> str | None:
+        try:
+            document = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(document, dict):
+            return None
+        model = document.get(self.config.model_field)
+        if not isinstance(model, str) or not model.strip():
+            return None
+        return model if len(model) <= self.settings.model_max_chars else None
+
+    def _outgoing_headers(
+        self, request: web.Request, model: str, snapshot: Snapshot
+    ) -> dict[str, str]:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _STRIPPED}
+        if "Accept-Encoding" not in request.headers:
+            # Otherwise aiohttp would ask for gzip, and the relayed body would be
+            # compressed for a client that never asked for it.
+            headers["Accept-Encoding"] = "identity"
+        headers[self._model_header] = model
+        headers[REQUEST_ID_HEADER] = f"{self._id_prefix}{next(self._ids):x}"
+        if snapshot.revision is not None:
+            headers[REVISION_HEADER] = snapshot.revision
+        return headers
+
+    def _credential(self, candidate: Candidate) -> tuple[str, str] | bool | None:
+        """The credential header, None when the candidate needs none, False when missing."""
+        if candidate.credential is None:
+            return None
+        entry = self.config.credentials.get(candidate.credential)
+        if entry is None:
+            return False
+        value = self.credentials.value(entry.file)
+        if value is None:
+            return False
+        if entry.strategy == "bearer_token":
+            return ("Authorization", f"Bearer {value}")
+        return ("x-api-key", value)
+
+    async def _attempt(
+        self,
+        request: web.Request,
+        body: bytes,
+        base: dict[str, str],
+        candidate: Candidate,
+        final: bool,
+    ) -> aiohttp.ClientResponse | None:
+        upstream = self.upstreams.get(candidate.cluster)
+        credential = self._credential(candidate)
+        if upstream is None or credential is False:
+            return None
+        headers = dict(base)
+        headers[CANDIDATE_HEADER] = candidate.stable_id
+        if isinstance(credential, tuple):
+            headers[credential[0]] = credential[1]
+        counter = self.metrics.upstream.get(candidate.cluster)
+        if counter is not None:
+            counter.inc()
+        try:
+            response = await upstream.open().request(
+                request.method,
+                upstream.next_base() + request.path_qs,
+                # aiohttp warns on large raw bytes; a fresh stream per attempt is fine.
+                data=body if len(body) < _LARGE_BODY else io.BytesIO(body),
+                headers=headers,
+                server_hostname=upstream.server_hostname,
+                allow_redirects=False,
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return None
+        if response.status in _FAILOVER_STATUS and not final:
+            response.release()
+            return None
+        return response
+
+    async def _relay(
+        self, request: web.Request, response: aiohttp.ClientResponse
+    ) -> web.StreamResponse:
+        headers = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP}
+        length = response.content_length
+        streaming = response.headers.get("Content-Type", "").startswith("text/event-stream")
+        requests = self.metrics.requests
+        try:
+            if not streaming and length is not None and length <= self.settings.buffer_max_bytes:
+                try:
+                    data = await response.read()
+                except (aiohttp.ClientError, TimeoutError):
+                    requests["upstream_unavailable"].inc()
+                    return error(502, "upstream_unavailable", "the cluster's answer broke off")
+                requests["routed"].inc()
+                return web.Response(status=response.status, body=data, headers=headers)
+            return await self._stream(request, response, headers)
+        finally:
+            response.release()
+
+    async def _stream(
+        self, request: web.Request, response: aiohttp.ClientResponse, headers: dict[str, Any]
+    ) -> web.StreamResponse:
+        out = web.StreamResponse(status=response.status, headers=headers)
+        await out.prepare(request)
+        try:
+            async for chunk in response.content.iter_any():
+                await out.write(chunk)
+        except (aiohttp.ClientError, TimeoutError, ConnectionError):
+            # Bytes already reached the client: never retried; the connection is cut
+            # so the client sees an incomplete answer rather than a clean end.
+            self.metrics.requests["stream_broken"].inc()
+            response.close()
+            if request.transport is not None:
+                request.transport.abort()
+            return out
+        self.metrics.requests["routed"].inc()
+        with contextlib.suppress(ConnectionError):
+            await out.write_eof()
+        return out

@@ -1,0 +1,222 @@
+"""`Gateway`: one ``grid gateway`` process, wired from praxis.yaml.
+
+It loads the config, takes its candidates (inline, or from the overlay file,
+which must verify at cold start), opens one pooled client per cluster, and
+serves the public listener and the admin listener (``/ready``, ``/metrics``,
+``/snapshot``). In overlay-file mode a background task checks the file every
+``overlay_poll_interval_s`` and swaps in a new snapshot only once it
+verifies. `stop` (SIGTERM) closes the listener at once and lets in-flight
+requests, streams included, finish within ``shutdown_timeout_secs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from grid.adapters.http_listener import HttpListener, listen_address
+from grid.gateway.config import ConfigError, PraxisConfig, load_config
+from grid.gateway.metrics import GatewayMetrics, Tally
+from grid.gateway.proxy import Proxy
+from grid.gateway.settings import GatewaySettings
+from grid.gateway.snapshot import OverlayFile, Snapshot
+from grid.gateway.upstream import Upstream, upstreams
+
+log = logging.getLogger(__name__)
+
+
+def _stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """A file's identity (inode, size, mtime), or None."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 in brackets) as (host, port)."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class Gateway:
+    """The routing gateway; `start`, then `stop` to drain and exit."""
+
+    def __init__(
+        self,
+        config: PraxisConfig,
+        settings: GatewaySettings | None = None,
+        config_path: Path | None = None,
+    ) -> None:
+        self.config = config
+        self.config_path = config_path
+        self._config_stamp = _stamp(config_path)
+        self.settings = settings or GatewaySettings()
+        self.overlay: OverlayFile | None = None
+        if config.overlay_file is not None:
+            # Raises OverlayRejected: an invalid file at cold start refuses to start.
+            self.overlay = OverlayFile(
+                Path(config.overlay_file), config.expected_scope, self.settings.overlay_max_bytes
+            )
+        self._inline = config.inline
+        self.upstreams = upstreams(config.clusters, self.settings)
+        self.metrics = GatewayMetrics(config.clusters)
+        self.proxy = Proxy(config, self.settings, self.snapshot, self.upstreams, self.metrics)
+        # Client bodies are relayed as sent (a compressed one is not unpacked).
+        self.public = HttpListener(
+            self.proxy.app(),
+            self.settings.listener,
+            auto_decompress=False,
+            shutdown_timeout_s=config.shutdown_timeout_s,
+        )
+        self.admin = HttpListener(self._admin_app(), self.settings.listener)
+        self.ready = False
+        self._watch: asyncio.Task[None] | None = None
+        self._register_gauges()
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot new requests route by."""
+        if self.overlay is not None:
+            return self.overlay.snapshot
+        assert self._inline is not None
+        return self._inline
+
+    def _register_gauges(self) -> None:
+        m = self.metrics
+        m.gauge(
+            "grid_gateway_affinity_bindings",
+            "Live session bindings.",
+            lambda: float(len(self.proxy.affinity)),
+        )
+        m.gauge(
+            "grid_gateway_connections_open",
+            "Open public connections.",
+            lambda: float(self.public.connections.open),
+        )
+        m.gauge(
+            "grid_gateway_connections_refused_total",
+            "Connections refused at the cap.",
+            lambda: float(self.public.connections.refused),
+        )
+        m.gauge(
+            "grid_gateway_candidates",
+            "Candidates in the active snapshot.",
+            lambda: float(len(self.snapshot().candidates)),
+        )
+        m.reloads["accepted"].inc(1 if self.overlay is not None else 0)
+
+    # -- admin ------------------------------------------------------------------
+
+    def _admin_app(self) -> web.Application:
+        app = web.Application(client_max_size=1024)
+        app.router.add_get("/ready", self._ready)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/snapshot", self._snapshot)
+        return app
+
+    async def _ready(self, _request: web.Request) -> web.Response:
+        if self.ready:
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "not_ready"}, status=503)
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.metrics.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
+        )
+
+    async def _snapshot(self, _request: web.Request) -> web.Response:
+        snap = self.snapshot()
+        overlay = self.overlay
+        return web.json_response(
+            {
+                "revision": snap.revision,
+                "mode": "overlay_file" if overlay is not None else "inline",
+                "local_site": self.config.local_site,
+                "candidates": [c.wire() for c in snap.candidates],
+                "reloads": {
+                    "accepted": overlay.accepted if overlay else 0,
+                    "rejected": overlay.rejected if overlay else 0,
+                    "last_rejection": overlay.last_rejection if overlay else None,
+                },
+            }
+        )
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def start(self) -> tuple[str, str]:
+        """Serve both listeners; returns (public address, admin address)."""
+        admin = listen_address(*await self.admin.start(*split_address(self.config.admin)))
+        try:
+            public = listen_address(*await self.public.start(*split_address(self.config.listen)))
+        except OSError:
+            await self.admin.stop()
+            raise
+        self._watch = asyncio.create_task(self._watch_files(), name="grid-gateway-files")
+        self.ready = True
+        log.info("gateway serving", extra={"public": public, "admin": admin})
+        return public, admin
+
+    async def _watch_files(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.overlay_poll_interval_s)
+            self._reload_clusters()
+            if self.overlay is not None:
+                self._poll_overlay(self.overlay)
+
+    def _reload_clusters(self) -> None:
+        """Take up the clusters and credentials of a changed praxis.yaml.
+
+        The operator rewrites the file when a cluster joins the overlay. Listener,
+        admin and route settings need a restart; clusters and credentials apply
+        at once. A file that does not load changes nothing.
+        """
+        stamp = _stamp(self.config_path)
+        if self.config_path is None or stamp == self._config_stamp:
+            return
+        self._config_stamp = stamp
+        try:
+            fresh = load_config(self.config_path, self.settings.config_max_bytes)
+        except ConfigError as exc:
+            log.warning("praxis.yaml changed but does not load; keeping the running one",
+                        extra={"error": str(exc)})  # fmt: skip
+            return
+        added = [name for name in fresh.clusters if name not in self.upstreams]
+        for name in added:
+            self.upstreams[name] = Upstream(fresh.clusters[name], self.settings)
+            self.metrics.upstream.setdefault(name, Tally())
+        self.proxy.config = replace(
+            self.proxy.config, clusters=fresh.clusters, credentials=fresh.credentials
+        )
+        log.info("praxis.yaml clusters reloaded", extra={"added": len(added)})
+
+    def _poll_overlay(self, overlay: OverlayFile) -> None:
+        rejected = overlay.rejected
+        if overlay.poll():
+            self.metrics.reloads["accepted"].inc()
+            revision = (overlay.snapshot.revision or "")[:12]
+            log.info("overlay swapped", extra={"revision": revision})
+        elif overlay.rejected > rejected:
+            self.metrics.reloads["rejected"].inc()
+
+    async def stop(self) -> None:
+        """Refuse new connections, drain in-flight requests (bounded), close clusters."""
+        self.ready = False
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        await self.public.stop()
+        await self.admin.stop()
+        for upstream in self.upstreams.values():
+            await upstream.close()

@@ -1,0 +1,58 @@
+"""Limits of ``grid gateway``, each a named setting with its unit and trade-off.
+
+The listener limits (header deadline, idle keep-alive, connection cap) are a
+`ListenerPolicy` of the one listener every Grid HTTP server uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grid.adapters.http_listener import ListenerPolicy
+
+LISTENER_POLICY = ListenerPolicy(
+    header_read_timeout_s=10.0,
+    idle_timeout_s=60.0,
+    connections_max=1024,
+)
+"""The public and admin listeners' policy (`grid.adapters.http_listener`): a request
+head within 10 s, idle keep-alive connections closed after 60 s, at most 1,024
+connections. A proxy holds many client connections at once, hence the larger cap;
+clients of long generations keep connections alive between requests, hence the
+longer idle time."""
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """Every limit of the routing gateway; defaults are the spec's values."""
+
+    body_max_bytes: int = 4 * 1024 * 1024
+    """Largest accepted request body (413 beyond). Chat requests with long contexts
+    need megabytes; each in-flight request may hold this much memory."""
+    model_max_chars: int = 256
+    """Longest accepted model name (400 beyond), the overlay's name limit."""
+    connect_timeout_s: float = 5.0
+    """Seconds to connect (and handshake) to a cluster before failing over."""
+    read_timeout_s: float = 300.0
+    """Most seconds between two reads from a cluster (first byte included). Long
+    generations stream slowly; a dead cluster is detected only after this."""
+    upstream_connections_max: int = 256
+    """Pooled connections per cluster at most; more requests wait for one."""
+    buffer_max_bytes: int = 1024 * 1024
+    """Responses with a declared length up to this are relayed in one write;
+    longer or unsized ones stream chunk by chunk."""
+    affinity_ttl_s: float = 3600.0
+    """Seconds a session binding (``x-grid-session``) lives after its last use."""
+    affinity_max: int = 10_000
+    """Session bindings at most; the least recently used is dropped beyond it."""
+    session_max_chars: int = 256
+    """Longest ``x-grid-session`` value that is bound; longer ones are not bound."""
+    failover_max: int = 2
+    """Further candidates tried after the first fails before any byte was sent."""
+    config_max_bytes: int = 1024 * 1024
+    """Largest accepted praxis.yaml."""
+    overlay_max_bytes: int = 16 * 1024 * 1024
+    """Largest accepted overlay file (1,024 candidates fit with room to spare)."""
+    overlay_poll_interval_s: float = 1.0
+    """Seconds between checks of the overlay file for a change."""
+    listener: ListenerPolicy = LISTENER_POLICY
