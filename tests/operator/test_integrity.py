@@ -79,3 +79,13 @@ def test_dropped_items_and_the_pending_queue_are_exported(pki: Any) -> None:
     assert 'grid_swim_items_dropped_total{reason="bad_signature"} 1.0' in text
     assert 'grid_swim_items_dropped_total{reason="unsigned"} 0.0' in text
     assert "grid_swim_items_pending 1.0" in text
+
+
+def test_trust_takes_every_canonical_pin_of_a_gridsite(pki: Any, tmp_path: Path) -> None:
+    plan = plan_mesh(tmp_path, ["east", "west"])
+    doc = site_doc(plan.sites["west"], pki.sites["west"].fingerprint)
+    doc["spec"]["trust"]["canonicalFingerprints"] = [pki.sites["central"].fingerprint]
+    trust = trust_for(pki.ca.read_bytes(), None, [GridSite.model_validate(doc)])
+    assert trust.pins == {
+        "west": frozenset({pki.sites["west"].fingerprint, pki.sites["central"].fingerprint})
+    }
