@@ -70,6 +70,8 @@ from grid.core.swim.members import MemberState
 from grid.core.trust import public_chain_pem
 from grid.core.wire.keyring import Keyring
 from grid.errors import NotFound, ValidationError
+from grid.operator.feedback_ingest import wire_ingest
+from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
 from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_for
 from grid.operator.lifecycle import SignalLifecycle
 from grid.operator.network import ServedNetwork
@@ -118,6 +120,7 @@ class Operator:
             store, settings.site, self._on_record, settings.record_refresh_s
         )
         self.signals = SignalLifecycle(settings, store, self.registry)
+        self.feedback: FeedbackWriter | None = None
         tls = None
         if settings.ca and settings.cert and settings.key:
             tls = client_context(settings.ca, settings.cert, settings.key)
@@ -126,12 +129,29 @@ class Operator:
 
     # -- lifecycle -----------------------------------------------------------
 
+    def _wire_feedback(self, network: GridNetwork) -> None:
+        """Under poll, add the ingest route: the single feedback writer, or 405 when off."""
+        transport = self.signals.transport
+        if transport is None:
+            return
+        s = self.settings
+        settings = None
+        if s.ingest_feedback:
+            settings = FeedbackSettings(
+                reporter_capacity=s.feedback_reporter_capacity,
+                write_attempts=s.feedback_write_attempts,
+            )
+        _events, self.feedback = wire_ingest(
+            transport.server, self.store, network.name, self.registry, settings
+        )
+
     async def run(self) -> None:
         """Start everything, serve until stopped, then shut down gracefully."""
         network = await select_network(self.store, self.settings.network)
         network = await self.served.initialize(network)
         await self._refresh_trust()
         self.served.mode = await self.signals.fix(network, int(time.time()))
+        self._wire_feedback(network)
         await self._start_endpoints()
         await self._start_swim(network)
         await self.providers.start()

@@ -145,6 +145,30 @@ class OperatorSettings(BaseModel):
             "can claim."
         ),
     )
+    ingest_feedback: bool = Field(
+        True,
+        description=(
+            "Serve POST /v1/site/signals/ingest under poll. Off (--no-ingest-feedback) the "
+            "POST answers 405 and nothing is acknowledged, as by an operator without "
+            "feedback; GET polling keeps working either way."
+        ),
+    )
+    feedback_reporter_capacity: int = Field(
+        64,
+        ge=1,
+        description=(
+            "Gateway reporters persisted per GridNetwork; a new identity past it gets 429 "
+            "reporter_capacity. More admits more gateway processes but grows the status."
+        ),
+    )
+    feedback_write_attempts: int = Field(
+        3,
+        ge=1,
+        description=(
+            "Attempts in all of the feedback status write when the store answers 409. More "
+            "rides out busier writers but spends more of the 5 s request budget."
+        ),
+    )
 
     leader_election: bool = Field(
         False,
