@@ -1,4 +1,4 @@
-"""Operator start-up: which GridNetwork to serve, and a new gridId.
+"""Operator start-up: which GridNetwork to serve, its SWIM key, and a new gridId.
 
 One operator serves one GridNetwork in one signal mode, read once at start
 (seed 000). These checks run before anything binds a socket, so a refusal is a
@@ -14,9 +14,6 @@ import uuid
 from grid.adapters.store.port import ResourceStore
 from grid.core.resources import GridNetwork
 from grid.errors import GridError
-
-RUNNING_MODE = "gossip"
-"""The signal transport this process serves, fixed at start (seed 000)."""
 
 SWIM_KEY_DEFAULT_ITEM = "swim.key"
 """Key read from the swimKeyRef Secret when the reference names none."""
@@ -55,15 +52,4 @@ async def select_network(store: ResourceStore, wanted: str | None) -> GridNetwor
     network = networks[0]
     if wanted is not None and network.name != wanted:
         raise StartupError(f"GridNetwork {wanted!r} is not in the store (found {network.name!r})")
-    check_mode(network)
     return network
-
-
-def check_mode(network: GridNetwork) -> None:
-    """Refuse a signal transport this process does not serve."""
-    if network.spec.signal_mode != RUNNING_MODE:
-        raise StartupError(
-            f"GridNetwork {network.name!r} declares signalTransport.mode: "
-            f"{network.spec.signal_mode}, which needs the signals listener; this build serves "
-            f"{RUNNING_MODE} only"
-        )
