@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
@@ -44,16 +42,8 @@ from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
 from grid.adapters.udp import parse_address
 from grid.core.crdt.origin import AuthLimits
-from grid.core.crdt.record import ProviderRecord, RecordSignals
+from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
-from grid.core.crdt.snapshot import (
-    CertLaneValue,
-    GatewayLaneValue,
-    GridStateSnapshot,
-    Lane,
-    MetadataLaneValue,
-    sorted_pairs,
-)
 from grid.core.resources import (
     GridNetwork,
     GridSite,
@@ -66,18 +56,17 @@ from grid.core.resources.discovery import as_member
 from grid.core.resources.network_status import RoundOutcome
 from grid.core.resources.secret import Secret
 from grid.core.resources.site_offers import member_certs, member_offers
-from grid.core.routing.mesh_view import GRID_ID_LABEL, OriginRecord
+from grid.core.routing.mesh_view import OriginRecord
 from grid.core.routing.signals import SignalsDocument
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.core.swim.members import MemberState
-from grid.core.trust import public_chain_pem
-from grid.errors import NotFound, ValidationError
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.feedback_ingest import wire_ingest
 from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
 from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_for
 from grid.operator.lifecycle import SignalLifecycle
+from grid.operator.local_lanes import LocalLanes
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
@@ -96,7 +85,7 @@ RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 round that waits on probe timeouts takes seconds."""
 
 
-class Operator:
+class Operator(LocalLanes):
     """One site's operator; `run` until `stop` is called or a task fails."""
 
     def __init__(self, settings: OperatorSettings, store: ResourceStore) -> None:
@@ -291,23 +280,6 @@ class Operator:
         self._records[provider] = record
         self._dirty.set()
 
-    async def _write_local(self, change: Callable[[GridStateSnapshot], GridStateSnapshot]) -> bool:
-        """Apply ``change`` to our snapshot and disseminate it; True when published.
-
-        The change runs in the SWIM node's task (`SwimNode.write_local`), so it
-        always builds on the newest revision of our lanes, re-assertions
-        included. A refusal (a change that breaks a snapshot rule) is logged by
-        its code and retried on the next render round.
-        """
-        assert self.swim is not None
-        try:
-            await self.swim.write_local(change)
-        except ValidationError as exc:
-            log.warning("local state write refused; retrying", extra={"code": exc.code})
-            self._dirty.set()
-            return False
-        return True
-
     async def _refresh_trust(self) -> None:
         """Re-read which certificates may speak for which site (network trust, GridSite pins).
 
@@ -323,75 +295,6 @@ class Operator:
             log.info("site certificate no longer trusted", extra={"site": origin})
             if self.swim is not None:
                 await self.swim.forget_origin(origin)
-
-    async def _publish_site_lanes(self) -> None:
-        """Publish our cert lane, and the metadata and gateway lanes from our GridSite."""
-        cert = CertLaneValue(pem=self._public_cert_pem())
-        try:
-            own = GridSite.model_validate(await self.store.get("GridSite", self.settings.site))
-        except NotFound:
-            await self._write_local(lambda snap: snap.set_lane(Lane.CERT, cert))
-            return
-        metadata = MetadataLaneValue(
-            region=own.spec.region or "",
-            zone=own.spec.zone or "",
-            sovereignty_zone=own.spec.sovereignty_zone or "",
-            labels=sorted_pairs(
-                {
-                    **own.metadata.labels,
-                    GRID_ID_LABEL: self.served.grid_id,
-                    **self.signals.lane_labels(),
-                }
-            ),
-        )
-        gateway = GatewayLaneValue(
-            egress_address=own.spec.egress.address if own.spec.egress else ""
-        )
-        await self._write_local(
-            lambda snap: (
-                snap.set_lane(Lane.METADATA, metadata)
-                .set_lane(Lane.GATEWAY, gateway)
-                .set_lane(Lane.CERT, cert)
-            )
-        )
-
-    def _public_cert_pem(self) -> str:
-        """This site's public certificate chain for the cert lane ("" without --cert)."""
-        if self.settings.cert is None:
-            return ""
-        try:
-            return public_chain_pem(self.settings.cert.read_bytes())
-        except (OSError, ValueError):
-            log.warning("site certificate unreadable; cert lane left empty")
-            return ""
-
-    async def _publish_records(self) -> None:
-        """Write changed own records into the local snapshot and disseminate them.
-
-        Under poll the signal values travel by poll, not over SWIM, so the
-        records published carry none.
-        """
-        records = dict(self._records)
-        if self.signals.transport is not None:
-            records = {
-                n: (None if r is None else dataclasses.replace(r, signals=RecordSignals()))
-                for n, r in records.items()
-            }
-
-        def change(snap: GridStateSnapshot) -> GridStateSnapshot:
-            held = snap.state.live_providers()
-            for name, record in records.items():
-                if record is None:
-                    snap = snap.remove_provider(name)
-                elif held.get(name) != record:
-                    snap = snap.put_provider(name, record)
-            models = {m for r in snap.state.live_providers().values() for m in r.models}
-            return snap.sync_capability("models", models)
-
-        if await self._write_local(change):
-            for name, record in records.items():
-                if record is None and self._records.get(name) is None:
-                    self._records.pop(name, None)
 
     async def _watch(self, kind: str) -> None:
         """Follow one kind's changes; after `Expired`, start over from a fresh list."""
