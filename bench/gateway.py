@@ -52,7 +52,7 @@ import aiohttp  # noqa: E402
 from grid.core.overlay import Provenance, Scope, build_envelope, format_timestamp  # noqa: E402
 from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config  # noqa: E402
 from grid.core.overlay.ids import stable_id  # noqa: E402
-from grid.core.resources.network_spec import ConsumerConfig  # noqa: E402
+from grid.core.resources.network_spec import ConsumerSpec  # noqa: E402
 from grid.demo.plan import free_port  # noqa: E402
 
 MODEL = "bench-model"
@@ -124,7 +124,7 @@ def gateway_config(work: Path, upstream: str, public: int, admin: int) -> Path:
     token = work / "credentials" / "bench-token" / "token"
     token.parent.mkdir(parents=True)
     token.write_text("sk-bench-token")
-    config = ConsumerConfig.model_validate(
+    config = ConsumerSpec.model_validate(
         {
             "enabled": True,
             "listenerHost": "127.0.0.1",

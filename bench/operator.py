@@ -329,7 +329,7 @@ async def reconcile_cpu(providers: int, repeat: int) -> dict[str, Any]:
             site="s0", store=f"sqlite:{root / 'store.db'}", overlay_dir=root / "out"
         )
         operator = Operator(settings, store)
-        operator.network = await select_network(store, None)
+        operator.served.network = await select_network(store, None)
         # Every peer site is verified (Active), as in a converged mesh: an
         # unverified site's candidates are never rendered.
         operator.sites.phases = {f"s{i}": SitePhase.ACTIVE for i in range(PEER_SITES + 1)}
@@ -339,7 +339,7 @@ async def reconcile_cpu(providers: int, repeat: int) -> dict[str, Any]:
         envelope = json.loads(envelope_text)
         unchanged, changed, pure, dumps = [], [], [], []
         writes_before = operator.writer.writes
-        network = operator.network
+        network = operator.served.network
         sites = [GridSite.model_validate(o) for o in await store.list("GridSite")]
 
         def render_only() -> Any:

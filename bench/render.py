@@ -11,7 +11,7 @@ rest appear in ``grid explain`` as ``candidate_limit``).
 Three paths are measured (see `scenarios`): ``render`` (the pure function behind
 ``grid render``, from resources), ``render_uncapped`` (the same, keeping every
 ranked candidate; such an overlay is past the verify limit) and ``operator``
-(from `CandidateInput` values to the envelope, as the operator re-renders).
+(from the per-provider candidate groups to the envelope, as the operator re-renders).
 For each, measured in the same run:
 * time: best-of-N process CPU time of the path divided by best-of-N `json.dumps`
   of its final envelope, interleaved;
@@ -48,9 +48,9 @@ from grid.core.overlay import (  # noqa: E402
     build_overlay,
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider  # noqa: E402
-from grid.core.routing.ranking import score_candidates  # noqa: E402
+from grid.core.routing.candidate import BackendKind, SignalValues  # noqa: E402
+from grid.core.routing.ranking import order_candidates  # noqa: E402
 from grid.core.routing.render import RenderInputs, render  # noqa: E402
-from grid.core.routing.scoring import BackendKind, SignalValues  # noqa: E402
 from grid.core.routing.signals import ProviderSignals, SignalsDocument  # noqa: E402
 
 API = "grid.praxis-proxy.io/v1alpha1"
@@ -188,9 +188,9 @@ def scenarios(
 
     * ``render``: `grid render`'s pure function from resources, top 1,024 kept;
     * ``render_uncapped``: the same with every ranked candidate kept;
-    * ``operator``: what the operator runs each time state changes, from
-      `CandidateInput` values it already holds (built from its replica) to the
-      envelope: scoring, sort, overlay, JCS digest, top 1,024 kept.
+    * ``operator``: what the operator runs each time state changes, from the
+      candidate groups it already holds (one per provider, built from its
+      replica) to the envelope: scoring, sort, overlay, JCS digest, top 1,024 kept.
     """
 
     def do_render(limit: int | None) -> Callable[[], dict[str, Any]]:
@@ -203,16 +203,16 @@ def scenarios(
         return run
 
     evaluated = render(inputs, site="s0", gateway="edge", now=NOW, signals=signals).evaluated
-    candidates = [c for d in evaluated.drafts if d.exclusion is None for c in d.candidates]
+    groups = [d.candidates for d in evaluated.drafts if d.exclusion is None]
     context = evaluated.context
     scope = Scope("bench", "edge", "grid", "s0")
     provenance = Provenance("bench", "bench", None, None, NOW)
 
     def do_operator() -> dict[str, Any]:
-        ranked = score_candidates(candidates, context).ranked[:CANDIDATES_MAX]
+        ranked = order_candidates(groups, context).ranking.ranked[:CANDIDATES_MAX]
         return build_envelope(build_overlay("bench", "s0", ranked, NOW), scope, provenance)
 
-    scored = len(candidates)
+    scored = sum(len(group) for group in groups)
     return {
         "render": (do_render(CANDIDATES_MAX), scored),
         "render_uncapped": (do_render(None), scored),

@@ -222,9 +222,10 @@ def test_store_comes_from_grid_store_and_unknown_kinds_are_usage_errors(
     assert "grid-demo" in grid("get", "gn", env=env).stdout
     assert grid("get", "pods", env=env).exit_code == 2
     assert grid("get", "gn", "--store", "postgres://x").exit_code == 2
-    broken = grid("get", "gn", "--store", "kubernetes")
+    absent = {"KUBECONFIG": str(tmp_path / "absent-kubeconfig.yaml")}
+    broken = grid("get", "gn", "--store", "kubernetes", env=absent)
     assert broken.exit_code == 1
-    assert "not available in this build" in broken.output
+    assert "cannot load Kubernetes configuration" in broken.output
 
 
 def test_reading_a_missing_store_creates_nothing(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import yaml
 
 from grid.core.overlay import Scope
 from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config
-from grid.core.resources.network_spec import ConsumerConfig
+from grid.core.resources.network_spec import ConsumerSpec
 from grid.gateway.config import ConfigError, load_config, parse_config
 
 SCOPE = Scope("n", "g", "ns", "east")
@@ -34,7 +34,7 @@ OVERLAY = {
 
 
 def _rendered() -> RenderedConsumerConfig:
-    config = ConsumerConfig.model_validate(
+    config = ConsumerSpec.model_validate(
         {
             "enabled": True,
             "clusterEndpoints": [

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from grid.core.resources.network_spec import ConsumerConfig
+from grid.core.resources.network_spec import ConsumerSpec
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter
 
 _spec = importlib.util.spec_from_file_location(
@@ -23,12 +23,12 @@ _render = _cases._render
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _config(clusters: list[str], **fields: Any) -> ConsumerConfig:
+def _config(clusters: list[str], **fields: Any) -> ConsumerSpec:
     endpoints = [
         {"cluster": c, "address": f"127.0.0.1:{9000 + i}", "transport": {"mode": "plaintext"}}
         for i, c in enumerate(clusters)
     ]
-    return ConsumerConfig.model_validate({"enabled": True, "clusterEndpoints": endpoints, **fields})
+    return ConsumerSpec.model_validate({"enabled": True, "clusterEndpoints": endpoints, **fields})
 
 
 async def _praxis(store: Any, name: str = "praxis-consumer-config") -> str:
@@ -80,7 +80,7 @@ async def test_a_fail_closed_render_reports_error_and_writes_nothing(store: Any)
 
 async def test_absent_or_disabled_consumer_config_is_reported_disabled(store: Any) -> None:
     writer = ConsumerConfigWriter(store, OverlayWriter(store, None))
-    for config in (None, ConsumerConfig(enabled=False)):
+    for config in (None, ConsumerSpec(enabled=False)):
         status = await writer.write(_render(["a"]), config)
         assert status["phase"] == "Disabled"
     assert store.writes("ConfigMap") == 0

@@ -146,6 +146,7 @@ async def test_the_first_write_creates_the_configmap_and_both_files(
     assert await writer.write(rendered) is True
     cm = await _configmap(store)
     assert cm["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "grid-operator",
         "grid.praxis-proxy.io/network": "prod",
         "grid.praxis-proxy.io/gateway": "edge",
     }

@@ -68,6 +68,8 @@ class HealthServer:
         self.registry = registry
         self._ready = ready
         self._runner: web.AppRunner | None = None
+        self.role: str | None = None
+        """With leader election, ``leader`` or ``follower``: /readyz names it."""
 
     def app(self) -> web.Application:
         """The aiohttp application with the three routes."""
@@ -89,9 +91,10 @@ class HealthServer:
         if self._ready is not None:
             outcome = self._ready()
             ready = bool(await outcome) if inspect.isawaitable(outcome) else bool(outcome)
+        role = f"role: {self.role}\n" if self.role else ""
         if ready:
-            return web.Response(text="ready\n")
-        return web.Response(text="not ready\n", status=503)
+            return web.Response(text=f"ready\n{role}")
+        return web.Response(text=f"not ready\n{role}", status=503)
 
     async def start(
         self, host: str = DEFAULT_METRICS_HOST, port: int = DEFAULT_METRICS_PORT

@@ -1,7 +1,8 @@
 """``grid operator``: run one site operator against a resource store.
 
-Every flag has a ``GRID_*`` environment fallback (for example ``--site`` and
-``GRID_SITE``); docs/operator.md lists them with their defaults.
+One flag per `OperatorSettings` field, generated from it with its description
+as help; every flag has a ``GRID_*`` environment fallback (for example
+``--site`` and ``GRID_SITE``). docs/operator.md lists them with their defaults.
 """
 
 from __future__ import annotations
@@ -11,29 +12,83 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import NoneType
+from typing import Any, TypeVar, get_args
 
 import click
+import pydantic
+from pydantic import FilePath
+from pydantic.fields import FieldInfo
 
+from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.url import open_store
 from grid.errors import GridError
 from grid.operator import logs
+from grid.operator.leader import ElectedOperator
 from grid.operator.runtime import Operator
-from grid.operator.settings import (
-    DEFAULT_METRICS_BIND,
-    DEFAULT_STORE,
-    DEFAULT_SWIM_BIND,
-    OperatorSettings,
-)
+from grid.operator.settings import OperatorSettings, env_name, flag_name
 
 log = logging.getLogger("grid.operator")
 
-_PATH = click.Path(path_type=Path, dir_okay=False, exists=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _click_type(field: FieldInfo) -> click.ParamType[Any]:
+    """The click type of a setting, from its annotation and bounds."""
+    kind = next(a for a in get_args(field.annotation) or (field.annotation,) if a is not NoneType)
+    if kind == FilePath:
+        return click.Path(path_type=Path, dir_okay=False, exists=True)
+    if kind is Path:
+        return click.Path(path_type=Path, file_okay=False)
+    if kind is float:
+        bounds = [getattr(m, "ge", None) for m in field.metadata]
+        floors = [float(b) for b in bounds if isinstance(b, int | float)]
+        return click.FloatRange(min=floors[0]) if floors else click.FLOAT
+    return click.STRING
+
+
+def _setting_options(fn: F) -> F:
+    """Add one ``--flag`` per `OperatorSettings` field, with its GRID_* fallback and help."""
+    for name, field in reversed(list(OperatorSettings.model_fields.items())):
+        required = field.is_required()
+        if field.annotation is bool:  # an on/off switch: --flag / --no-flag
+            flag = flag_name(name)
+            fn = click.option(
+                f"{flag}/--no-{flag.removeprefix('--')}",
+                name,
+                envvar=env_name(name),
+                show_envvar=True,
+                default=field.default,
+                show_default=True,
+                help=field.description,
+            )(fn)
+            continue
+        fn = click.option(
+            flag_name(name),
+            name,
+            envvar=env_name(name),
+            show_envvar=True,
+            type=_click_type(field),
+            required=required,
+            default=None if required else field.default,
+            show_default=field.default is not None,
+            help=field.description,
+        )(fn)
+    return fn
 
 
 async def _serve(settings: OperatorSettings) -> None:
-    store = await open_store(settings.store)
-    operator = Operator(settings, store)
+    store = await open_store(settings.store, kubeconfig=settings.kubeconfig)
+    operator: Operator | ElectedOperator
+    if settings.leader_election:
+        if not isinstance(store, KubernetesStore):
+            await store.close()
+            raise GridError("--leader-election needs --store kubernetes", code="invalid")
+        operator = ElectedOperator(settings, store)
+    else:
+        operator = Operator(settings, store)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, operator.stop)
@@ -47,97 +102,23 @@ async def _serve(settings: OperatorSettings) -> None:
 
 
 @click.command("operator")
-@click.option("--site", envvar="GRID_SITE", required=True, help="This operator's site name.")
-@click.option(
-    "--store",
-    envvar="GRID_STORE",
-    default=DEFAULT_STORE,
-    show_default=True,
-    help="Resource store: sqlite:PATH or kubernetes.",
-)
-@click.option(
-    "--network", envvar="GRID_NETWORK", help="GridNetwork to serve (default: the only one)."
-)
-@click.option(
-    "--swim-bind",
-    envvar="GRID_SWIM_BIND",
-    default=DEFAULT_SWIM_BIND,
-    show_default=True,
-    help="UDP+TCP host:port for SWIM and push-pull.",
-)
-@click.option("--swim-advertise", envvar="GRID_SWIM_ADVERTISE", help="host:port peers reach us at.")
-@click.option(
-    "--swim-key-file",
-    envvar="GRID_SWIM_KEY_FILE",
-    type=_PATH,
-    help="32-byte SWIM key, used when the swimKeyRef Secret is absent.",
-)
-@click.option(
-    "--metrics-bind",
-    envvar="GRID_METRICS_BIND",
-    default=DEFAULT_METRICS_BIND,
-    show_default=True,
-    help="host:port for /metrics, /healthz and /readyz.",
-)
-@click.option(
-    "--overlay-dir",
-    envvar="GRID_OVERLAY_DIR",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Also write grid-config.json and grid-overlay.json here.",
-)
-@click.option("--ca", envvar="GRID_CA", type=_PATH, help="Grid CA certificate (PEM).")
-@click.option("--cert", envvar="GRID_CERT", type=_PATH, help="This site's certificate (PEM).")
-@click.option("--key", envvar="GRID_KEY", type=_PATH, help="This site's private key (PEM).")
-@click.option(
-    "--egress-bind", envvar="GRID_EGRESS_BIND", help="Serve an mTLS egress stand-in at host:port."
-)
-@click.option(
-    "--record-refresh",
-    "record_refresh_s",
-    envvar="GRID_RECORD_REFRESH",
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="Seconds between re-publishing own provider records.",
-)
-@click.option(
-    "--site-probe-interval",
-    "site_probe_interval_s",
-    envvar="GRID_SITE_PROBE_INTERVAL",
-    type=float,
-    default=2.0,
-    show_default=True,
-    help="Seconds between GridSite reconciles and egress probes.",
-)
-@click.option(
-    "--render-interval",
-    "render_interval_s",
-    envvar="GRID_RENDER_INTERVAL",
-    type=click.FloatRange(min=0.05),
-    default=1.0,
-    show_default=True,
-    help="Most seconds between renders (changes render sooner).",
-)
-@click.option(
-    "--shutdown-timeout",
-    "shutdown_timeout_s",
-    envvar="GRID_SHUTDOWN_TIMEOUT",
-    type=click.FloatRange(min=0),
-    default=5.0,
-    show_default=True,
-    help="Seconds a graceful stop may take (leaving the mesh first).",
-)
+@_setting_options
 @click.option(
     "--log-level",
     envvar="GRID_LOG_LEVEL",
+    show_envvar=True,
     default="info",
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Least severe log records written (JSON lines on stderr).",
 )
-def operator_cmd(log_level: str, **options: object) -> None:
+def operator_cmd(log_level: str, **options: Any) -> None:
     """Run one site operator: SWIM, controllers, scraping and the overlay renderer."""
     logs.configure(log_level)
-    settings = OperatorSettings(**options)  # type: ignore[arg-type]
+    try:
+        settings = OperatorSettings.model_validate(options)
+    except pydantic.ValidationError as exc:
+        raise click.UsageError(str(exc)) from exc
     try:
         asyncio.run(_serve(settings))
     except GridError as exc:

@@ -21,7 +21,7 @@ from typing import Any
 from grid.adapters.store.port import ResourceStore
 from grid.core.overlay.consumer import CONFIG_KEY as PRAXIS_KEY
 from grid.core.overlay.consumer import ConsumerConfigError, render_consumer_config
-from grid.core.resources.network_spec import ConsumerConfig
+from grid.core.resources.network_spec import ConsumerSpec
 from grid.core.routing.render import Rendered
 from grid.errors import AlreadyExists, NotFound
 
@@ -147,7 +147,11 @@ class OverlayWriter:
 
 
 def _labels(network: str, gateway: str) -> dict[str, str]:
-    return {"grid.praxis-proxy.io/network": network, "grid.praxis-proxy.io/gateway": gateway}
+    return {
+        "app.kubernetes.io/managed-by": "grid-operator",
+        "grid.praxis-proxy.io/network": network,
+        "grid.praxis-proxy.io/gateway": gateway,
+    }
 
 
 async def upsert_configmap(
@@ -189,17 +193,17 @@ class ConsumerConfigWriter:
         self._written: dict[tuple[str, str, str], str | None] = {}
         self.writes = 0
 
-    def overlay_file(self, config: ConsumerConfig, gateway: str) -> str | None:
+    def overlay_file(self, config: ConsumerSpec, gateway: str) -> str | None:
         """The envelope path the route filter reads, or None for inline candidates."""
         if config.overlay_file is not None:
             return config.overlay_file
         directory = self._overlays.directory(gateway)
         return None if directory is None else str((directory / ENVELOPE_KEY).absolute())
 
-    async def write(self, rendered: Rendered, config: ConsumerConfig | None) -> dict[str, Any]:
+    async def write(self, rendered: Rendered, config: ConsumerSpec | None) -> dict[str, Any]:
         """Render and write one gateway's praxis.yaml; returns its status entry."""
         scope = rendered.scope
-        name = config.config_map_name if config else ConsumerConfig().config_map_name
+        name = config.config_map_name if config else ConsumerSpec().config_map_name
         entry: dict[str, Any] = {
             "gatewayName": scope.gateway,
             "namespace": scope.namespace,

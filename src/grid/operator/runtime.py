@@ -7,9 +7,11 @@
 * the InferenceProvider controller (health checks and scrapes of own
   providers), whose records go into the local snapshot and out over SWIM;
 * the GridSite controller (SWIM view plus mTLS egress probes);
-* the renderer: whenever something changed (or every ``render_interval_s`` for
-  time-driven rules) it renders each gateway this site serves and writes the
-  overlay only when its revision changed; then the GridNetwork status;
+* the renderer (`grid.operator.overlay_loop`): whenever something changed (or
+  every ``render_interval_s`` for time-driven rules) it renders each gateway
+  this site serves and writes the overlay only when its revision changed; then
+  the GridNetwork status (`grid.operator.network`, which also initialises the
+  network at start and converges the gridId);
 * the metrics/health endpoint.
 
 Only the mode read at start is served: ``signalTransport.mode: poll`` needs the
@@ -21,16 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from grid.adapters.health_server import ClosedCounter, HealthServer
-from grid.adapters.store.port import EventType, Expired, ResourceStore
+from grid.adapters.health_server import HealthServer
+from grid.adapters.store.port import Expired, ResourceStore
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
 from grid.adapters.udp import parse_address
@@ -45,36 +45,21 @@ from grid.core.crdt.snapshot import (
     sorted_pairs,
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
-from grid.core.resources.duration import parse_duration
-from grid.core.resources.lifecycle import next_network_phase
-from grid.core.resources.phases import NetworkPhase, SitePhase
 from grid.core.resources.secret import Secret
-from grid.core.routing.mesh_view import (
-    GRID_ID_LABEL,
-    OriginRecord,
-    converged_grid_id,
-    live_records,
-    mesh_inputs,
-    signals_document,
-)
-from grid.core.routing.render import render
+from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.core.swim.members import MemberState
 from grid.core.trust import public_chain_pem
 from grid.core.wire.keyring import Keyring
-from grid.errors import GridError, NotFound, ValidationError
-from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
+from grid.errors import NotFound, ValidationError
+from grid.operator.network import ServedNetwork
+from grid.operator.output import ConsumerConfigWriter, OverlayWriter
+from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
 from grid.operator.sites import SiteController
-from grid.operator.startup import (
-    StartupError,
-    check_mode,
-    new_grid_id,
-    select_network,
-    swim_key,
-)
+from grid.operator.startup import select_network, swim_key
 
 log = logging.getLogger(__name__)
 
@@ -86,34 +71,25 @@ class Operator:
         self.settings = settings
         self.store = store
         self.registry = CollectorRegistry()
-        self.renders = ClosedCounter(
-            "grid_overlay_renders_total",
-            "Overlay renders by outcome.",
-            "result",
-            ("written", "unchanged", "failed"),
-            self.registry,
-        )
         self.members_gauge = Gauge(
             "grid_swim_members", "SWIM members by state.", ["state"], registry=self.registry
         )
         self.health = HealthServer(self.registry, ready=lambda: self.ready)
         self.ready = False
-        self.network: GridNetwork | None = None
+        self.served = ServedNetwork(store, settings.site)
         self.swim: SwimNode | None = None
         self.replica = GridState(settings.site, base_revision=int(time.time() * 1000))
         self.writer = OverlayWriter(store, settings.overlay_dir)
-        self.consumer_writer = ConsumerConfigWriter(store, self.writer)
+        self.overlays = OverlayLoop(
+            settings.site, self.writer, ConsumerConfigWriter(store, self.writer), self.registry
+        )
         self._dirty = asyncio.Event()
         self._local_lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._records: dict[str, ProviderRecord | None] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._egress: EgressListener | None = None
-        self._sequence = 0
-        self._epoch = int(time.time())
-        self._unreachable = 0
         self.addresses: dict[str, str] = {}
-        self.grid_id = ""
         self.providers = ProviderController(
             store, settings.site, self._on_record, settings.record_refresh_s
         )
@@ -127,9 +103,9 @@ class Operator:
     async def run(self) -> None:
         """Start everything, serve until stopped, then shut down gracefully."""
         network = await select_network(self.store, self.settings.network)
-        self.network = await self._initialize(network)
+        network = await self.served.initialize(network)
         await self._start_endpoints()
-        await self._start_swim(self.network)
+        await self._start_swim(network)
         await self.providers.start()
         self._tasks = [
             asyncio.create_task(self._watch(kind), name=f"watch-{kind}")
@@ -138,7 +114,10 @@ class Operator:
         self._tasks += [
             asyncio.create_task(self._events(), name="swim-events"),
             asyncio.create_task(self._site_loop(), name="sites"),
-            asyncio.create_task(self._render_loop(), name="render"),
+            asyncio.create_task(
+                render_rounds(self._dirty, self.settings.render_interval_s, self._render_round),
+                name="render",
+            ),
         ]
         await self._sync_providers()
         stop = asyncio.create_task(self._stop.wait())
@@ -172,29 +151,6 @@ class Operator:
         await self.health.stop()
         log.info("operator stopped", extra={"site": self.settings.site})
 
-    async def _initialize(self, network: GridNetwork) -> GridNetwork:
-        """Persist a gridId on first join and move Pending -> Initializing."""
-        status = network.status
-        patch: dict[str, Any] = {}
-        if network.spec.grid_id and (status is None or status.grid_id != network.spec.grid_id):
-            patch["gridId"] = network.spec.grid_id
-        elif status is None or not status.grid_id:
-            patch["gridId"] = new_grid_id()
-        phase = next_network_phase(network.phase, started=True, rendered=False, unreachable_sites=0)
-        if phase is not network.phase:
-            patch.update(phase=phase.value, reason="Starting")
-        if patch:
-            patch["observedGeneration"] = network.metadata.generation
-            obj = await self.store.patch_status("GridNetwork", network.name, patch)
-            network = GridNetwork.model_validate(obj)
-        assert network.status is not None and network.status.grid_id
-        self.grid_id = network.status.grid_id
-        log.info(
-            "serving network",
-            extra={"network": network.name, "grid_id": network.status and network.status.grid_id},
-        )
-        return network
-
     async def _start_endpoints(self) -> None:
         host, port = parse_address(self.settings.metrics_bind)
         bound = await self.health.start(host, port)
@@ -209,13 +165,10 @@ class Operator:
     async def _start_swim(self, network: GridNetwork) -> None:
         key = await swim_key(self.store, network, self.settings.swim_key_file)
         swim = network.spec.swim
-        interval_s = parse_duration(swim.probe_interval)
-        # A probe must time out within its round, so short intervals shrink it.
-        config = SwimConfig(
+        config = SwimConfig.from_spec(
             gossip_nodes=swim.gossip_nodes,
-            probe_interval_s=interval_s,
-            suspicion_timeout_s=parse_duration(swim.suspicion_timeout),
-            probe_timeout_s=min(SwimConfig().probe_timeout_s, interval_s / 2),
+            probe_interval_s=swim.probe_interval_s,
+            suspicion_timeout_s=swim.suspicion_timeout_s,
         )
         self.swim = await SwimNode.start(
             self.settings.site,
@@ -267,7 +220,7 @@ class Operator:
             region=own.spec.region or "",
             zone=own.spec.zone or "",
             sovereignty_zone=own.spec.sovereignty_zone or "",
-            labels=sorted_pairs({**own.metadata.labels, GRID_ID_LABEL: self.grid_id}),
+            labels=sorted_pairs({**own.metadata.labels, GRID_ID_LABEL: self.served.grid_id}),
         )
         gateway = GatewayLaneValue(
             egress_address=own.spec.egress.address if own.spec.egress else ""
@@ -317,7 +270,7 @@ class Operator:
                     if kind == "InferenceProvider":
                         await self._sync_providers()
                     elif kind == "GridNetwork":
-                        await self._on_network(event.type, event.object)
+                        self.served.on_event(event.type, event.object)
                     elif (
                         kind == "GridSite"
                         and event.object["metadata"]["name"] == self.settings.site
@@ -328,31 +281,6 @@ class Operator:
             except Expired:
                 log.info("watch expired; listing again", extra={"kind": kind})
 
-    async def _on_network(self, kind: EventType, obj: dict[str, Any]) -> None:
-        """Track our network; exit (for a restart) when another appears or the mode changes.
-
-        The mode is read once at start, so a declared change is a restart, not a
-        live flip (seed 000); so is a second GridNetwork in the store, or the
-        deletion of ours.
-        """
-        if kind is EventType.DELETED and obj["metadata"]["name"] == self._net_name:
-            raise StartupError(f"GridNetwork {self._net_name!r} was deleted; stopping")
-        if kind is EventType.DELETED:
-            return
-        if obj["metadata"]["name"] != self._net_name:
-            raise StartupError(
-                f"a second GridNetwork {obj['metadata']['name']!r} appeared; "
-                "one operator serves one GridNetwork"
-            )
-        network = GridNetwork.model_validate(obj)
-        check_mode(network)
-        self.network = network
-
-    @property
-    def _net_name(self) -> str:
-        assert self.network is not None
-        return self.network.name
-
     async def _own_providers(self) -> list[InferenceProvider]:
         providers = [
             InferenceProvider.model_validate(o) for o in await self.store.list("InferenceProvider")
@@ -361,7 +289,7 @@ class Operator:
         return [
             p
             for p in providers
-            if p.spec.grid_network_ref == self._net_name and (p.site_label or site) == site
+            if p.spec.grid_network_ref == self.served.name and (p.site_label or site) == site
         ]
 
     async def _sync_providers(self) -> None:
@@ -392,29 +320,20 @@ class Operator:
                 )
             if await self.sites.reconcile(sites, members):
                 self._dirty.set()
-            self._unreachable = sum(
-                1 for p in self.sites.phases.values() if p is SitePhase.UNREACHABLE
-            )
             await asyncio.sleep(self.settings.site_probe_interval_s)
 
     async def _sites(self) -> list[GridSite]:
         sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
-        return [s for s in sites if s.spec.grid_network_ref == self._net_name]
+        return [s for s in sites if s.spec.grid_network_ref == self.served.name]
 
-    async def _render_loop(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.render_interval_s):
-                    await self._dirty.wait()
-            self._dirty.clear()
-            await self._publish_records()
-            await self.reconcile_overlays()
+    async def _render_round(self) -> None:
+        await self._publish_records()
+        await self.reconcile_overlays()
 
     async def reconcile_overlays(self) -> None:
         """Render every gateway this site serves; write changed overlays and status."""
-        network = self.network
+        network = self.served.network
         assert network is not None
-        now = dt.datetime.now(dt.UTC)
         sites = await self._sites()
         secrets = [Secret.model_validate(o) for o in await self.store.list("Secret")]
         own = [p for p in await self._own_providers() if p.name in self.providers.names]
@@ -423,125 +342,15 @@ class Operator:
             for p in own
             if self.providers.credentials_ok(p.name)
         ]
-        ttl = network.spec.stale_candidate_ttl_seconds
-        await self._converge_grid_id(network)
-        trusted = {
-            name
-            for name, phase in self.sites.phases.items()
-            if phase in (SitePhase.ACTIVE, SitePhase.UNREACHABLE)
-        }
-        records = live_records(
-            (OriginRecord(o, pid, r) for o, pid, r in self.replica.providers()),
-            self.settings.site,
-            now.timestamp(),
-            float(ttl) if ttl is not None else None,
-            trusted,
+        if await self.served.converge_grid_id(network, self.replica):
+            await self._publish_site_lanes()
+        outcome = await self.overlays.render(
+            network, sites, own, secrets, self.replica, self.sites.phases
         )
-        inputs = mesh_inputs(network, sites, own, secrets, records, self.settings.site)
-        self._sequence += 1
-        signals = signals_document(
-            network.name,
-            self.settings.site,
-            records,
-            now=now,
-            epoch=self._epoch,
-            sequence=self._sequence,
-        )
-        overlays = []
-        consumers: list[dict[str, Any]] = []
-        served = [
-            ref
-            for ref in network.spec.gateway_refs
-            if (ref.local_site_name or self.settings.site) == self.settings.site
-        ]
-        self.writer.per_gateway = len(served) > 1
-        for ref in served:
-            try:
-                rendered = render(
-                    inputs,
-                    site=self.settings.site,
-                    gateway=ref.name,
-                    namespace=ref.namespace,
-                    signals=signals,
-                    now=now,
-                )
-            except GridError as exc:
-                self.renders.inc("failed")
-                log.warning("render failed", extra={"gateway": ref.name, "code": exc.code})
-                continue
-            written = await self.writer.write(rendered)
-            self.renders.inc("written" if written else "unchanged")
-            if written:
-                log.info(
-                    "overlay written",
-                    extra={
-                        "gateway": ref.name,
-                        "revision": rendered.envelope["revision"]["value"][:12],
-                        "candidates": len(rendered.overlay["candidates"]),
-                    },
-                )
-            overlays.append(
-                {
-                    "gateway": ref.name,
-                    "namespace": rendered.scope.namespace,
-                    "configMap": configmap_name(network.name, ref.name),
-                    "revision": rendered.envelope["revision"]["value"],
-                    "candidateCount": len(rendered.overlay["candidates"]),
-                    "phase": "Rendered",
-                }
-            )
-            consumers.append(await self.consumer_writer.write(rendered, ref.consumer_config))
         self.ready = True
-        await self._write_network_status(network, overlays, consumers)
-
-    async def _converge_grid_id(self, network: GridNetwork) -> None:
-        """Adopt the grid's oldest gridId as peers gossip theirs (unless spec pins one)."""
-        if network.spec.grid_id:
-            return
-        gossiped = []
-        for origin in self.replica.origins():
-            snapshot = self.replica.snapshot(origin)
-            if snapshot is not None and origin != self.settings.site:
-                gossiped.append(dict(snapshot.metadata.labels).get(GRID_ID_LABEL, ""))
-        agreed = converged_grid_id(self.grid_id, gossiped)
-        if agreed == self.grid_id:
-            return
-        log.info("adopting the grid's gridId", extra={"grid_id": agreed, "was": self.grid_id})
-        self.grid_id = agreed
-        await self.store.patch_status("GridNetwork", network.name, {"gridId": agreed})
-        await self._publish_site_lanes()
-
-    async def _write_network_status(
-        self, network: GridNetwork, overlays: list[dict[str, Any]], consumers: list[dict[str, Any]]
-    ) -> None:
-        fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", network.name))
-        status = fresh.status
-        current = fresh.phase
-        phase = next_network_phase(
-            current, started=True, rendered=True, unreachable_sites=self._unreachable
+        await self.served.write_status(
+            network.name,
+            outcome.overlays,
+            self.sites.phases,
+            lists={"consumerConfigStatus": outcome.consumers},
         )
-        connected = sum(1 for p in self.sites.phases.values() if p is SitePhase.ACTIVE)
-        patch: dict[str, Any] = {}
-        if phase is not current:
-            patch.update(
-                phase=phase.value,
-                reason="SitesUnreachable" if phase is NetworkPhase.DEGRADED else "Rendered",
-            )
-        if status is None or status.connected_sites != connected:
-            patch["connectedSites"] = connected
-        old = [
-            o.model_dump(by_alias=True, exclude_none=True)
-            for o in (status.overlays if status else [])
-        ]
-        if old != overlays:
-            patch["overlays"] = overlays
-        old_consumers = [
-            c.model_dump(by_alias=True, exclude_none=True)
-            for c in (status.consumer_config_status if status else [])
-        ]
-        if old_consumers != consumers:
-            patch["consumerConfigStatus"] = consumers
-        if patch:
-            patch["observedGeneration"] = fresh.metadata.generation
-            obj = await self.store.patch_status("GridNetwork", network.name, patch)
-            self.network = GridNetwork.model_validate(obj)

@@ -1,54 +1,147 @@
 """Settings of one site operator, each with its default, unit and trade-off.
 
-Every setting has a ``grid operator`` flag and a ``GRID_*`` environment
-fallback (flag > environment > default); docs/operator.md lists them.
+Every setting is a ``grid operator`` flag, generated from the field: ``--site``
+for ``site``, ``--render-interval`` for ``render_interval_s`` (a trailing ``_s``,
+seconds, is dropped), with the description as its help. Each has a ``GRID_*``
+environment fallback named after the flag (``GRID_RENDER_INTERVAL``); a flag
+wins over the environment, which wins over the default. docs/operator.md lists
+them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, FilePath
 
 DEFAULT_STORE = "sqlite:.grid/store.db"
 DEFAULT_SWIM_BIND = "0.0.0.0:7946"
 DEFAULT_METRICS_BIND = "0.0.0.0:9090"
 
 
-@dataclass(frozen=True)
-class OperatorSettings:
+class OperatorSettings(BaseModel):
     """What one ``grid operator`` process needs to know."""
 
-    site: str
-    """This operator's site: the GridSite it speaks for and the SWIM member name."""
-    store: str = DEFAULT_STORE
-    """Resource store URL: ``sqlite:PATH`` (embedded) or ``kubernetes``."""
-    network: str | None = None
-    """The GridNetwork to serve; absent means the only one in the store."""
-    swim_bind: str = DEFAULT_SWIM_BIND
-    """UDP and TCP ``host:port`` for SWIM and push-pull (port 0 picks a free one)."""
-    swim_advertise: str | None = None
-    """The address peers use to reach this node; absent means the bound address."""
-    swim_key_file: Path | None = None
-    """32-byte SWIM key file, used when the GridNetwork's swimKeyRef Secret is absent."""
-    metrics_bind: str = DEFAULT_METRICS_BIND
-    """``host:port`` for /metrics, /healthz and /readyz."""
-    overlay_dir: Path | None = None
-    """Directory for grid-config.json and grid-overlay.json (embedded default)."""
-    ca: Path | None = None
-    """PEM of the grid CA that signs site certificates."""
-    cert: Path | None = None
-    """PEM of this site's certificate (presented on probes and at the egress)."""
-    key: Path | None = None
-    """PEM of this site's private key."""
-    egress_bind: str | None = None
-    """Serve an mTLS egress stand-in presenting the site certificate here (embedded)."""
-    record_refresh_s: float = 5.0
-    """How often own provider records are re-published even when unchanged. It must
-    stay well below peers' staleCandidateTtlSeconds or they evict our candidates."""
-    site_probe_interval_s: float = 2.0
-    """Seconds between GridSite reconciles (SWIM view, egress mTLS probes)."""
-    render_interval_s: float = 1.0
-    """Upper bound on seconds between renders; changes render sooner. Time-driven
-    rules (freshness, stale-candidate eviction) take effect within this bound."""
-    shutdown_timeout_s: float = 5.0
-    """Budget for a graceful stop: leave the mesh, finish writes, close the store."""
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    site: str = Field(
+        description=(
+            "This operator's site: the GridSite it speaks for, the site of its "
+            "InferenceProviders, and its SWIM member name."
+        )
+    )
+    store: str = Field(
+        DEFAULT_STORE, description="Resource store URL: sqlite:PATH (embedded) or kubernetes."
+    )
+    kubeconfig: FilePath | None = Field(
+        None,
+        description=(
+            "Kubeconfig for --store kubernetes; absent means KUBECONFIG, then the in-cluster "
+            "service account, then ~/.kube/config."
+        ),
+    )
+    network: str | None = Field(
+        None, description="The GridNetwork to serve; absent means the only one in the store."
+    )
+    swim_bind: str = Field(
+        DEFAULT_SWIM_BIND,
+        description="UDP and TCP host:port for SWIM and push-pull (port 0 picks a free one).",
+    )
+    swim_advertise: str | None = Field(
+        None,
+        description="The host:port peers use to reach this node; absent means the bound address.",
+    )
+    swim_key_file: FilePath | None = Field(
+        None,
+        description=(
+            "File of exactly 32 raw bytes, the SWIM key, used when the GridNetwork's "
+            "swimKeyRef Secret is absent."
+        ),
+    )
+    metrics_bind: str = Field(
+        DEFAULT_METRICS_BIND, description="host:port for /metrics, /healthz and /readyz."
+    )
+    overlay_dir: Path | None = Field(
+        None,
+        description=(
+            "Also write grid-config.json and grid-overlay.json here (the embedded default)."
+        ),
+    )
+    ca: FilePath | None = Field(
+        None, description="PEM of the grid CA that signs site certificates."
+    )
+    cert: FilePath | None = Field(
+        None,
+        description=(
+            "PEM of this site's certificate (presented on egress probes and at the egress "
+            "stand-in)."
+        ),
+    )
+    key: FilePath | None = Field(None, description="PEM of this site's private key.")
+    egress_bind: str | None = Field(
+        None,
+        description="Serve an mTLS egress stand-in presenting the site certificate at host:port.",
+    )
+    record_refresh_s: float = Field(
+        5.0,
+        description=(
+            "Seconds between re-publishing own provider records even when unchanged. Keep it "
+            "well below peers' staleCandidateTtlSeconds or they evict this site's candidates."
+        ),
+    )
+    site_probe_interval_s: float = Field(
+        2.0, description="Seconds between GridSite reconciles (SWIM view, egress mTLS probes)."
+    )
+    render_interval_s: float = Field(
+        1.0,
+        ge=0.05,
+        description=(
+            "Most seconds between renders; changes render sooner. Time-driven rules "
+            "(freshness, stale-candidate eviction) take effect within this bound."
+        ),
+    )
+    shutdown_timeout_s: float = Field(
+        5.0,
+        ge=0,
+        description=(
+            "Seconds a graceful stop may spend leaving the SWIM mesh before the node is "
+            "closed anyway."
+        ),
+    )
+
+    leader_election: bool = Field(
+        False,
+        description=(
+            "Lead through a Lease so several replicas can run: only the leader reconciles, "
+            "gossips and binds SWIM (--store kubernetes only)."
+        ),
+    )
+    lease_name: str | None = Field(
+        None,
+        description="The Lease, in POD_NAMESPACE; absent means grid-operator-{site}.",
+    )
+    lease_duration_s: float = Field(
+        15.0,
+        ge=0.1,
+        description="Seconds a follower waits after the Lease last changed before taking it.",
+    )
+    renew_deadline_s: float = Field(
+        10.0,
+        ge=0.1,
+        description="Seconds a leader leads without a successful renewal (< lease duration).",
+    )
+    retry_period_s: float = Field(
+        2.0,
+        ge=0.05,
+        description="Seconds between renewals and takeover attempts (< renew deadline).",
+    )
+
+
+def flag_name(field: str) -> str:
+    """The ``grid operator`` flag of a setting: ``render_interval_s`` -> ``--render-interval``."""
+    return "--" + field.removesuffix("_s").replace("_", "-")
+
+
+def env_name(field: str) -> str:
+    """The environment fallback of a setting: ``render_interval_s`` -> ``GRID_RENDER_INTERVAL``."""
+    return "GRID_" + field.removesuffix("_s").upper()

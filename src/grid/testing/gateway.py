@@ -28,7 +28,7 @@ from grid.adapters.web_site import start_site
 from grid.core.overlay import Provenance, Scope, build_envelope, format_timestamp
 from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config
 from grid.core.overlay.ids import stable_id
-from grid.core.resources.network_spec import ConsumerConfig
+from grid.core.resources.network_spec import ConsumerSpec
 from grid.demo.pki import DevCA
 from grid.demo.plan import free_port
 from grid.testing.poll import eventually
@@ -186,7 +186,7 @@ def render_praxis(
         }
         for u in upstreams
     ]
-    config = ConsumerConfig.model_validate(
+    config = ConsumerSpec.model_validate(
         {
             "enabled": True,
             "listenerHost": "127.0.0.1",

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from grid.adapters.store.port import EventType
 from grid.adapters.store.sqlite import SqliteStore
 from grid.adapters.store.url import DEFAULT_STORE_URL, open_store, parse_store_url
 from grid.errors import GridError, ValidationError
+from grid.testing.kube_api import KubeApiEmulator
 
 
 def provider(name: str) -> dict[str, Any]:
@@ -101,9 +103,24 @@ def test_store_urls_parse_and_unknown_ones_are_refused() -> None:
             parse_store_url(bad)
 
 
-async def test_the_kubernetes_store_is_reported_as_not_available() -> None:
-    with pytest.raises(GridError, match="not available in this build"):
-        await open_store("kubernetes")
+async def test_the_kubernetes_store_opens_from_a_kubeconfig_or_says_why_not(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(GridError, match="cannot load Kubernetes configuration") as missing:
+        await open_store("kubernetes", kubeconfig=tmp_path / "absent.yaml")
+    assert missing.value.code == "store_unavailable"
+    emulator = KubeApiEmulator()
+    await emulator.start()
+    try:
+        config = tmp_path / "kubeconfig.yaml"
+        config.write_text(yaml.safe_dump(emulator.kubeconfig()))
+        store = await open_store("kubernetes", kubeconfig=config)
+        try:
+            assert await store.list("GridSite") == []
+        finally:
+            await store.close()
+    finally:
+        await emulator.stop()
 
 
 async def test_a_watch_sees_grid_apply_run_in_another_process(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from grid.core.overlay.consumer import (
     RenderedConsumerConfig,
     render_consumer_config,
 )
-from grid.core.resources.network_spec import ConsumerConfig
+from grid.core.resources.network_spec import ConsumerSpec
 
 SCOPE = Scope("net", "edge", "grid-system", "east")
 OPERATOR_ONLY = ("stable_id", "admission_state", "selection_tier", "rank", "generated_at")
@@ -46,8 +46,8 @@ def _overlay(*candidates: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _config(*endpoints: dict[str, Any], **fields: Any) -> ConsumerConfig:
-    return ConsumerConfig.model_validate(
+def _config(*endpoints: dict[str, Any], **fields: Any) -> ConsumerSpec:
+    return ConsumerSpec.model_validate(
         {"enabled": True, "clusterEndpoints": list(endpoints), **fields}
     )
 
@@ -74,7 +74,7 @@ def _filters(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_defaults_are_the_spec_values() -> None:
-    config = ConsumerConfig()
+    config = ConsumerSpec()
     assert config.enabled is False
     assert config.config_map_name == "praxis-consumer-config"
     assert config.listener_port == 8080

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -168,3 +169,76 @@ def canonical_checked(value: Any) -> bytes | type[Exception]:
 )
 def test_is_plain_number(number: object, plain: bool) -> None:
     assert canonical.is_plain_number(number) is plain
+
+
+# -- the per-candidate writer -------------------------------------------------------
+
+TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
+PLAIN = st.one_of(INTS, FLOATS).filter(canonical.is_plain_number)
+STRING_FIELDS = (
+    "kind",
+    "name",
+    "site",
+    "cluster",
+    "stable_id",
+    "admission_state",
+    "selection_tier",
+)
+BREAKDOWN_KEYS = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
+
+
+@st.composite
+def candidate_documents(draw: st.DrawFn) -> dict[str, Any]:
+    """Overlay candidate documents of every §5 shape, with plain numbers only."""
+    document: dict[str, Any] = {key: draw(TEXT) for key in STRING_FIELDS}
+    document["fresh"] = draw(st.booleans())
+    document["rank"] = draw(PLAIN)
+    if draw(st.booleans()):
+        breakdown = {key: draw(PLAIN) for key in (*BREAKDOWN_KEYS, "total")}
+        document["score"] = breakdown["total"]
+        document["score_breakdown"] = breakdown
+    if draw(st.booleans()):
+        document["credential"] = {
+            "strategy": draw(TEXT),
+            "secretRef": {"name": draw(TEXT), "namespace": draw(TEXT), "key": draw(TEXT)},
+        }
+    return document
+
+
+def _candidate_text(document: dict[str, Any]) -> str | None:
+    breakdown = document.get("score_breakdown")
+    return canonical.canonical_candidate(
+        document, None if breakdown is None else canonical.canonical_breakdown(breakdown)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(candidate_documents())
+def test_candidate_writer_matches_the_reference(document: dict[str, Any]) -> None:
+    text = _candidate_text(document)
+    assert text is not None
+    assert text.encode("utf-8") == rfc8785.dumps(document)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(candidate_documents(), max_size=4), TEXT, TEXT)
+def test_digest_of_candidate_texts_is_the_reference_digest(
+    documents: list[dict[str, Any]], network: str, local_site: str
+) -> None:
+    texts = [_candidate_text(d) for d in documents]
+    assert all(t is not None for t in texts)
+    content = {"candidates": documents, "local_site": local_site, "network": network}
+    expected = hashlib.sha256(rfc8785.dumps(content)).hexdigest()
+    assert canonical.digest_of_texts(network, local_site, texts) == expected  # type: ignore[arg-type]
+    assert canonical.canonical_digest({**content, "generated_at": "x"}) == expected
+
+
+@given(candidate_documents(), st.sampled_from(["extra", "fresh"]))
+def test_candidate_writer_declines_what_it_does_not_know(
+    document: dict[str, Any], change: str
+) -> None:
+    if change == "extra":
+        document["extra"] = 1
+    else:
+        document["fresh"] = 1
+    assert _candidate_text(document) is None

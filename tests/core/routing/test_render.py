@@ -13,7 +13,7 @@ from grid.core.overlay import canonical_digest, verify
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider, parse_resource
 from grid.core.resources.secret import parse_secret
 from grid.core.routing.explain import decisive_difference, explain
-from grid.core.routing.render import Exclusion, RenderInputs, render
+from grid.core.routing.render import ExclusionReason, RenderInputs, render
 from grid.core.routing.signals import parse_signals
 from grid.errors import ValidationError
 
@@ -255,9 +255,9 @@ def test_unhealthy_unavailable_and_admission_excluded_are_removed() -> None:
     assert {c["cluster"] for c in rendered.overlay["candidates"]} == {"openai", "bedrock"}
     reasons = {r.evaluation.candidate.cluster: r.exclusion for r in rendered.rows if r.exclusion}
     assert reasons == {
-        "vllm-central": Exclusion.UNHEALTHY,
-        "vllm-west": Exclusion.ADMISSION_EXCLUDED,
-        "vllm-east": Exclusion.PROVIDER_UNAVAILABLE,
+        "vllm-central": ExclusionReason.UNHEALTHY,
+        "vllm-west": ExclusionReason.ADMISSION_EXCLUDED,
+        "vllm-east": ExclusionReason.PROVIDER_UNAVAILABLE,
     }
 
 
@@ -301,7 +301,7 @@ def test_access_policy(labels: dict[str, str], gateway_site_known: bool, admitte
     assert present is admitted
     if not admitted:
         denied = [r for r in rendered.rows if r.evaluation.candidate.cluster == "bedrock"]
-        assert {r.exclusion for r in denied} == {Exclusion.ACCESS_DENIED}
+        assert {r.exclusion for r in denied} == {ExclusionReason.ACCESS_DENIED}
 
 
 def test_identical_inputs_give_identical_revision_and_bytes() -> None:
@@ -360,7 +360,7 @@ def test_stale_candidate_ttl_evicts_old_remote_candidates_only() -> None:
     rendered = do_render(w)
     clusters = {c["cluster"] for c in rendered.overlay["candidates"]}
     assert "vllm-east" in clusters and "vllm-west" not in clusters
-    evicted = [r for r in rendered.rows if r.exclusion is Exclusion.STALE_EVICTED]
+    evicted = [r for r in rendered.rows if r.exclusion is ExclusionReason.STALE_EVICTED]
     assert [r.evaluation.candidate.cluster for r in evicted] == ["vllm-west"]
 
 
@@ -371,7 +371,7 @@ def test_overlay_keeps_the_top_1024_candidates() -> None:
     candidates = rendered.overlay["candidates"]
     assert len(candidates) == 1024
     assert [c["rank"] for c in candidates] == list(range(1024))
-    over = [r for r in rendered.rows if r.exclusion is Exclusion.CANDIDATE_LIMIT]
+    over = [r for r in rendered.rows if r.exclusion is ExclusionReason.CANDIDATE_LIMIT]
     assert len(over) == 1100 + 6 - 1024
     assert verify(rendered.envelope).verdict == "accept"
 

@@ -12,8 +12,18 @@ from typing import Any
 
 import pytest
 
-from grid.core.routing.ranking import (
+from grid.core.routing import scoring
+from grid.core.routing.candidate import (
+    BackendKind,
+    CandidateInput,
+    CredentialRef,
     ExclusionReason,
+    Geography,
+    SignalValues,
+    provider_candidates,
+    with_cost,
+)
+from grid.core.routing.ranking import (
     order_candidates,
     rank,
     score_candidates,
@@ -22,21 +32,12 @@ from grid.core.routing.ranking import (
 from grid.core.routing.scoring import (
     AdmissionState,
     AdmissionThresholds,
-    BackendKind,
-    CandidateInput,
-    CredentialRef,
     Evaluation,
-    Geography,
-    ScoreBreakdown,
     ScoringConfig,
     ScoringContext,
     ScoringWeights,
     SelectionTier,
-    SignalScores,
-    SignalValues,
     evaluate,
-    provider_candidates,
-    with_cost,
 )
 
 EAST = Geography(region="us-east", zone="us-east-1a")
@@ -419,12 +420,12 @@ def test_non_positive_ceilings_are_refused() -> None:
         ScoringConfig(cost_ceiling_per_million_input_tokens=-1)
 
 
-def _mixed_candidates() -> list[CandidateInput]:
-    """Candidates sharing signal and geography objects per provider, as renders pass them."""
+def _mixed_groups() -> list[tuple[CandidateInput, ...]]:
+    """One group of candidates per provider, sharing signals and geography, as drafts are."""
     shared = SignalValues(queue_depth=0.3, kv_cache_utilization=0.2, p99_latency_ms=900)
     busy = SignalValues(queue_depth=0.9)
     full = SignalValues(kv_cache_utilization=0.99)
-    out: list[CandidateInput] = []
+    out: list[tuple[CandidateInput, ...]] = []
     for i, (site, geography, kind, signals) in enumerate(
         [
             ("east", EAST, BackendKind.LOCAL, shared),
@@ -436,7 +437,7 @@ def _mixed_candidates() -> list[CandidateInput]:
             ("east", EAST, BackendKind.LOCAL, SignalValues(queue_depth=0.3)),  # equal values
         ]
     ):
-        out.extend(
+        out.append(
             provider_candidates(
                 ["m0", "m1", "m2"],
                 site=site,
@@ -454,17 +455,26 @@ def _mixed_candidates() -> list[CandidateInput]:
     return out
 
 
+def _mixed_candidates() -> list[CandidateInput]:
+    return [c for group in _mixed_groups() for c in group]
+
+
 @pytest.mark.parametrize("enabled", [True, False])
-def test_score_candidates_equals_evaluate_then_rank(enabled: bool) -> None:
-    # score_candidates shares evaluations between candidates of one provider and
-    # sorts on precomputed keys; the result must be exactly the plain definition.
+@pytest.mark.parametrize("grouped", [True, False])
+def test_ordering_equals_evaluate_then_rank(enabled: bool, grouped: bool) -> None:
+    # order_candidates evaluates a group (one provider's models) once and sorts
+    # on precomputed keys; the result must be exactly the plain definition.
     context = replace(CTX, config=ScoringConfig(enabled=enabled))
-    candidates = _mixed_candidates()
+    groups = _mixed_groups()
+    candidates = [c for group in groups for c in group]
     evaluations = [evaluate(c, context) for c in candidates]
     kept = [
         e for e in evaluations if e.candidate.healthy and e.admission is not AdmissionState.EXCLUDED
     ]
-    ranking = score_candidates(candidates, context)
+    if grouped:
+        ranking = order_candidates(groups, context).ranking
+    else:
+        ranking = score_candidates(candidates, context)
     assert ranking.ranked == rank(kept)
     assert [r.evaluation for r in ranking.ranked] == sorted(kept, key=sort_key)
     assert [x.evaluation for x in ranking.excluded] == [e for e in evaluations if e not in kept]
@@ -497,25 +507,10 @@ def test_provider_candidates_equal_one_constructor_call_per_model() -> None:
     assert provider_candidates([], **shared) == ()
 
 
-def test_evaluations_are_the_dataclasses_their_constructors_make() -> None:
-    # evaluate builds its frozen records without running __init__; they must be
-    # indistinguishable from constructed ones (fields, equality, hash, repr).
-    for candidate in _mixed_candidates():
-        e = evaluate(candidate, CTX)
-        for record, cls in ((e, Evaluation), (e.signal_scores, SignalScores)):
-            assert vars(record).keys() == {f.name for f in fields(cls)}
-            rebuilt = cls(**vars(record))
-            assert (record, hash(record), repr(record)) == (rebuilt, hash(rebuilt), repr(rebuilt))
-        assert e.breakdown is not None
-        assert vars(e.breakdown).keys() == {f.name for f in fields(ScoreBreakdown)}
-        assert e.breakdown == ScoreBreakdown(**vars(e.breakdown))
-        assert e.score == e.breakdown.total
-
-
 def test_ordering_builds_the_top_first_and_the_rest_on_demand() -> None:
-    candidates = _mixed_candidates()
-    full = score_candidates(candidates, CTX)
-    ordering = order_candidates(candidates, CTX)
+    groups = _mixed_groups()
+    full = order_candidates(groups, CTX).ranking
+    ordering = order_candidates(groups, CTX)
     assert len(ordering) == len(full.ranked) > 4
     top = ordering.top(4)
     assert top == full.ranked[:4]
@@ -536,3 +531,11 @@ def test_with_cost_fills_only_a_missing_cost() -> None:
     assert with_cost(observed, None) is observed
     priced = SignalValues(cost_per_million_input_tokens=1.0)
     assert with_cost(priced, 2.5) is priced
+
+
+def test_the_signal_table_follows_the_one_signal_order() -> None:
+    # signal_scores fills SignalScores positionally from the table, so the table,
+    # SIGNAL_NAMES and the record fields must name the signals in one order.
+    assert tuple(name for name, _ in scoring._SIGNAL_RULES) == scoring.SIGNAL_NAMES
+    assert tuple(f.name for f in fields(scoring.SignalScores))[:6] == scoring.SIGNAL_NAMES
+    assert tuple(f.name for f in fields(scoring.ScoreBreakdown))[:6] == scoring.SIGNAL_NAMES

@@ -62,6 +62,15 @@ def test_config_defaults_come_from_the_spec():
 
 
 @pytest.mark.parametrize(
+    ("interval_s", "timeout_s"), [(5.0, 1.0), (2.0, 1.0), (1.0, 0.5), (0.5, 0.25), (0.1, 0.05)]
+)
+def test_probe_timeout_from_spec_fits_half_the_probe_interval(interval_s, timeout_s):
+    cfg = SwimConfig.from_spec(probe_interval_s=interval_s, suspicion_timeout_s=10.0)
+    assert cfg.probe_timeout_s == timeout_s
+    assert cfg.probe_timeout_s <= cfg.probe_interval_s / 2
+
+
+@pytest.mark.parametrize(
     ("field", "value", "path"),
     [
         ("gossip_nodes", -1, "spec.swim.gossipNodes"),

@@ -50,11 +50,7 @@ class SqliteRosterLog:
     ) -> SqliteRosterLog:
         """Open (creating if needed) the roster file in ``data_dir``."""
         log = cls(data_dir / ROSTER_FILE, poll_interval_s)
-        try:
-            await log._db.open(log._connect)
-        except (OSError, sqlite3.Error) as exc:
-            await log.close()
-            raise BackboneUnavailable(f"cannot open {log.path.name}: {exc}") from exc
+        await log._db.open(log._connect, log.path.name)
         return log
 
     def _connect(self) -> sqlite3.Connection:

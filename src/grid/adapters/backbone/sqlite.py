@@ -148,11 +148,7 @@ class SqliteBackbone:
     async def open(cls, data_dir: Path) -> SqliteBackbone:
         """Open (creating if needed) the backbone file in ``data_dir``."""
         backbone = cls(data_dir / BACKBONE_FILE)
-        try:
-            await backbone._db.open(backbone._connect)
-        except (OSError, sqlite3.Error) as exc:
-            await backbone.close()
-            raise BackboneUnavailable(f"cannot open {backbone.path.name}: {exc}") from exc
+        await backbone._db.open(backbone._connect, backbone.path.name)
         return backbone
 
     def _connect(self) -> sqlite3.Connection:

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from grid.core.telemetry.refusals import BackboneUnavailable
+
 T = TypeVar("T")
 
 
@@ -25,9 +27,17 @@ class SqliteThread:
         self._what = what
         self._conn: sqlite3.Connection | None = None
 
-    async def open(self, connect: Callable[[], sqlite3.Connection]) -> None:
-        """Create the connection in the thread with ``connect``."""
-        self._conn = await self.run(connect)
+    async def open(self, connect: Callable[[], sqlite3.Connection], file_name: str) -> None:
+        """Create the connection in the thread with ``connect``.
+
+        A file that cannot be opened stops the thread and raises `BackboneUnavailable`
+        naming ``file_name``, the one refusal both the backbone and the roster give.
+        """
+        try:
+            self._conn = await self.run(connect)
+        except (OSError, sqlite3.Error) as exc:
+            await self.close()
+            raise BackboneUnavailable(f"cannot open {file_name}: {exc}") from exc
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(*args)`` in the connection's thread."""

@@ -1,19 +1,21 @@
 """Store URLs: which `ResourceStore` a process talks to.
 
 ``sqlite:PATH`` opens the embedded store file (relative paths are relative to
-the working directory); ``kubernetes`` names the Kubernetes API adapter, which
-this build does not include yet, so asking for it fails with a clear error
-rather than silently falling back. `DEFAULT_STORE_URL` is what the CLI uses
-without ``--store`` or ``GRID_STORE``.
+the working directory); ``kubernetes`` opens the Kubernetes API store, configured
+from ``--kubeconfig``, ``KUBECONFIG``, the in-cluster service account or
+``~/.kube/config``, in that order. Events for cluster-scoped objects go to
+``POD_NAMESPACE`` (the Downward API; ``default`` without it).
+`DEFAULT_STORE_URL` is what the CLI uses without ``--store`` or ``GRID_STORE``.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from grid.adapters.store.port import ResourceStore
-from grid.errors import GridError, ValidationError
+from grid.adapters.store.port import DEFAULT_NAMESPACE, ResourceStore
+from grid.errors import ValidationError
 
 DEFAULT_STORE_URL = "sqlite:.grid/store.db"
 STORE_ENV = "GRID_STORE"
@@ -46,13 +48,16 @@ def parse_store_url(url: str) -> StoreUrl:
     )
 
 
-async def open_store(url: str) -> ResourceStore:
-    """Open the store a URL names."""
+async def open_store(url: str, *, kubeconfig: str | Path | None = None) -> ResourceStore:
+    """Open the store a URL names; ``kubeconfig`` only matters for ``kubernetes``."""
     parsed = parse_store_url(url)
     if parsed.scheme == "kubernetes":
-        raise GridError(
-            "the kubernetes store is not available in this build; use --store sqlite:PATH",
-            code="store_unavailable",
+        from grid.adapters.store.kubernetes import KubernetesStore
+
+        return await KubernetesStore.connect(
+            kubeconfig,
+            event_namespace=os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE,
+            reporting_instance=os.environ.get("POD_NAME", ""),
         )
     from grid.adapters.store.sqlite import SqliteStore
 

@@ -24,7 +24,6 @@ from grid.core.crdt.gcounter import CounterRefusal, GCounter
 from grid.core.crdt.lww import LwwRegister
 from grid.core.crdt.orset import ORSet, Tag
 from grid.core.crdt.record import (
-    BACKEND_KINDS,
     PROVIDER_KINDS,
     PROVIDER_PHASES,
     ProviderRecord,
@@ -40,6 +39,7 @@ from grid.core.crdt.snapshot import (
     StateLaneValue,
     sorted_pairs,
 )
+from grid.core.resources.provider_spec import BackendKind
 from grid.core.swim.messages import Lane
 from grid.errors import ProtocolError, ValidationError
 from grid.proto_gen.grid.swim.v1 import state_pb2 as pb
@@ -123,12 +123,32 @@ def _check_writer(origin: str, writer: str, what: str) -> None:
 # -- encoding -----------------------------------------------------------------------
 
 
+_BACKEND_KIND_PREFIX = "BACKEND_KIND_"
+
+
+def _backend_kind_pb(kind: BackendKind) -> pb.BackendKind.ValueType:
+    """The proto enum value of the same name (``LOCAL`` -> ``BACKEND_KIND_LOCAL``)."""
+    return pb.BackendKind.Value(_BACKEND_KIND_PREFIX + kind.name)
+
+
+def _backend_kind(value: pb.BackendKind.ValueType) -> BackendKind | None:
+    """The `BackendKind` of the same name as proto value ``value``; ``None`` when unknown.
+
+    Unknown covers ``BACKEND_KIND_UNSPECIFIED`` and numbers this build has no name for.
+    """
+    try:
+        name = pb.BackendKind.Name(value)
+    except ValueError:
+        return None
+    return BackendKind.__members__.get(name.removeprefix(_BACKEND_KIND_PREFIX))
+
+
 def _record_pb(record: ProviderRecord) -> pb.ProviderRecord:
     msg = pb.ProviderRecord(
         name=record.name,
         cluster=record.cluster,
         site=record.site,
-        backend_kind=BACKEND_KINDS.index(record.backend_kind) + 1,  # type: ignore[arg-type]
+        backend_kind=_backend_kind_pb(record.backend_kind),
         models=list(record.models),
         observed_at=record.observed_at,
         phase=PROVIDER_PHASES.index(record.phase) + 1,  # type: ignore[arg-type]
@@ -235,8 +255,8 @@ def parse_message(msg: Message, payload: bytes, limit: int) -> None:
 def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
     _check_count("models", len(msg.models), limits.models_max)
     _check_count("match labels", len(msg.access_match_labels), limits.match_labels_max)
-    kind, phase = int(msg.backend_kind), int(msg.phase)
-    if not 1 <= kind <= len(BACKEND_KINDS) or not 1 <= phase <= len(PROVIDER_PHASES):
+    kind, phase = _backend_kind(msg.backend_kind), int(msg.phase)
+    if kind is None or not 1 <= phase <= len(PROVIDER_PHASES):
         raise _fail("payload_invalid", "provider record has an unknown backend kind or phase")
     # Zero is a record from a peer that predates providerKind: the record default.
     provider_kind = int(msg.provider_kind) or PROVIDER_KINDS.index("self_hosted") + 1
@@ -250,7 +270,7 @@ def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
         name=msg.name,
         cluster=msg.cluster,
         site=msg.site,
-        backend_kind=BACKEND_KINDS[kind - 1],
+        backend_kind=kind,
         models=tuple(msg.models),
         healthy=msg.healthy if msg.HasField("healthy") else None,
         observed_at=msg.observed_at,

@@ -18,10 +18,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from grid.core.resources.provider_spec import BackendKind
 from grid.errors import ValidationError
-
-BACKEND_KINDS = ("local", "remote", "cloud_managed", "api_provider")
-"""The ``spec.backendKind`` values of an InferenceProvider (seed 003)."""
 
 PROVIDER_KINDS = ("open_ai", "anthropic", "bedrock", "vertex", "self_hosted")
 """The ``spec.providerKind`` values of an InferenceProvider (seed 003)."""
@@ -87,7 +85,7 @@ class ProviderRecord:
     name: str
     cluster: str
     site: str
-    backend_kind: str
+    backend_kind: BackendKind
     models: tuple[str, ...] = ()
     healthy: bool | None = None
     observed_at: float = 0.0
@@ -100,10 +98,12 @@ class ProviderRecord:
         for attr in ("name", "cluster", "site"):
             if not getattr(self, attr):
                 raise ValidationError(f"provider record needs a {attr}", path=attr)
-        if self.backend_kind not in BACKEND_KINDS:
+        if self.backend_kind not in set(BackendKind):
             raise ValidationError(
-                f"backend_kind must be one of {', '.join(BACKEND_KINDS)}", path="backend_kind"
+                f"backend_kind must be one of {', '.join(BackendKind)}", path="backend_kind"
             )
+        # A caller may pass the string value; the record always holds the enum.
+        object.__setattr__(self, "backend_kind", BackendKind(self.backend_kind))
         if self.phase not in PROVIDER_PHASES:
             raise ValidationError(
                 f"phase must be one of {', '.join(PROVIDER_PHASES)}", path="phase"

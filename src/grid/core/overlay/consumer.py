@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from grid.core.overlay.envelope import Scope
-from grid.core.resources.network_spec import ClusterEndpoint, ConsumerConfig
+from grid.core.resources.network_spec import ClusterEndpointSpec, ConsumerSpec
 
 CONFIG_KEY = "praxis.yaml"
 """The one data key of the consumer-config ConfigMap (and the embedded file name)."""
@@ -77,7 +77,7 @@ class RenderedConsumerConfig:
 def render_consumer_config(
     overlay: Mapping[str, Any],
     scope: Scope,
-    config: ConsumerConfig,
+    config: ConsumerSpec,
     overlay_file: str | None = None,
 ) -> RenderedConsumerConfig | ConsumerConfigError:
     """The ``praxis.yaml`` for one gateway, or why it fails closed.
@@ -126,7 +126,7 @@ def _distinct(values: Any) -> list[str]:
 
 
 def _first_problem(
-    clusters: Sequence[str], endpoints: Mapping[str, ClusterEndpoint]
+    clusters: Sequence[str], endpoints: Mapping[str, ClusterEndpointSpec]
 ) -> ConsumerConfigError | None:
     for name in clusters:
         endpoint = endpoints.get(name)
@@ -202,7 +202,7 @@ def _credentials(candidates: Sequence[Mapping[str, Any]], base: str) -> list[dic
     return list(seen.values())
 
 
-def _cluster(endpoint: ClusterEndpoint, config: ConsumerConfig) -> dict[str, Any]:
+def _cluster(endpoint: ClusterEndpointSpec, config: ConsumerSpec) -> dict[str, Any]:
     cluster: dict[str, Any] = {"name": endpoint.cluster, "endpoints": [endpoint.address]}
     transport = endpoint.transport
     if transport is not None and transport.mode == "mutual_tls":

@@ -26,7 +26,7 @@ from grid.core.overlay.digest import (
 from grid.core.overlay.envelope import Provenance, Scope, envelope_with_digest, format_timestamp
 from grid.core.overlay.ids import model_prefix, stable_id_at
 from grid.core.routing.ranking import RankedCandidate
-from grid.core.routing.scoring import AdmissionState, ScoreBreakdown, SelectionTier
+from grid.core.routing.scoring import SIGNAL_NAMES, AdmissionState, ScoreBreakdown, SelectionTier
 
 KIND_INFERENCE_MODEL = "inference_model"
 """The candidate kind for an inference model served by a provider."""
@@ -46,12 +46,10 @@ _WIRE_NAMES: dict[StrEnum, str] = {
 }
 """Each state's wire name; a dict lookup is several times cheaper than ``.value``."""
 
-_BREAKDOWN_KEYS = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
-
 
 def _breakdown_document(breakdown: ScoreBreakdown) -> dict[str, float | int]:
     """The §5 ``score_breakdown`` with integral numbers written as integers."""
-    document = {key: json_number(getattr(breakdown, key)) for key in _BREAKDOWN_KEYS}
+    document = {key: json_number(getattr(breakdown, key)) for key in SIGNAL_NAMES}
     document["total"] = json_number(breakdown.total)
     return document
 
@@ -60,19 +58,19 @@ def _breakdown_document(breakdown: ScoreBreakdown) -> dict[str, float | int]:
 class _Shared:
     """What the candidates of one overlay share, converted once per overlay.
 
-    ``breakdowns`` maps ``id(ScoreBreakdown)`` to its wire form (every model of
-    one provider shares one breakdown object; the caller keeps them alive);
+    ``breakdowns`` maps a `ScoreBreakdown` to its wire form (every model of one
+    provider has the same breakdown, so each is converted once);
     ``prefixes`` maps ``(kind, name)`` to the model's stable-id hash prefix.
     """
 
-    breakdowns: dict[int, dict[str, float | int]] = field(default_factory=dict)
+    breakdowns: dict[ScoreBreakdown, dict[str, float | int]] = field(default_factory=dict)
     prefixes: dict[tuple[str, str], int] = field(default_factory=dict)
     plain_numbers: bool = True
     """Every number so far passes `is_plain_number`."""
     texts: list[str] | None = None
     """The canonical text of each candidate so far, when asked for (see `canonical_candidate`);
     ``None`` once a candidate holds anything that writer does not know."""
-    breakdown_texts: dict[int, str] = field(default_factory=dict)
+    breakdown_texts: dict[ScoreBreakdown, str] = field(default_factory=dict)
 
 
 def _candidate_document(ranked: RankedCandidate, shared: _Shared) -> dict[str, Any]:
@@ -101,9 +99,9 @@ def _candidate_document(ranked: RankedCandidate, shared: _Shared) -> dict[str, A
         shared.plain_numbers = False
     breakdown = evaluation.breakdown
     if breakdown is not None:
-        wire = shared.breakdowns.get(id(breakdown))
+        wire = shared.breakdowns.get(breakdown)
         if wire is None:
-            wire = shared.breakdowns[id(breakdown)] = _breakdown_document(breakdown)
+            wire = shared.breakdowns[breakdown] = _breakdown_document(breakdown)
             if not all(map(is_plain_number, wire.values())):
                 shared.plain_numbers = False
         document["score"] = wire["total"]
@@ -130,9 +128,9 @@ def _add_canonical_text(
     assert shared.texts is not None
     breakdown_text = None
     if breakdown is not None:
-        breakdown_text = shared.breakdown_texts.get(id(breakdown))
+        breakdown_text = shared.breakdown_texts.get(breakdown)
         if breakdown_text is None:
-            breakdown_text = shared.breakdown_texts[id(breakdown)] = canonical_breakdown(
+            breakdown_text = shared.breakdown_texts[breakdown] = canonical_breakdown(
                 document["score_breakdown"]
             )
     try:

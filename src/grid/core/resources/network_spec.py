@@ -31,7 +31,7 @@ GOSSIP_NODES_MAX = 64
 Grid targets and multiplies per-round bandwidth."""
 
 
-class SwimConfig(WireModel):
+class SwimSpec(WireModel):
     """SWIM protocol tuning; the SWIM runtime honours these values."""
 
     gossip_nodes: int = Field(default=3, ge=1, le=GOSSIP_NODES_MAX)
@@ -42,7 +42,7 @@ class SwimConfig(WireModel):
     """How long a suspected member may refute before it is declared dead."""
 
     @model_validator(mode="after")
-    def _suspicion_covers_a_probe(self) -> SwimConfig:
+    def _suspicion_covers_a_probe(self) -> SwimSpec:
         # A suspect must get at least one probe period to refute, or every
         # transient loss would declare members dead.
         if parse_duration(self.suspicion_timeout) < parse_duration(self.probe_interval):
@@ -66,7 +66,7 @@ class SignalTransport(WireModel):
     mode: Literal["gossip", "poll"] = "gossip"
 
 
-class TrustConfig(WireModel):
+class TrustSpec(WireModel):
     """How a peer certificate is authorized."""
 
     mode: Literal["pin", "spiffe"] = "pin"
@@ -75,23 +75,23 @@ class TrustConfig(WireModel):
     """SPIFFE trust domain, required when mode is spiffe."""
 
     @model_validator(mode="after")
-    def _spiffe_needs_domain(self) -> TrustConfig:
+    def _spiffe_needs_domain(self) -> TrustSpec:
         if self.mode == "spiffe" and not self.trust_domain:
             raise field_error("trustDomain", "is required when mode is spiffe")
         return self
 
 
-class TlsConfig(WireModel):
+class TlsSpec(WireModel):
     """Secret references for the grid CA, this site's certificate and the SWIM key."""
 
     ca_secret_ref: SecretRef | None = None
     site_secret_ref: SecretRef | None = None
     swim_key_ref: SecretRef | None = None
     """Secret holding the 32-byte AES-256-GCM SWIM key."""
-    trust: TrustConfig = Field(default_factory=TrustConfig)
+    trust: TrustSpec = Field(default_factory=TrustSpec)
 
 
-class ScoringWeights(WireModel):
+class ScoringWeightsSpec(WireModel):
     """Weight of each normalized signal in the blended score."""
 
     locality: NonNegative = 3.0
@@ -102,45 +102,45 @@ class ScoringWeights(WireModel):
     cost: NonNegative = 1.0
 
     @model_validator(mode="after")
-    def _not_all_zero(self) -> ScoringWeights:
+    def _not_all_zero(self) -> ScoringWeightsSpec:
         if sum(self.model_dump().values()) <= 0:
             raise field_error("", "at least one weight must be positive")
         return self
 
 
-class ScoringConfig(WireModel):
+class ScoringSpec(WireModel):
     """Scoring weights and the ceilings that normalize latency and cost."""
 
-    weights: ScoringWeights = Field(default_factory=ScoringWeights)
+    weights: ScoringWeightsSpec = Field(default_factory=ScoringWeightsSpec)
     latency_ceiling_ms: Positive = 5000.0
     """A p99 at or above this scores 0 on latency."""
     cost_ceiling_per_million_input_tokens: Positive = 100.0
     """An input price at or above this scores 0 on cost."""
 
 
-class AdmissionThresholds(WireModel):
+class AdmissionThresholdsSpec(WireModel):
     """Ratios at or above which an admission state is triggered."""
 
     queue_depth: Ratio
     kv_cache: Ratio
 
 
-def _existing_only_default() -> AdmissionThresholds:
-    return AdmissionThresholds(queue_depth=0.85, kv_cache=0.90)
+def _existing_only_default() -> AdmissionThresholdsSpec:
+    return AdmissionThresholdsSpec(queue_depth=0.85, kv_cache=0.90)
 
 
-def _excluded_default() -> AdmissionThresholds:
-    return AdmissionThresholds(queue_depth=0.98, kv_cache=0.98)
+def _excluded_default() -> AdmissionThresholdsSpec:
+    return AdmissionThresholdsSpec(queue_depth=0.98, kv_cache=0.98)
 
 
-class AdmissionConfig(WireModel):
+class AdmissionSpec(WireModel):
     """Thresholds for ExistingOnly and Excluded admission (a ratio at or above triggers)."""
 
-    existing_only: AdmissionThresholds = Field(default_factory=_existing_only_default)
-    excluded: AdmissionThresholds = Field(default_factory=_excluded_default)
+    existing_only: AdmissionThresholdsSpec = Field(default_factory=_existing_only_default)
+    excluded: AdmissionThresholdsSpec = Field(default_factory=_excluded_default)
 
     @model_validator(mode="after")
-    def _existing_only_not_above_excluded(self) -> AdmissionConfig:
+    def _existing_only_not_above_excluded(self) -> AdmissionSpec:
         for name in ("queueDepth", "kvCache"):
             attr = "queue_depth" if name == "queueDepth" else "kv_cache"
             if getattr(self.existing_only, attr) > getattr(self.excluded, attr):
@@ -148,7 +148,7 @@ class AdmissionConfig(WireModel):
         return self
 
 
-class ClusterTransport(WireModel):
+class ClusterTransportSpec(WireModel):
     """How the gateway connects to one cluster endpoint (§11)."""
 
     mode: Literal["mutual_tls", "plaintext"]
@@ -161,17 +161,17 @@ class ClusterTransport(WireModel):
     refusing the whole GridNetwork."""
 
 
-class ClusterEndpoint(WireModel):
+class ClusterEndpointSpec(WireModel):
     """Where one routing cluster is reached from the gateway."""
 
     cluster: Text = Field(min_length=1)
     """The candidate ``cluster`` this endpoint serves."""
     address: HostPort
-    transport: ClusterTransport | None = None
+    transport: ClusterTransportSpec | None = None
     """Absent fails the render closed with ``MissingTransport``."""
 
 
-class ConsumerConfig(WireModel):
+class ConsumerSpec(WireModel):
     """Render a complete Praxis configuration (``praxis.yaml``) for this gateway (§11)."""
 
     enabled: bool = False
@@ -187,13 +187,13 @@ class ConsumerConfig(WireModel):
     """A credential's file is ``{base}/{secret name}/{secret key}``."""
     tls_cert_mount_path: Text = Field(default="/etc/praxis/tls", min_length=1)
     """Directory holding ``ca.crt``, ``tls.crt`` and ``tls.key`` for ``mutual_tls`` clusters."""
-    cluster_endpoints: list[ClusterEndpoint] = Field(default_factory=list)
+    cluster_endpoints: list[ClusterEndpointSpec] = Field(default_factory=list)
     overlay_file: Text | None = Field(default=None, min_length=1)
     """Grid extension: render ``overlay_file`` mode reading this envelope path, instead of
     inline candidates. The embedded operator defaults it to the envelope it writes."""
 
     @model_validator(mode="after")
-    def _unique_clusters(self) -> ConsumerConfig:
+    def _unique_clusters(self) -> ConsumerSpec:
         seen: set[str] = set()
         for i, endpoint in enumerate(self.cluster_endpoints):
             if endpoint.cluster in seen:
@@ -212,7 +212,7 @@ class GatewayRef(WireModel):
     """Namespace of the gateway and its overlay ConfigMap; absent means the caller's default."""
     local_site_name: ObjectName | None = None
     """The GridSite the gateway runs at; absent means the operator's own site."""
-    consumer_config: ConsumerConfig | None = None
+    consumer_config: ConsumerSpec | None = None
 
 
 class GridNetworkSpec(WireModel):
@@ -225,11 +225,11 @@ class GridNetworkSpec(WireModel):
     gateway_refs: list[GatewayRef] = Field(default_factory=list)
     region: Text | None = None
     zone: Text | None = None
-    swim: SwimConfig = Field(default_factory=SwimConfig)
+    swim: SwimSpec = Field(default_factory=SwimSpec)
     signal_transport: SignalTransport | None = None
-    tls: TlsConfig | None = None
-    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
-    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    tls: TlsSpec | None = None
+    scoring: ScoringSpec = Field(default_factory=ScoringSpec)
+    admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
     stale_candidate_ttl_seconds: int | None = Field(default=None, ge=1)
     """Evict remote candidates whose newest signal is older; absent keeps them."""
 

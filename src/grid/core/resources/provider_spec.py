@@ -5,9 +5,10 @@ Field names are SPEC-DECISIONS §4a's; metric signal names default to vLLM's.
 
 from __future__ import annotations
 
-from typing import Literal
+from enum import StrEnum
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, WithJsonSchema, model_validator
 
 from grid.core.resources.duration import Duration, parse_duration
 from grid.core.resources.errors import field_error
@@ -24,7 +25,34 @@ from grid.core.resources.types import (
     WireModel,
 )
 
-BackendKind = Literal["local", "remote", "cloud_managed", "api_provider"]
+
+class BackendKind(StrEnum):
+    """Where an inference backend runs (InferenceProvider ``spec.backendKind``, seed 003).
+
+    The one type for the concept: the CRD field, the scoring engine and the CRDT
+    provider record all hold it; the wire maps it to ``grid.swim.v1.BackendKind``
+    by member name (``LOCAL`` <-> ``BACKEND_KIND_LOCAL``).
+    """
+
+    LOCAL = "local"
+    REMOTE = "remote"
+    CLOUD_MANAGED = "cloud_managed"
+    API_PROVIDER = "api_provider"
+
+    @property
+    def self_hosted(self) -> bool:
+        """True for capacity a Grid site runs itself (``local`` or ``remote``)."""
+        return self in (BackendKind.LOCAL, BackendKind.REMOTE)
+
+
+_BackendKindField = Annotated[
+    BackendKind,
+    # Manifests carry the value as a string: lax mode turns it into the enum.
+    Field(strict=False),
+    # The CRD publishes the values only, as for the other enumerations (no description).
+    WithJsonSchema({"enum": [kind.value for kind in BackendKind], "type": "string"}),
+]
+
 ProviderKind = Literal["open_ai", "anthropic", "bedrock", "vertex", "self_hosted"]
 AuthStrategy = Literal[
     "ApiKey", "BearerToken", "MtlsOnly", "Oauth2", "ServiceAccount", "Sigv4", "Custom"
@@ -120,7 +148,7 @@ class InferenceProviderSpec(WireModel):
     """Desired state of an InferenceProvider, inference capacity offered to the grid."""
 
     grid_network_ref: ObjectName
-    backend_kind: BackendKind
+    backend_kind: _BackendKindField
     provider_kind: ProviderKind
     models: list[ModelSpec] = Field(min_length=1)
     endpoint: Url | None = None
@@ -144,4 +172,4 @@ class InferenceProviderSpec(WireModel):
     @property
     def self_hosted(self) -> bool:
         """Whether the backend is self-hosted (local or remote)."""
-        return self.backend_kind in ("local", "remote")
+        return self.backend_kind.self_hosted

@@ -5,8 +5,9 @@ The pipeline, in the order a render runs it:
 1. `signals`: the signals document (SPEC-DECISIONS §6), own and pulled, parsed and merged;
    `metrics_mapping` turns a provider's scraped Prometheus families into those signals.
 2. `mesh_view`: the store's resources plus the CRDT replica's records, as render inputs.
-3. `candidate_draft`: one candidate per (provider, model), with access policy, credential
-   references and the exclusions decided before scoring.
+3. `candidate_draft`: one candidate (`candidate.CandidateInput`) per (provider, model),
+   with access policy, credential references and the exclusions decided before scoring;
+   each provider's candidates form one group that shares an evaluation.
 4. `scoring`: six normalised signals, admission state and locality tier of each candidate,
    blended into a score (§4).
 5. `ranking`: the exclusions after scoring and the §4 sort, numbered 0..n-1.

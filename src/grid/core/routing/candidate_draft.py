@@ -20,16 +20,15 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import StrEnum
 from typing import NamedTuple
 
 from grid.core.resources import SITE_LABEL, GridNetwork, GridSite, InferenceProvider
 from grid.core.resources.phases import ProviderPhase
 from grid.core.resources.secret import Secret
-from grid.core.routing.scoring import (
-    BackendKind,
+from grid.core.routing.candidate import (
     CandidateInput,
     CredentialRef,
+    ExclusionReason,
     Geography,
     SignalValues,
     provider_candidates,
@@ -41,19 +40,6 @@ from grid.errors import ValidationError
 CREDENTIAL_STRATEGIES: Mapping[str, str] = {"BearerToken": "bearer_token", "ApiKey": "api_key"}
 """Auth strategies projected as a credential reference, with their wire names."""
 
-_BACKEND_KINDS: Mapping[str, BackendKind] = {kind.value: kind for kind in BackendKind}
-
-
-class Exclusion(StrEnum):
-    """Why a candidate is not in the overlay (as ``explain`` reports it)."""
-
-    ACCESS_DENIED = "access_denied"
-    PROVIDER_UNAVAILABLE = "provider_unavailable"
-    STALE_EVICTED = "stale_evicted"
-    UNHEALTHY = "unhealthy"
-    ADMISSION_EXCLUDED = "admission_excluded"
-    CANDIDATE_LIMIT = "candidate_limit"
-
 
 class CandidateDraft(NamedTuple):
     """One provider's candidates (one per model) and what applies to all of them.
@@ -64,7 +50,7 @@ class CandidateDraft(NamedTuple):
 
     provider: InferenceProvider
     candidates: tuple[CandidateInput, ...]
-    exclusion: Exclusion | None
+    exclusion: ExclusionReason | None
     detail: str
     notes: tuple[str, ...]
 
@@ -165,7 +151,7 @@ def draft_for(provider: InferenceProvider, view: DraftView) -> CandidateDraft:
         site=site,
         cluster=spec.routing_cluster_ref or name,
         provider=name,
-        backend_kind=_BACKEND_KINDS[spec.backend_kind],
+        backend_kind=spec.backend_kind,
         signals=_signal_values(spec.cost.per_million_input_tokens if spec.cost else None, entry),
         geography=view.geographies.get(site),
         healthy=not (entry is not None and entry.healthy is False),
@@ -186,12 +172,12 @@ def _pre_exclusion(
     site: str,
     entry: ProviderSignals | None,
     view: DraftView,
-) -> tuple[Exclusion | None, str]:
+) -> tuple[ExclusionReason | None, str]:
     access = _access_problem(provider, view.sites.get(view.local_site), view.local_site)
     if access is not None:
-        return Exclusion.ACCESS_DENIED, access
+        return ExclusionReason.ACCESS_DENIED, access
     if phase is ProviderPhase.UNAVAILABLE:
-        return Exclusion.PROVIDER_UNAVAILABLE, "status.phase is Unavailable"
+        return ExclusionReason.PROVIDER_UNAVAILABLE, "status.phase is Unavailable"
     ttl = view.ttl
     if (
         ttl is not None
@@ -202,7 +188,7 @@ def _pre_exclusion(
         age = view.signals.generated_at - entry.observed_at
         if age > timedelta(seconds=ttl):
             return (
-                Exclusion.STALE_EVICTED,
+                ExclusionReason.STALE_EVICTED,
                 f"remote sample older than staleCandidateTtlSeconds={ttl}",
             )
     return None, ""

@@ -23,11 +23,8 @@ from grid.core.routing.render import (
     select_gateway,
     select_network,
 )
-from grid.core.routing.scoring import Evaluation
+from grid.core.routing.scoring import SIGNAL_NAMES, Evaluation
 from grid.core.routing.signals import SignalsDocument
-
-SIGNAL_NAMES = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
-"""The six scored signals in their fixed order."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Container, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from grid.core.crdt.record import ProviderRecord, RecordSignals
@@ -35,8 +35,8 @@ from grid.core.resources import (
     InferenceProvider,
 )
 from grid.core.resources.secret import Secret
+from grid.core.routing.candidate import SignalValues
 from grid.core.routing.render import RenderInputs
-from grid.core.routing.scoring import BackendKind, SignalValues
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
 from grid.errors import ValidationError
 
@@ -70,13 +70,7 @@ def record_for(
     match_labels = policy.site_selector.match_labels if policy is not None else {}
     cost = provider.spec.cost.per_million_input_tokens if provider.spec.cost else None
     if signals.cost_per_million_input_tokens is None and cost is not None:
-        signals = RecordSignals(
-            queue_depth=signals.queue_depth,
-            kv_cache_utilization=signals.kv_cache_utilization,
-            prefix_cache_hit_ratio=signals.prefix_cache_hit_ratio,
-            p99_latency_ms=signals.p99_latency_ms,
-            cost_per_million_input_tokens=cost,
-        )
+        signals = replace(signals, cost_per_million_input_tokens=cost)
     return ProviderRecord(
         name=provider.name,
         cluster=provider.cluster,
@@ -185,7 +179,7 @@ def _entry(record: ProviderRecord) -> ProviderSignals:
         name=record.name,
         cluster=record.cluster,
         site=record.site,
-        backend_kind=BackendKind(record.backend_kind),
+        backend_kind=record.backend_kind,
         models=record.models,
         healthy=record.healthy,
         observed_at=datetime.fromtimestamp(record.observed_at, UTC),

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from grid.core.resources.provider_spec import SignalNames
-from grid.core.routing.scoring import SignalValues
+from grid.core.routing.candidate import SignalValues
 
 LATENCY_QUANTILE = 0.99
 """The quantile reported as ``p99_latency_ms``."""

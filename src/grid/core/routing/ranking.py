@@ -5,8 +5,9 @@ locality tier, the blended score). This module turns a set of those judgements
 into an order: it drops unhealthy and admission-``excluded`` candidates, sorts
 the survivors and numbers them. It is separate because the order is a property
 of the whole set, not of one candidate. Renders rank thousands of candidates, so
-one evaluation is shared by every model of a provider and the ranked records
-are built only as far as a caller reads them (see `order_candidates`).
+candidates come in groups (one provider's models, as `candidate_draft` drafts
+them), each group is evaluated once, and the ranked records are built only as
+far as a caller reads them (see `order_candidates`).
 
 The sort is admission, tier, score (descending), freshness (fresh first, then
 the newer ``observed_at``; no sample is oldest), then ``(site, name, cluster)``.
@@ -18,27 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from enum import StrEnum
 from functools import cached_property
 
+from grid.core.routing.candidate import CandidateInput, ExclusionReason
 from grid.core.routing.scoring import (
     AdmissionState,
-    BackendKind,
-    CandidateInput,
     Evaluation,
     ScoringContext,
     SelectionTier,
     evaluate,
 )
-
-
-class ExclusionReason(StrEnum):
-    """Why the scoring engine removed a candidate from the overlay."""
-
-    UNHEALTHY = "unhealthy"
-    ADMISSION_EXCLUDED = "admission_excluded"
-
 
 _ADMISSION_ORDER = {
     AdmissionState.NEW_AND_EXISTING: 0,
@@ -62,8 +52,11 @@ class RankedCandidate:
 
 
 @dataclass(frozen=True)
-class Exclusion:
-    """An evaluated candidate that the engine removed, and why."""
+class ExcludedCandidate:
+    """An evaluated candidate that ranking removed, and why.
+
+    ``reason`` is ``unhealthy`` or ``admission_excluded``.
+    """
 
     evaluation: Evaluation
     reason: ExclusionReason
@@ -74,7 +67,7 @@ class Ranking:
     """The result of scoring: ranked survivors and the excluded candidates."""
 
     ranked: tuple[RankedCandidate, ...]
-    excluded: tuple[Exclusion, ...]
+    excluded: tuple[ExcludedCandidate, ...]
 
 
 SortKey = tuple[int, int, float, int, int, float, str, str, str]
@@ -82,8 +75,8 @@ SortKey = tuple[int, int, float, int, int, float, str, str, str]
 _EvaluationKey = tuple[int, int, float]
 """The part of a `SortKey` an `Evaluation` decides: admission, tier, score."""
 
-_CandidateKey = tuple[int, int, float, str, str, str]
-"""The part of a `SortKey` a `CandidateInput` decides: freshness, sample, identity."""
+_SampleKey = tuple[int, int, float, str]
+"""The part of a `SortKey` a provider's sample decides: freshness, its age, the site."""
 
 
 def _evaluation_key(evaluation: Evaluation) -> _EvaluationKey:
@@ -96,16 +89,14 @@ def _evaluation_key(evaluation: Evaluation) -> _EvaluationKey:
     )
 
 
-def _candidate_key(candidate: CandidateInput) -> _CandidateKey:
-    """Fresh first, then the newer sample (none is oldest), then the tie-break."""
+def _sample_key(candidate: CandidateInput) -> _SampleKey:
+    """Fresh first, then the newer sample (none is oldest), then the site."""
     observed = candidate.observed_at
     return (
         0 if candidate.fresh else 1,
         0 if observed is not None else 1,
         -observed.timestamp() if observed is not None else 0.0,
         candidate.site,
-        candidate.name,
-        candidate.cluster,
     )
 
 
@@ -115,7 +106,10 @@ def sort_key(evaluation: Evaluation) -> SortKey:
     With scoring off the score component is a constant, so it never decides.
     A candidate without ``observed_at`` sorts after every candidate that has one.
     """
-    return _evaluation_key(evaluation) + _candidate_key(evaluation.candidate)
+    candidate = evaluation.candidate
+    return (
+        _evaluation_key(evaluation) + _sample_key(candidate) + (candidate.name, candidate.cluster)
+    )
 
 
 class Ordering:
@@ -159,7 +153,7 @@ class Ordering:
     def ranking(self) -> Ranking:
         """Every ranked candidate and every exclusion."""
         excluded = tuple(
-            Exclusion(shared.for_candidate(candidate), reason)
+            ExcludedCandidate(shared.for_candidate(candidate), reason)
             for candidate, shared, reason in self._excluded
         )
         return Ranking(ranked=self.top(), excluded=excluded)
@@ -173,76 +167,37 @@ def rank(evaluations: Iterable[Evaluation]) -> tuple[RankedCandidate, ...]:
 
 
 def score_candidates(candidates: Sequence[CandidateInput], context: ScoringContext) -> Ranking:
-    """Evaluate, exclude (unhealthy, then admission ``excluded``) and rank."""
-    return order_candidates(candidates, context).ranking
+    """Evaluate each candidate, exclude (unhealthy, then admission ``excluded``) and rank."""
+    return order_candidates([(candidate,) for candidate in candidates], context).ranking
 
 
-def order_candidates(candidates: Sequence[CandidateInput], context: ScoringContext) -> Ordering:
-    """`score_candidates`, with the records built on demand (see `Ordering`).
+def order_candidates(
+    groups: Iterable[Sequence[CandidateInput]], context: ScoringContext
+) -> Ordering:
+    """`score_candidates` over groups of candidates, records built on demand (`Ordering`).
 
-    The result is exactly `evaluate` of each candidate and `rank` of the
-    survivors. An evaluation depends only on the candidate's site, backend
-    kind, geography and signals, which every model of one provider shares, so
-    it (and its part of the sort key) is computed once per such group: a
-    renderer passes one geography and one signals instance per provider, and
-    equal values in distinct objects merely miss this per-call cache. The
-    candidates keep those objects alive for the whole call, so no id is reused.
-    Consecutive candidates of one group (a provider's models) skip the lookup.
+    The candidates of one group differ in their model name only (one provider's
+    models, as `grid.core.routing.candidate.provider_candidates` makes them), so
+    each group is evaluated once, its part of the sort key is computed once,
+    and every member shares both. Within that contract the result is exactly
+    `evaluate` of each candidate and `rank` of the survivors.
     """
-    shared: dict[tuple[str, BackendKind, int, int], tuple[Evaluation, _EvaluationKey]] = {}
     kept: list[CandidateInput] = []
     evaluations: list[Evaluation] = []
     keys: list[SortKey] = []
     excluded: list[tuple[CandidateInput, Evaluation, ExclusionReason]] = []
-    last: CandidateInput | None = None
-    evaluation: Evaluation | None = None
-    admission, tier, score = 0, 0, 0.0
-    last_observed: datetime | None = None
-    age = 0.0
-    for candidate in candidates:
-        if not (
-            last is not None
-            and candidate.signals is last.signals
-            and candidate.geography is last.geography
-            and candidate.backend_kind is last.backend_kind
-            and candidate.site == last.site
-        ):
-            group = (
-                candidate.site,
-                candidate.backend_kind,
-                id(candidate.geography),
-                id(candidate.signals),
-            )
-            known = shared.get(group)
-            if known is None:
-                first = evaluate(candidate, context)
-                known = shared[group] = (first, _evaluation_key(first))
-            evaluation, (admission, tier, score) = known
-            last = candidate
-        assert evaluation is not None
-        if not candidate.healthy:
-            excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))
-        elif evaluation.admission is AdmissionState.EXCLUDED:
-            excluded.append((candidate, evaluation, ExclusionReason.ADMISSION_EXCLUDED))
-        else:
-            kept.append(candidate)
-            evaluations.append(evaluation)
-            # _evaluation_key(evaluation) + _candidate_key(candidate), inline: per candidate.
-            observed = candidate.observed_at
-            if observed is not last_observed:  # a provider's models share one sample
-                last_observed = observed
-                age = -observed.timestamp() if observed is not None else 0.0
-            keys.append(
-                (
-                    admission,
-                    tier,
-                    score,
-                    0 if candidate.fresh else 1,
-                    0 if observed is not None else 1,
-                    age,
-                    candidate.site,
-                    candidate.name,
-                    candidate.cluster,
-                )
-            )
+    for group in groups:
+        if not group:
+            continue
+        evaluation = evaluate(group[0], context)
+        shared_key = _evaluation_key(evaluation) + _sample_key(group[0])
+        for candidate in group:
+            if not candidate.healthy:
+                excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))
+            elif evaluation.admission is AdmissionState.EXCLUDED:
+                excluded.append((candidate, evaluation, ExclusionReason.ADMISSION_EXCLUDED))
+            else:
+                kept.append(candidate)
+                evaluations.append(evaluation)
+                keys.append((*shared_key, candidate.name, candidate.cluster))
     return Ordering(kept, evaluations, keys, excluded)

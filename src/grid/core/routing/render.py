@@ -28,10 +28,10 @@ from grid.core.overlay import (
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
 from grid.core.resources.secret import Secret
+from grid.core.routing.candidate import CandidateInput, ExclusionReason, Geography
 from grid.core.routing.candidate_draft import (
     CandidateDraft,
     DraftView,
-    Exclusion,
     check_duplicates,
     draft_for,
 )
@@ -39,7 +39,6 @@ from grid.core.routing.ranking import Ordering, RankedCandidate, Ranking, order_
 from grid.core.routing.scoring import (
     AdmissionThresholds,
     Evaluation,
-    Geography,
     ScoringConfig,
     ScoringContext,
     ScoringWeights,
@@ -48,12 +47,12 @@ from grid.core.routing.scoring import (
 from grid.core.routing.signals import SignalsDocument
 from grid.errors import ValidationError
 
-# `Exclusion` is defined with the drafts and is part of this module's interface too.
+# `ExclusionReason` is defined with the candidates and is part of this module's interface too.
 __all__ = [
     "DEFAULT_NAMESPACE",
     "CandidateRow",
     "Evaluated",
-    "Exclusion",
+    "ExclusionReason",
     "RenderInputs",
     "Rendered",
     "evaluate_network",
@@ -88,7 +87,7 @@ class CandidateRow:
     evaluation: Evaluation
     provider: InferenceProvider
     rank: int | None = None
-    exclusion: Exclusion | None = None
+    exclusion: ExclusionReason | None = None
     exclusion_detail: str = ""
     notes: tuple[str, ...] = ()
 
@@ -251,24 +250,26 @@ def evaluate_network(
     drafts = tuple([draft_for(p, view) for p in providers])
     check_duplicates(drafts)
     context = ScoringContext(local_site, geographies.get(local_site), scoring_config(network))
-    eligible = [c for d in drafts if d.exclusion is None for c in d.candidates]
+    # Each eligible draft is one group: its candidates share one evaluation.
+    eligible = [d.candidates for d in drafts if d.exclusion is None]
     return Evaluated(drafts, order_candidates(eligible, context), context, candidates_max)
 
 
 def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:
     context = evaluated.context
     limit = evaluated.candidates_max
-    owner = {id(c): d for d in evaluated.drafts for c in d.candidates}
+    # check_duplicates made (kind, name, site, cluster) name one candidate of one draft.
+    owner = {_route(c): d for d in evaluated.drafts for c in d.candidates}
     rows: list[CandidateRow] = []
     for r in evaluated.ranking.ranked:
-        draft = owner[id(r.evaluation.candidate)]
+        draft = owner[_route(r.evaluation.candidate)]
         over = limit is not None and r.rank >= limit
         rows.append(
             CandidateRow(
                 evaluation=r.evaluation,
                 provider=draft.provider,
                 rank=None if over else r.rank,
-                exclusion=Exclusion.CANDIDATE_LIMIT if over else None,
+                exclusion=ExclusionReason.CANDIDATE_LIMIT if over else None,
                 exclusion_detail=f"ranked beyond the {limit}-candidate overlay limit"
                 if over
                 else "",
@@ -276,12 +277,12 @@ def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:
             )
         )
     for x in evaluated.ranking.excluded:
-        draft = owner[id(x.evaluation.candidate)]
+        draft = owner[_route(x.evaluation.candidate)]
         rows.append(
             CandidateRow(
                 evaluation=x.evaluation,
                 provider=draft.provider,
-                exclusion=Exclusion(x.reason.value),
+                exclusion=x.reason,
                 exclusion_detail=_scoring_exclusion_detail(x.evaluation, context),
                 notes=draft.notes,
             )
@@ -300,6 +301,10 @@ def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:
                 )
             )
     return tuple(rows)
+
+
+def _route(candidate: CandidateInput) -> tuple[str, str, str, str]:
+    return candidate.kind, candidate.name, candidate.site, candidate.cluster
 
 
 def _scoring_exclusion_detail(evaluation: Evaluation, context: ScoringContext) -> str:

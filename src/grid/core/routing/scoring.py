@@ -3,10 +3,10 @@
 This module is the one place where a routing candidate is judged, one at a time.
 It knows nothing about YAML resources or the CRDT replica: callers (``grid
 render`` and the operator's overlay renderer) describe each candidate as a
-frozen `CandidateInput`, give a `ScoringContext` describing the gateway's site
-and the GridNetwork's scoring and admission settings, and get back an
-`Evaluation`. Putting the evaluated candidates in order (the exclusions and the
-sort) is `grid.core.routing.ranking`, which calls `evaluate`.
+frozen `CandidateInput` (`grid.core.routing.candidate`), give a `ScoringContext`
+describing the gateway's site and the GridNetwork's scoring and admission
+settings, and get back an `Evaluation`. Putting the evaluated candidates in
+order (the exclusions and the sort) is `grid.core.routing.ranking`, which calls `evaluate`.
 
 The rules are SPEC-DECISIONS §4 and §4a:
 
@@ -19,28 +19,22 @@ The rules are SPEC-DECISIONS §4 and §4a:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from operator import attrgetter, mul
+
+from grid.core.routing.candidate import BackendKind, CandidateInput, Geography, SignalValues
 
 NEUTRAL_SIGNAL_SCORE = 0.5
 """The score of a missing signal: neutral, so absence neither helps nor hurts."""
 
+SIGNAL_NAMES = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
+"""The six signals in their fixed order (weights, scores and breakdowns follow it)."""
 
-class BackendKind(StrEnum):
-    """Where an inference backend runs (InferenceProvider ``spec.backendKind``)."""
 
-    LOCAL = "local"
-    REMOTE = "remote"
-    CLOUD_MANAGED = "cloud_managed"
-    API_PROVIDER = "api_provider"
-
-    @property
-    def self_hosted(self) -> bool:
-        """True for capacity a Grid site runs itself (``local`` or ``remote``)."""
-        return self in (BackendKind.LOCAL, BackendKind.REMOTE)
+_in_signal_order = attrgetter(*SIGNAL_NAMES)
+"""The six signal-named attributes of a record, as a tuple in `SIGNAL_NAMES` order."""
 
 
 class AdmissionState(StrEnum):
@@ -82,16 +76,9 @@ class ScoringWeights:
         if sum(values) <= 0:
             raise ValueError("scoring weights must not all be zero")
 
-    def as_tuple(self) -> tuple[float, float, float, float, float, float]:
-        """The weights in signal order: locality, queue, kv, prefix, latency, cost."""
-        return (
-            self.locality,
-            self.queue_depth,
-            self.kv_cache,
-            self.prefix_cache,
-            self.latency,
-            self.cost,
-        )
+    def as_tuple(self) -> tuple[float, ...]:
+        """The weights in signal order (`SIGNAL_NAMES`)."""
+        return _in_signal_order(self)
 
 
 @dataclass(frozen=True)
@@ -133,139 +120,6 @@ class ScoringConfig:
 
 
 @dataclass(frozen=True)
-class Geography:
-    """A GridSite's region and zone; ``None`` means unknown."""
-
-    region: str | None = None
-    zone: str | None = None
-
-
-@dataclass(frozen=True)
-class SignalValues:
-    """Raw observed signals of one provider; ``None`` means missing, never zero.
-
-    ``queue_depth``, ``kv_cache_utilization`` and ``prefix_cache_hit_ratio`` are
-    ratios in [0, 1]; ``p99_latency_ms`` and ``cost_per_million_input_tokens``
-    are non-negative.
-    """
-
-    queue_depth: float | None = None
-    kv_cache_utilization: float | None = None
-    prefix_cache_hit_ratio: float | None = None
-    p99_latency_ms: float | None = None
-    cost_per_million_input_tokens: float | None = None
-
-
-@dataclass(frozen=True)
-class CredentialRef:
-    """A reference to the Secret key Praxis injects; never the token itself."""
-
-    strategy: str
-    secret_name: str
-    secret_namespace: str
-    secret_key: str
-
-
-@dataclass(frozen=True)
-class CandidateInput:
-    """One routable (provider, model) pair, as the scoring engine sees it.
-
-    ``name`` is the model, ``site`` the provider's site, ``cluster`` its routing
-    identity and ``provider`` the InferenceProvider name (used in explanations).
-    ``geography`` is the provider site's GridSite geography, ``None`` when the
-    site is unknown. ``credential`` is carried through untouched to the overlay.
-    """
-
-    name: str
-    site: str
-    cluster: str
-    provider: str
-    backend_kind: BackendKind
-    signals: SignalValues = field(default_factory=SignalValues)
-    geography: Geography | None = None
-    healthy: bool = True
-    fresh: bool = True
-    observed_at: datetime | None = None
-    credential: CredentialRef | None = None
-    kind: str = "inference_model"
-
-
-_T = TypeVar("_T")
-
-
-def _built(cls: type[_T], state: dict[str, Any]) -> _T:
-    """An instance of frozen dataclass ``cls`` holding ``state``, without ``__init__``.
-
-    Only for this module's frozen dataclasses, which have no ``__post_init__``,
-    no ``InitVar`` and no ``__slots__``: for them the result is exactly
-    ``cls(**state)`` when ``state`` names every field. Renders build thousands
-    of candidates, evaluations and ranked entries; the frozen ``__init__`` (one
-    ``object.__setattr__`` per field) costs several times more.
-    """
-    instance = object.__new__(cls)
-    object.__setattr__(instance, "__dict__", state)
-    return instance
-
-
-def with_cost(values: SignalValues, cost: float | None) -> SignalValues:
-    """``values`` with a missing input cost taken from ``cost`` (a provider's spec).
-
-    ``values`` itself when it has a cost or ``cost`` is ``None``; otherwise the
-    same as ``dataclasses.replace(values, cost_per_million_input_tokens=cost)``.
-    """
-    if cost is None or values.cost_per_million_input_tokens is not None:
-        return values
-    state = dict(vars(values))
-    state["cost_per_million_input_tokens"] = cost
-    return _built(SignalValues, state)
-
-
-def provider_candidates(
-    models: Iterable[str],
-    *,
-    site: str,
-    cluster: str,
-    provider: str,
-    backend_kind: BackendKind,
-    signals: SignalValues,
-    geography: Geography | None,
-    healthy: bool,
-    fresh: bool,
-    observed_at: datetime | None,
-    credential: CredentialRef | None,
-    kind: str = "inference_model",
-) -> tuple[CandidateInput, ...]:
-    """``CandidateInput(name=model, ...)`` for each model, sharing every other field.
-
-    The same values as calling the constructor per model, built without the
-    frozen ``__init__`` (see `_built`): a render builds one per (provider, model).
-    """
-    state = {
-        "name": "",
-        "site": site,
-        "cluster": cluster,
-        "provider": provider,
-        "backend_kind": backend_kind,
-        "signals": signals,
-        "geography": geography,
-        "healthy": healthy,
-        "fresh": fresh,
-        "observed_at": observed_at,
-        "credential": credential,
-        "kind": kind,
-    }
-    new, set_state = object.__new__, object.__setattr__
-    made = []
-    for model in models:
-        own = state.copy()
-        own["name"] = model
-        candidate = new(CandidateInput)  # _built, inline: this runs per candidate
-        set_state(candidate, "__dict__", own)
-        made.append(candidate)
-    return tuple(made)
-
-
-@dataclass(frozen=True)
 class ScoringContext:
     """The gateway's point of view: its local site, that site's geography, config."""
 
@@ -286,16 +140,9 @@ class SignalScores:
     cost: float
     missing: frozenset[str] = frozenset()
 
-    def as_tuple(self) -> tuple[float, float, float, float, float, float]:
-        """The scores in signal order: locality, queue, kv, prefix, latency, cost."""
-        return (
-            self.locality,
-            self.queue_depth,
-            self.kv_cache,
-            self.prefix_cache,
-            self.latency,
-            self.cost,
-        )
+    def as_tuple(self) -> tuple[float, ...]:
+        """The scores in signal order (`SIGNAL_NAMES`)."""
+        return _in_signal_order(self)
 
 
 @dataclass(frozen=True)
@@ -340,14 +187,13 @@ class Evaluation:
         ``candidate`` must be equivalent to ``self.candidate`` (same site,
         backend kind, geography and signals), so every derived field holds for
         it too: ranking evaluates each provider once and shares the result
-        among its models this way.
+        among its models this way (`grid.core.routing.ranking.order_candidates`).
         """
         if self.candidate is candidate:
             return self
-        # dataclasses.replace(self, candidate=candidate), without the frozen __init__.
-        state = vars(self).copy()
-        state["candidate"] = candidate
-        return _built(Evaluation, state)
+        return Evaluation(
+            candidate, self.signal_scores, self.admission, self.tier, self.score, self.breakdown
+        )
 
 
 def locality_score(candidate: CandidateInput, context: ScoringContext) -> float | None:
@@ -402,125 +248,82 @@ def admission_state(signals: SignalValues, thresholds: AdmissionThresholds) -> A
     return AdmissionState.NEW_AND_EXISTING
 
 
+def _clamp(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def _low_is_good(value: float | None) -> float | None:
+    """``1 - clamp(ratio)``: an idle queue or an empty KV cache scores 1."""
+    return None if value is None else 1.0 - _clamp(value)
+
+
+def _high_is_good(value: float | None) -> float | None:
+    """``clamp(ratio)``: a prefix-cache hit ratio of 1 scores 1."""
+    return None if value is None else _clamp(value)
+
+
+def _under_ceiling(value: float | None, ceiling: float) -> float | None:
+    """``1 - min(1, max(0, v) / ceiling)``: 0 scores 1, the ceiling and above 0."""
+    return None if value is None else 1.0 - min(1.0, max(0.0, value) / ceiling)
+
+
+_SignalRule = Callable[[CandidateInput, ScoringContext], float | None]
+
+_SIGNAL_RULES: tuple[tuple[str, _SignalRule], ...] = (
+    ("locality", locality_score),
+    ("queue_depth", lambda c, _: _low_is_good(c.signals.queue_depth)),
+    ("kv_cache", lambda c, _: _low_is_good(c.signals.kv_cache_utilization)),
+    ("prefix_cache", lambda c, _: _high_is_good(c.signals.prefix_cache_hit_ratio)),
+    (
+        "latency",
+        lambda c, x: _under_ceiling(c.signals.p99_latency_ms, x.config.latency_ceiling_ms),
+    ),
+    (
+        "cost",
+        lambda c, x: _under_ceiling(
+            c.signals.cost_per_million_input_tokens,
+            x.config.cost_ceiling_per_million_input_tokens,
+        ),
+    ),
+)
+"""Each signal (in `SIGNAL_NAMES` order) and the rule scoring it, ``None`` when missing."""
+
+
 _NONE_MISSING: frozenset[str] = frozenset()
 """Shared by every complete set of signals (an empty frozenset is not a singleton)."""
 
-_SIGNAL_ORDER = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
-
 
 def signal_scores(candidate: CandidateInput, context: ScoringContext) -> SignalScores:
-    """Normalise the six signals to [0, 1], substituting 0.5 for missing ones.
-
-    Queue depth and KV cache score ``1 - clamp(ratio)``, the prefix-cache hit
-    ratio ``clamp(ratio)``, latency and cost ``1 - min(1, max(0, v) / ceiling)``.
-    The clamps are written out (``x if x > 0.0 else 0.0`` is exactly
-    ``max(0.0, x)`` and ``x if x < 1.0 else 1.0`` exactly ``min(1.0, x)``):
-    this runs once per provider per render.
-    """
-    config = context.config
-    values = candidate.signals
-    queue, kv, prefix = (
-        values.queue_depth,
-        values.kv_cache_utilization,
-        values.prefix_cache_hit_ratio,
-    )
-    latency, cost = values.p99_latency_ms, values.cost_per_million_input_tokens
-    if queue is not None:
-        queue = queue if queue > 0.0 else 0.0
-        queue = 1.0 - (queue if queue < 1.0 else 1.0)
-    if kv is not None:
-        kv = kv if kv > 0.0 else 0.0
-        kv = 1.0 - (kv if kv < 1.0 else 1.0)
-    if prefix is not None:
-        prefix = prefix if prefix > 0.0 else 0.0
-        prefix = prefix if prefix < 1.0 else 1.0
-    if latency is not None:
-        latency = (latency if latency > 0.0 else 0.0) / config.latency_ceiling_ms
-        latency = 1.0 - (latency if latency < 1.0 else 1.0)
-    if cost is not None:
-        cost = (cost if cost > 0.0 else 0.0) / config.cost_ceiling_per_million_input_tokens
-        cost = 1.0 - (cost if cost < 1.0 else 1.0)
-    locality = locality_score(candidate, context)
+    """Normalise the six signals to [0, 1] by `_SIGNAL_RULES`, 0.5 for missing ones."""
+    raw = [rule(candidate, context) for _, rule in _SIGNAL_RULES]
     missing = _NONE_MISSING
-    if (
-        locality is None
-        or queue is None
-        or kv is None
-        or prefix is None
-        or latency is None
-        or cost is None
-    ):
-        raw = (locality, queue, kv, prefix, latency, cost)
-        missing = frozenset(n for n, v in zip(_SIGNAL_ORDER, raw, strict=True) if v is None)
-        neutral = NEUTRAL_SIGNAL_SCORE
-        locality = neutral if locality is None else locality
-        queue = neutral if queue is None else queue
-        kv = neutral if kv is None else kv
-        prefix = neutral if prefix is None else prefix
-        latency = neutral if latency is None else latency
-        cost = neutral if cost is None else cost
-    # SignalScores(...), without the frozen __init__ (see `_built`).
-    return _built(
-        SignalScores,
-        {
-            "locality": locality,
-            "queue_depth": queue,
-            "kv_cache": kv,
-            "prefix_cache": prefix,
-            "latency": latency,
-            "cost": cost,
-            "missing": missing,
-        },
-    )
+    if None in raw:
+        missing = frozenset(n for (n, _), v in zip(_SIGNAL_RULES, raw, strict=True) if v is None)
+    locality, queue, kv, prefix, latency, cost = [
+        NEUTRAL_SIGNAL_SCORE if v is None else v for v in raw
+    ]
+    return SignalScores(locality, queue, kv, prefix, latency, cost, missing)
 
 
 def blend(scores: SignalScores, weights: ScoringWeights) -> ScoreBreakdown:
     """The weighted mean Σwᵢsᵢ/Σwᵢ with each contribution wᵢsᵢ/Σwᵢ."""
-    return _blend(scores, weights.as_tuple())
-
-
-def _blend(
-    scores: SignalScores, w: tuple[float, float, float, float, float, float]
-) -> ScoreBreakdown:
-    """`blend` with the weights already in signal order."""
-    p = [
-        w[0] * scores.locality,
-        w[1] * scores.queue_depth,
-        w[2] * scores.kv_cache,
-        w[3] * scores.prefix_cache,
-        w[4] * scores.latency,
-        w[5] * scores.cost,
-    ]
+    w = weights.as_tuple()
     d = sum(w)
-    # ScoreBreakdown(p[0] / d, ..., p[5] / d, sum(p) / d), without the frozen __init__.
-    return _built(
-        ScoreBreakdown,
-        {
-            "locality": p[0] / d,
-            "queue_depth": p[1] / d,
-            "kv_cache": p[2] / d,
-            "prefix_cache": p[3] / d,
-            "latency": p[4] / d,
-            "cost": p[5] / d,
-            "total": sum(p) / d,
-        },
-    )
+    parts = list(map(mul, w, scores.as_tuple()))
+    locality, queue, kv, prefix, latency, cost = [part / d for part in parts]
+    return ScoreBreakdown(locality, queue, kv, prefix, latency, cost, sum(parts) / d)
 
 
 def evaluate(candidate: CandidateInput, context: ScoringContext) -> Evaluation:
     """Derive signal scores, admission, tier and (when enabled) the score."""
     config = context.config
     scores = signal_scores(candidate, context)
-    breakdown = _blend(scores, config.weights.as_tuple()) if config.enabled else None
-    # Evaluation(...), without the frozen __init__ (see `_built`).
-    return _built(
-        Evaluation,
-        {
-            "candidate": candidate,
-            "signal_scores": scores,
-            "admission": admission_state(candidate.signals, config.admission),
-            "tier": selection_tier(candidate, context),
-            "score": breakdown.total if breakdown else None,
-            "breakdown": breakdown,
-        },
+    breakdown = blend(scores, config.weights) if config.enabled else None
+    return Evaluation(
+        candidate=candidate,
+        signal_scores=scores,
+        admission=admission_state(candidate.signals, config.admission),
+        tier=selection_tier(candidate, context),
+        score=breakdown.total if breakdown else None,
+        breakdown=breakdown,
     )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from grid.core.routing.scoring import BackendKind, SignalValues
+from grid.core.routing.candidate import BackendKind, SignalValues
 from grid.errors import ValidationError
 
 FRESHNESS_MAX_AGE_S = 60.0

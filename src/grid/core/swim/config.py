@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 from grid.errors import ValidationError
 
+PROBE_TIMEOUT_S = 1.0
+"""The default direct-probe timeout in seconds (`SwimConfig.probe_timeout_s`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SwimConfig:
@@ -41,7 +44,7 @@ class SwimConfig:
     Longer values lower false deaths under loss or load; shorter values declare
     real failures sooner."""
 
-    probe_timeout_s: float = 1.0
+    probe_timeout_s: float = PROBE_TIMEOUT_S
     """Seconds to wait for a direct ack before asking helpers (ping-req); also
     scaled by (LHM + 1). Set near the 99th percentile round-trip time: too low
     causes needless indirect probes, too high leaves little of the probe interval
@@ -151,11 +154,17 @@ class SwimConfig:
         probe_interval_s: float = 5.0,
         suspicion_timeout_s: float = 10.0,
     ) -> SwimConfig:
-        """Build from `GridNetwork.spec.swim` values (durations already in seconds)."""
+        """Build from `GridNetwork.spec.swim` values (durations already in seconds).
+
+        The probe timeout is the default, shortened to half the probe interval when
+        the interval is short: a direct probe must time out within its round, with
+        time left for the indirect probes.
+        """
         return cls(
             gossip_nodes=gossip_nodes,
             probe_interval_s=probe_interval_s,
             suspicion_timeout_s=suspicion_timeout_s,
+            probe_timeout_s=min(PROBE_TIMEOUT_S, probe_interval_s / 2),
         )
 
     @property

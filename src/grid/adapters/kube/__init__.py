@@ -1,0 +1,1 @@
+"""Kubernetes API plumbing shared by the Kubernetes store and leader election."""

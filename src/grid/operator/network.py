@@ -1,0 +1,108 @@
+"""The GridNetwork one operator serves: its start, its gridId and its status.
+
+At start the network gets a gridId on first join and moves Pending ->
+Initializing. While running, the site adopts the grid's oldest gridId as peers
+gossip theirs (unless the spec pins one), and writes the status after each
+render round. The decisions are `grid.core.resources.network_status`; this
+module reads and writes the store.
+
+The mode is read once at start, so a declared change is a restart, not a live
+flip (seed 000); so is a second GridNetwork in the store, or the deletion of ours.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from grid.adapters.store.port import EventType, ResourceStore
+from grid.core.crdt.replica import GridState
+from grid.core.resources import GridNetwork
+from grid.core.resources.network_status import rendered_patch, start_patch
+from grid.core.resources.phases import SitePhase
+from grid.core.routing.mesh_view import GRID_ID_LABEL, converged_grid_id
+from grid.operator.startup import StartupError, check_mode, new_grid_id
+
+log = logging.getLogger(__name__)
+
+
+class ServedNetwork:
+    """The served GridNetwork as last read or written, and the gridId this site uses."""
+
+    def __init__(self, store: ResourceStore, site: str) -> None:
+        self.store = store
+        self.site = site
+        self.network: GridNetwork | None = None
+        self.grid_id = ""
+
+    @property
+    def name(self) -> str:
+        """The served network's name (set once `initialize` ran)."""
+        assert self.network is not None
+        return self.network.name
+
+    async def initialize(self, network: GridNetwork) -> GridNetwork:
+        """Persist a gridId on first join and move Pending -> Initializing."""
+        patch = start_patch(network, new_grid_id)
+        if patch:
+            obj = await self.store.patch_status("GridNetwork", network.name, patch)
+            network = GridNetwork.model_validate(obj)
+        assert network.status is not None and network.status.grid_id
+        self.network = network
+        self.grid_id = network.status.grid_id
+        log.info("serving network", extra={"network": network.name, "grid_id": self.grid_id})
+        return network
+
+    async def converge_grid_id(self, network: GridNetwork, replica: GridState) -> bool:
+        """Adopt the grid's oldest gridId as peers gossip theirs (unless spec pins one).
+
+        True when this site adopted another id, which its metadata lane must then carry.
+        """
+        if network.spec.grid_id:
+            return False
+        gossiped = []
+        for origin in replica.origins():
+            snapshot = replica.snapshot(origin)
+            if snapshot is not None and origin != self.site:
+                gossiped.append(dict(snapshot.metadata.labels).get(GRID_ID_LABEL, ""))
+        agreed = converged_grid_id(self.grid_id, gossiped)
+        if agreed == self.grid_id:
+            return False
+        log.info("adopting the grid's gridId", extra={"grid_id": agreed, "was": self.grid_id})
+        self.grid_id = agreed
+        await self.store.patch_status("GridNetwork", network.name, {"gridId": agreed})
+        return True
+
+    def on_event(self, kind: EventType, obj: dict[str, Any]) -> None:
+        """Track our network; raise (for a restart) when another appears or the mode changes."""
+        if kind is EventType.DELETED and obj["metadata"]["name"] == self.name:
+            raise StartupError(f"GridNetwork {self.name!r} was deleted; stopping")
+        if kind is EventType.DELETED:
+            return
+        if obj["metadata"]["name"] != self.name:
+            raise StartupError(
+                f"a second GridNetwork {obj['metadata']['name']!r} appeared; "
+                "one operator serves one GridNetwork"
+            )
+        network = GridNetwork.model_validate(obj)
+        check_mode(network)
+        self.network = network
+
+    async def write_status(
+        self,
+        name: str,
+        overlays: Sequence[Mapping[str, Any]],
+        site_phases: Mapping[str, SitePhase],
+        *,
+        lists: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    ) -> None:
+        """Write what a render round changed in network ``name``'s status, if anything.
+
+        ``lists`` holds more list fields of the round (camelCase status names).
+        """
+        fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", name))
+        patch = rendered_patch(fresh, overlays, site_phases, lists=lists)
+        if patch:
+            obj = await self.store.patch_status("GridNetwork", name, patch)
+            self.network = GridNetwork.model_validate(obj)

@@ -1,0 +1,153 @@
+"""The overlay loop: render each gateway this site serves, write the overlays that changed.
+
+A round runs whenever something marked the view dirty, and at least every
+``render_interval_s`` so that time-driven rules (freshness, stale-candidate
+eviction) take effect within that bound. One round reads the replica's live
+records of verified sites, builds the mesh view once, renders every served
+gateway from it and writes an overlay only when its revision changed, and a
+gateway's ``praxis.yaml`` (when its ``consumerConfig`` is enabled) only when its
+text changed. The round's `overlay_entry` items and consumer-config outcomes
+feed the GridNetwork status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from grid.adapters.health_server import ClosedCounter
+from grid.core.crdt.replica import GridState
+from grid.core.resources import GridNetwork, GridSite, InferenceProvider
+from grid.core.resources.network_status import overlay_entry, served_gateways
+from grid.core.resources.phases import SitePhase
+from grid.core.resources.secret import Secret
+from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs, signals_document
+from grid.core.routing.render import render
+from grid.errors import GridError
+from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
+
+log = logging.getLogger(__name__)
+
+VERIFIED = (SitePhase.ACTIVE, SitePhase.UNREACHABLE)
+"""Site phases whose candidates are rendered: the site's egress was verified once."""
+
+
+async def render_rounds(
+    dirty: asyncio.Event, interval_s: float, round_: Callable[[], Awaitable[None]]
+) -> None:
+    """Run ``round_`` whenever ``dirty`` is set, and at least every ``interval_s``."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(interval_s):
+                await dirty.wait()
+        dirty.clear()
+        await round_()
+
+
+@dataclass
+class RoundStatus:
+    """What one render round reports into the GridNetwork status."""
+
+    overlays: list[dict[str, Any]] = field(default_factory=list)
+    """One `overlay_entry` per rendered gateway (``status.overlays``)."""
+    consumers: list[dict[str, Any]] = field(default_factory=list)
+    """One ``status.consumerConfigStatus`` item per rendered gateway."""
+
+
+class OverlayLoop:
+    """Renders this site's gateways and writes their overlays; counts each outcome."""
+
+    def __init__(
+        self,
+        site: str,
+        writer: OverlayWriter,
+        consumers: ConsumerConfigWriter,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.site = site
+        self.writer = writer
+        self.consumers = consumers
+        self.renders = ClosedCounter(
+            "grid_overlay_renders_total",
+            "Overlay renders by outcome.",
+            "result",
+            ("written", "unchanged", "failed"),
+            registry,
+        )
+        self._sequence = 0
+        self._epoch = int(time.time())
+
+    async def render(
+        self,
+        network: GridNetwork,
+        sites: list[GridSite],
+        own: list[InferenceProvider],
+        secrets: list[Secret],
+        replica: GridState,
+        site_phases: Mapping[str, SitePhase],
+    ) -> RoundStatus:
+        """Render every served gateway, write changed overlays; the status entries."""
+        now = dt.datetime.now(dt.UTC)
+        ttl = network.spec.stale_candidate_ttl_seconds
+        trusted = {name for name, phase in site_phases.items() if phase in VERIFIED}
+        records = live_records(
+            (OriginRecord(o, pid, r) for o, pid, r in replica.providers()),
+            self.site,
+            now.timestamp(),
+            float(ttl) if ttl is not None else None,
+            trusted,
+        )
+        inputs = mesh_inputs(network, sites, own, secrets, records, self.site)
+        self._sequence += 1
+        signals = signals_document(
+            network.name, self.site, records, now=now, epoch=self._epoch, sequence=self._sequence
+        )
+        outcome = RoundStatus()
+        served = served_gateways(network, self.site)
+        self.writer.per_gateway = len(served) > 1
+        for ref in served:
+            try:
+                rendered = render(
+                    inputs,
+                    site=self.site,
+                    gateway=ref.name,
+                    namespace=ref.namespace,
+                    signals=signals,
+                    now=now,
+                )
+            except GridError as exc:
+                self.renders.inc("failed")
+                log.warning("render failed", extra={"gateway": ref.name, "code": exc.code})
+                continue
+            written = await self.writer.write(rendered)
+            self.renders.inc("written" if written else "unchanged")
+            revision = rendered.envelope["revision"]["value"]
+            candidates = len(rendered.overlay["candidates"])
+            if written:
+                log.info(
+                    "overlay written",
+                    extra={
+                        "gateway": ref.name,
+                        "revision": revision[:12],
+                        "candidates": candidates,
+                    },
+                )
+            outcome.overlays.append(
+                overlay_entry(
+                    gateway=ref.name,
+                    namespace=rendered.scope.namespace,
+                    config_map=configmap_name(network.name, ref.name),
+                    revision=revision,
+                    candidates=candidates,
+                )
+            )
+            outcome.consumers.append(await self.consumers.write(rendered, ref.consumer_config))
+        return outcome
