@@ -215,6 +215,41 @@ class GatewayRef(WireModel):
     consumer_config: ConsumerSpec | None = None
 
 
+TENANTS_MAX = 1024
+"""Tenants a budgetPolicy may name: each is a metric label value at every gateway
+and an entry of status.budgetStatus, so the set must stay small and closed."""
+
+
+class TenantBudgetSpec(WireModel):
+    """One tenant's spend cap (§12)."""
+
+    tenant_id: Text = Field(min_length=1, max_length=128)
+    """The tenant, as the ``x-grid-tenant`` header names it."""
+    cap_usd: NonNegative
+    """The cap in USD; a cap of 0 means the tenant is exhausted from the start."""
+
+
+class BudgetPolicySpec(WireModel):
+    """Per-tenant spend caps, tracked on G-Counters and soft-enforced at the gateway."""
+
+    tenants: list[TenantBudgetSpec] = Field(default_factory=list, max_length=TENANTS_MAX)
+
+    @model_validator(mode="after")
+    def _unique_tenants(self) -> BudgetPolicySpec:
+        seen: set[str] = set()
+        for i, tenant in enumerate(self.tenants):
+            if tenant.tenant_id in seen:
+                raise field_error(
+                    f"tenants[{i}].tenantId", f"duplicate tenant {tenant.tenant_id!r}"
+                )
+            seen.add(tenant.tenant_id)
+        return self
+
+    def caps(self) -> dict[str, float]:
+        """Each tenant's cap in USD."""
+        return {t.tenant_id: t.cap_usd for t in self.tenants}
+
+
 class GridNetworkSpec(WireModel):
     """Desired state of a GridNetwork, the top-level tenancy boundary."""
 
@@ -232,6 +267,8 @@ class GridNetworkSpec(WireModel):
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
     stale_candidate_ttl_seconds: int | None = Field(default=None, ge=1)
     """Evict remote candidates whose newest signal is older; absent keeps them."""
+    budget_policy: BudgetPolicySpec | None = None
+    """Per-tenant spend caps (§12); absent means no tenant is metered by name."""
 
     @model_validator(mode="after")
     def _unique_gateways(self) -> GridNetworkSpec:

@@ -114,6 +114,17 @@ class ConsumerConfigStatus(WireModel):
     observed_generation: int | None = Field(default=None, ge=0)
 
 
+class BudgetStatus(WireModel):
+    """One policy tenant's spend as this site sees it (§12): a lower bound of the grid's."""
+
+    tenant_id: Text
+    spend_usd: float = Field(ge=0)
+    """The sum of every site's G-Counter slot for the tenant, in USD (cents / 100)."""
+    cap_usd: float = Field(ge=0)
+    spend_ratio: float = Field(ge=0, le=1)
+    """min(1, spendUsd / capUsd); 1 when the cap is 0."""
+
+
 class GatewayReporterStatus(WireModel):
     """Persisted ingest-feedback state of one gateway reporter.
 
@@ -151,6 +162,8 @@ class GridNetworkStatus(_StatusBase):
     """Number of GridSites of this network currently Active."""
     overlays: list[OverlayStatus] = Field(default_factory=list)
     consumer_config_status: list[ConsumerConfigStatus] = Field(default_factory=list)
+    budget_status: list[BudgetStatus] = Field(default_factory=list)
+    """Sorted by tenantId."""
     gateway_feedback: GatewayFeedbackStatus | None = None
 
     def transition_to(self, target: str) -> None:
