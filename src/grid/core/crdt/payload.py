@@ -157,6 +157,8 @@ def _record_pb(record: ProviderRecord) -> pb.ProviderRecord:
     )
     if record.healthy is not None:
         msg.healthy = record.healthy
+    if record.cost_per_million_output_tokens is not None:
+        msg.cost_per_million_output_tokens = record.cost_per_million_output_tokens
     msg.signals.SetInParent()
     for name in SIGNAL_FIELDS:
         value = getattr(record.signals, name)
@@ -278,6 +280,11 @@ def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
         phase=PROVIDER_PHASES[phase - 1],
         provider_kind=PROVIDER_KINDS[provider_kind - 1],
         access_match_labels=tuple((kv.key, kv.value) for kv in msg.access_match_labels),
+        cost_per_million_output_tokens=(
+            msg.cost_per_million_output_tokens
+            if msg.HasField("cost_per_million_output_tokens")
+            else None
+        ),
     )
 
 

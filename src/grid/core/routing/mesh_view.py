@@ -83,6 +83,9 @@ def record_for(
         phase=provider.phase.value,
         provider_kind=provider.spec.provider_kind,
         access_match_labels=tuple(sorted(match_labels.items())),
+        cost_per_million_output_tokens=(
+            provider.spec.cost.per_million_output_tokens if provider.spec.cost else None
+        ),
     )
 
 
