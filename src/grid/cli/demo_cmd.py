@@ -18,13 +18,13 @@ from pathlib import Path
 
 import aiohttp
 import click
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 
 from grid.demo.load import drive
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import API_MODEL, MODEL
-from grid.demo.table import mesh_view
+from grid.demo.table import budget_table, mesh_view
 from grid.demo.traffic import DEFAULT_RATE, send_traffic
 
 DEFAULT_SITES = ("east", "west", "central")
@@ -59,7 +59,9 @@ async def _run(
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(1.0):
                             await stop.wait()
-                    live.update(mesh_view(dirs, await mesh.routed_counts(http)))
+                    view = mesh_view(dirs, await mesh.routed_counts(http))
+                    budgets = budget_table(await mesh.budget_status())
+                    live.update(Group(view, budgets))
     finally:
         for task in (load, routed):
             if task is not None:

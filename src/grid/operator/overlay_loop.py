@@ -7,7 +7,8 @@ records of verified sites, builds the mesh view once, renders every served
 gateway from it and writes an overlay only when its revision changed, and a
 gateway's ``praxis.yaml`` (when its ``consumerConfig`` is enabled) only when its
 text changed. The round's `overlay_entry` items and consumer-config outcomes
-feed the GridNetwork status.
+feed the GridNetwork status, with ``budgetStatus``; the budget view
+``grid-budgets.json`` is written beside each overlay when a ratio moved.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,6 +34,7 @@ from grid.core.resources.secret import Secret
 from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs, signals_document
 from grid.core.routing.render import render
 from grid.errors import GridError
+from grid.operator.budgets import BudgetView
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,8 @@ class RoundStatus:
     """One `overlay_entry` per rendered gateway (``status.overlays``)."""
     consumers: list[dict[str, Any]] = field(default_factory=list)
     """One ``status.consumerConfigStatus`` item per rendered gateway."""
+    budgets: list[dict[str, Any]] = field(default_factory=list)
+    """``status.budgetStatus``: this site's view of each policy tenant's spend."""
 
 
 class OverlayLoop:
@@ -75,6 +80,7 @@ class OverlayLoop:
         self.site = site
         self.writer = writer
         self.consumers = consumers
+        self.budgets = BudgetView()
         self.renders = ClosedCounter(
             "grid_overlay_renders_total",
             "Overlay renders by outcome.",
@@ -150,4 +156,12 @@ class OverlayLoop:
                 )
             )
             outcome.consumers.append(await self.consumers.write(rendered, ref.consumer_config))
+            view = self.budgets.document(network, replica, ref.name)
+            if view is not None:
+                text = json.dumps(view, separators=(",", ":"))
+                await self.writer.write_budgets(
+                    network.name, ref.name, rendered.scope.namespace, text
+                )
+                self.budgets.written(ref.name, view)
+        outcome.budgets = self.budgets.status(network, replica)
         return outcome

@@ -12,6 +12,8 @@
   this site serves and writes the overlay only when its revision changed; then
   the GridNetwork status (`grid.operator.network`, which also initialises the
   network at start and converges the gridId);
+* the budget loop (`grid.operator.budgets`), with ``--gateway-metrics``: it
+  prices the local gateways' tenant tokens into this site's spend slot;
 * the metrics/health endpoint.
 
 Only the mode read at start is served: ``signalTransport.mode: poll`` needs the
@@ -27,6 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import aiohttp
 from prometheus_client import CollectorRegistry, Gauge
 
 from grid.adapters.health_server import HealthServer
@@ -53,6 +56,7 @@ from grid.core.swim.members import MemberState
 from grid.core.trust import public_chain_pem
 from grid.core.wire.keyring import Keyring
 from grid.errors import NotFound, ValidationError
+from grid.operator.budgets import BudgetMeter
 from grid.operator.network import ServedNetwork
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
@@ -82,6 +86,12 @@ class Operator:
         self.writer = OverlayWriter(store, settings.overlay_dir)
         self.overlays = OverlayLoop(
             settings.site, self.writer, ConsumerConfigWriter(store, self.writer), self.registry
+        )
+        self.budget_meter = BudgetMeter(
+            settings.site,
+            list(settings.gateway_metrics),
+            settings.state_dir or settings.overlay_dir,
+            settings.budget_scrape_timeout_s,
         )
         self._dirty = asyncio.Event()
         self._local_lock = asyncio.Lock()
@@ -119,6 +129,8 @@ class Operator:
                 name="render",
             ),
         ]
+        if self.budget_meter.urls:
+            self._tasks.append(asyncio.create_task(self._budget_loop(), name="budgets"))
         await self._sync_providers()
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -182,6 +194,8 @@ class Operator:
         self.addresses["swim"] = self.swim.address
         log.info("joined mesh", extra={"site": self.settings.site, "swim": self.swim.address})
         await self._publish_site_lanes()
+        # The persisted slot goes out before anything else is counted.
+        await self._write_local(self.budget_meter.publish)
 
     # -- inputs ----------------------------------------------------------------
 
@@ -322,6 +336,17 @@ class Operator:
                 self._dirty.set()
             await asyncio.sleep(self.settings.site_probe_interval_s)
 
+    async def _budget_loop(self) -> None:
+        """Scrape the local gateways, price their tokens, raise and gossip our slot."""
+        async with aiohttp.ClientSession() as http:
+            while True:
+                grew = await self.budget_meter.scrape(http, self.replica)
+                before = self.replica.local
+                await self._write_local(self.budget_meter.publish)
+                if grew or self.replica.local != before:
+                    self._dirty.set()
+                await asyncio.sleep(self.settings.budget_scrape_interval_s)
+
     async def _sites(self) -> list[GridSite]:
         sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
         return [s for s in sites if s.spec.grid_network_ref == self.served.name]
@@ -352,5 +377,5 @@ class Operator:
             network.name,
             outcome.overlays,
             self.sites.phases,
-            lists={"consumerConfigStatus": outcome.consumers},
+            lists={"consumerConfigStatus": outcome.consumers, "budgetStatus": outcome.budgets},
         )
