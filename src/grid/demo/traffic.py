@@ -29,8 +29,8 @@ API_SHARE = 0.1
 """Share of requests asking for the API provider's model."""
 TENANTS: tuple[str | None, ...] = ("acme", "globex", None)
 """The ``x-grid-tenant`` of successive requests; None sends none (counted as other)."""
-PROMPT_CHARS = 16_000
-"""Prompt length in characters (about 4,000 tokens: a long chat context)."""
+PROMPT_CHARS = 32_000
+"""Prompt length in characters (about 8,000 tokens: a long chat context)."""
 
 
 def _prompt(n: int) -> str:
@@ -83,7 +83,8 @@ async def send_traffic(
                 model = models[1] if rng.random() < API_SHARE else models[0]
                 body = _body(model, rng.random() < STREAM_SHARE, n)
                 headers = {"x-grid-session": f"demo-{rng.randrange(SESSIONS)}"}
-                tenant = TENANTS[n % len(TENANTS)]
+                # Tenants turn per round of gateways, so every gateway sees every tenant.
+                tenant = TENANTS[(n // len(gateways)) % len(TENANTS)]
                 if tenant is not None:
                     headers["x-grid-tenant"] = tenant
                 task = asyncio.create_task(
