@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Literal
 
+from grid.core.crdt.snapshot import GridStateSnapshot
+
 Direction = Literal["input", "output"]
 DIRECTIONS: tuple[Direction, ...] = ("input", "output")
 """Every value of the ``direction`` label."""
@@ -151,6 +153,16 @@ class Ledger:
         if any(c < 0 for c in cents.values()) or any(not 0 <= r < 1 for r in remainder.values()):
             raise ValueError("a budget ledger holds a negative slot or remainder")
         return cls(cents=cents, remainder=remainder, seen=seen)
+
+
+def raise_own_slots(snapshot: GridStateSnapshot, cents: Mapping[str, int]) -> GridStateSnapshot:
+    """The origin's snapshot with its own spend slots raised to ``cents`` (never lowered)."""
+    for tenant, count in sorted(cents.items()):
+        held = snapshot.state.spend.get(tenant)
+        delta = count - (held.slot(snapshot.origin) if held is not None else 0)
+        if delta > 0:
+            snapshot = snapshot.add_spend(tenant, delta)
+    return snapshot
 
 
 def spend_ratio(spend_cents: int, cap_usd: float) -> Decimal:

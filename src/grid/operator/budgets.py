@@ -37,6 +37,7 @@ from grid.core.budgets import (
     Price,
     budget_status,
     budget_view,
+    raise_own_slots,
     ratios,
     view_moved,
 )
@@ -154,12 +155,7 @@ class BudgetMeter:
 
     def publish(self, snap: GridStateSnapshot) -> GridStateSnapshot:
         """Raise the snapshot's own slots to the ledger's cents (never lowers one)."""
-        for tenant, cents in sorted(self.ledger.cents.items()):
-            held = snap.state.spend.get(tenant)
-            delta = cents - (held.slot(self.site) if held is not None else 0)
-            if delta > 0:
-                snap = snap.add_spend(tenant, delta)
-        return snap
+        return raise_own_slots(snap, self.ledger.cents)
 
 
 def grid_spend(replica: GridState, tenants: Mapping[str, float]) -> dict[str, int]:
