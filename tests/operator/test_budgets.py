@@ -7,9 +7,10 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from grid.adapters.web_site import start_site
+from grid.adapters.http_listener import HttpListener
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
+from grid.gateway.settings import LISTENER_POLICY
 from grid.operator.budgets import LEDGER_FILE, BudgetMeter, cluster_prices, parse_tenant_tokens
 
 EXPOSITION = """\
@@ -49,15 +50,16 @@ def test_clusters_are_priced_from_the_provider_records() -> None:
     assert price.cents("output", 1_000_000) == 60
 
 
-async def _serve(text: str) -> tuple[web.AppRunner, str]:
+async def _serve(text: str) -> tuple[HttpListener, str]:
     app = web.Application()
 
     async def metrics(_request: web.Request) -> web.Response:
         return web.Response(text=text)
 
     app.router.add_get("/metrics", metrics)
-    runner, host, port = await start_site(app, "127.0.0.1", 0)
-    return runner, f"http://{host}:{port}/metrics"
+    listener = HttpListener(app, LISTENER_POLICY)
+    host, port = await listener.start("127.0.0.1", 0)
+    return listener, f"http://{host}:{port}/metrics"
 
 
 async def test_a_scrape_raises_the_slot_and_a_restart_reads_it_back(tmp_path: Path) -> None:
@@ -70,7 +72,7 @@ async def test_a_scrape_raises_the_slot_and_a_restart_reads_it_back(tmp_path: Pa
             assert not await meter.scrape(http, replica)  # the same counters: nothing new
         assert meter.scrape_failures == 2  # the dead URL, twice
     finally:
-        await runner.cleanup()
+        await runner.stop()
     assert meter.ledger.cents == {"acme": 50}  # 20 cents in, 30 cents out
     replica.update_local(meter.publish(replica.local))
     assert replica.spend("acme").value == 50

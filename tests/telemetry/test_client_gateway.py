@@ -167,7 +167,7 @@ async def test_large_refused_batch_reads_the_refusal_not_a_reset(
 async def test_the_client_reconnects_after_the_gateway_closed_an_idle_connection(
     pki: Pki, start_gateway: Any
 ) -> None:
-    harness = await start_gateway(header_read_timeout_s=0.3)
+    harness = await start_gateway(header_read_timeout_s=0.3, idle_timeout_s=0.3)
     await admit(harness.roster, AGENT_IDS["cn"])
     transport = _transport(pki, "cn", harness.gateway.address)
     client = TelemetryClient(transport, sleep=_no_sleep)

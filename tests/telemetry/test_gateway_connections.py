@@ -76,7 +76,7 @@ async def test_a_stalled_tls_handshake_is_closed_within_the_bound(start_gateway:
 
 
 async def test_a_kept_alive_connection_idle_past_the_bound_is_closed(start_gateway: Any) -> None:
-    harness = await start_gateway(header_read_timeout_s=0.5)
+    harness = await start_gateway(header_read_timeout_s=0.5, idle_timeout_s=0.5)
     await admit(harness.roster, AGENT_IDS["cn"])
     body = events(1).SerializeToString()
     head = (

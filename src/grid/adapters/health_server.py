@@ -19,11 +19,19 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from grid.adapters.web_site import start_site
+from grid.adapters.http_listener import HttpListener, ListenerPolicy
 
 DEFAULT_METRICS_HOST = "0.0.0.0"
 DEFAULT_METRICS_PORT = 9090
 """The operator's metrics/health port (SPEC-DECISIONS §1)."""
+METRICS_POLICY = ListenerPolicy(
+    header_read_timeout_s=5.0, idle_timeout_s=30.0, connections_max=128, evict_unsettled=True
+)
+"""The metrics listener's deadlines and cap. It is unauthenticated and often bound to
+every interface, so the cap is small: enough for scrapers, probes and a few UI
+viewers, far below a process's 1,024 file descriptors. When it is full, the oldest
+connection without a complete request head makes room, so liveness probes still get
+through a flood of slow connections."""
 
 ReadyCheck = Callable[[], bool | Awaitable[bool]]
 
@@ -64,12 +72,18 @@ class ClosedCounter:
 class HealthServer:
     """Serves /metrics, /healthz and /readyz for one process."""
 
-    def __init__(self, registry: CollectorRegistry, ready: ReadyCheck | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        ready: ReadyCheck | None = None,
+        policy: ListenerPolicy = METRICS_POLICY,
+    ) -> None:
         self.registry = registry
         self._ready = ready
-        self._runner: web.AppRunner | None = None
         self.role: str | None = None
         """With leader election, ``leader`` or ``follower``: /readyz names it."""
+        self.policy = policy
+        self._listener: HttpListener | None = None
 
     def app(self) -> web.Application:
         """The aiohttp application with the three routes."""
@@ -100,11 +114,13 @@ class HealthServer:
         self, host: str = DEFAULT_METRICS_HOST, port: int = DEFAULT_METRICS_PORT
     ) -> tuple[str, int]:
         """Listen on host:port (0 picks a free port); returns the bound address."""
-        self._runner, bound_host, bound_port = await start_site(self.app(), host, port)
-        return bound_host, bound_port
+        listener = HttpListener(self.app(), self.policy)
+        bound = await listener.start(host, port)
+        self._listener = listener
+        return bound
 
     async def stop(self) -> None:
         """Stop serving."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None

@@ -13,6 +13,7 @@ import signal
 import click
 
 from grid.demo.mock_provider import PROFILES, MockProvider, MockSettings
+from grid.operator import logs
 
 
 async def _serve(settings: MockSettings, host: str, port: int) -> None:
@@ -82,6 +83,7 @@ def mock_provider(
         service_time_s=service_time_ms / 1000.0,
         burst_period_s=burst_period,
     )
+    logs.configure("info")
     try:
         asyncio.run(_serve(settings, host, port))
     except OSError as exc:

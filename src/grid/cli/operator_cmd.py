@@ -15,20 +15,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import NoneType
-from typing import Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import click
 import pydantic
 from pydantic import FilePath
 from pydantic.fields import FieldInfo
 
-from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.url import open_store
 from grid.errors import GridError
 from grid.operator import logs
-from grid.operator.leader import ElectedOperator
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings, env_name, flag_name
+
+if TYPE_CHECKING:
+    from grid.operator.leader import ElectedOperator
 
 log = logging.getLogger("grid.operator")
 
@@ -93,6 +94,11 @@ async def _serve(settings: OperatorSettings) -> None:
     store = await open_store(settings.store, kubeconfig=settings.kubeconfig)
     operator: Operator | ElectedOperator
     if settings.leader_election:
+        # Imported here: the Kubernetes client costs about half a second to import, which
+        # every other grid command (and an operator on the embedded store) should not pay.
+        from grid.adapters.store.kubernetes import KubernetesStore
+        from grid.operator.leader import ElectedOperator
+
         if not isinstance(store, KubernetesStore):
             await store.close()
             raise GridError("--leader-election needs --store kubernetes", code="invalid")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import ssl
 import sys
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from grid.adapters.backbone.sqlite import BACKBONE_FILE
 from grid.core.telemetry.roster import Roster, RosterState
 from grid.core.telemetry.settings import GatewaySettings
 from grid.errors import GridError
+from grid.operator import logs
 from grid.telemetry.audit import record_json
 from grid.telemetry.backbones import open_backbone, open_roster
 from grid.telemetry.config import DEFAULT_DATA_DIR, build_config, read_config_file
@@ -79,7 +79,7 @@ def gateway_command(config_file: Path | None, **flags: Any) -> None:
         config = build_config(file_values, flags)
     except GridError as exc:
         raise click.UsageError(str(exc)) from exc
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(message)s")
+    logs.configure("info")
 
     def ready(line: str) -> None:
         click.echo(line)

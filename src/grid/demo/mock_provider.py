@@ -48,7 +48,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from grid.adapters.web_site import start_site
+from grid.adapters.http_listener import HttpListener, ListenerPolicy
 
 PROFILES = ("steady", "bursty", "failing")
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -66,6 +66,10 @@ ROUTED_HEADER = "x-ai-routing-candidate"
 """The provider-hop header a Grid gateway adds: its presence marks a routed request."""
 BODY_MAX_BYTES = 1024 * 1024
 """Largest accepted request body."""
+LISTENER_POLICY = ListenerPolicy(
+    header_read_timeout_s=5.0, idle_timeout_s=30.0, connections_max=256
+)
+"""The mock provider's deadlines and cap, those of any small Grid HTTP server."""
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,7 @@ class MockProvider:
         """Chat completion requests received so far (any outcome)."""
         self.routed = 0
         """Those of `requests` that a Grid gateway routed here."""
-        self._runner: web.AppRunner | None = None
+        self._listener: HttpListener | None = None
 
     # -- load model ------------------------------------------------------------
 
@@ -356,14 +360,16 @@ class MockProvider:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Listen on host:port (0 picks a free port); returns the bound address."""
-        self._runner, bound_host, bound_port = await start_site(self.app(), host, port)
-        return bound_host, bound_port
+        listener = HttpListener(self.app(), LISTENER_POLICY, error_answer=_malformed)
+        bound = await listener.start(host, port)
+        self._listener = listener
+        return bound
 
     async def stop(self) -> None:
         """Stop listening and finish."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None
 
 
 def _check_chat_body(body: object) -> str | None:
@@ -382,6 +388,12 @@ def _check_chat_body(body: object) -> str | None:
 def _sse(payload: dict[str, Any]) -> bytes:
     """One Server-Sent Event carrying ``payload`` as JSON."""
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _malformed(status: int, reason: str) -> web.Response:
+    """The answer to a request the listener refuses, in OpenAI's error shape."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return _error(status, reason, kind)
 
 
 def _error(status: int, message: str, error_type: str) -> web.Response:

@@ -22,8 +22,8 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from grid.adapters.http_listener import HttpListener, listen_address
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
-from grid.gateway.listener import Listener
 from grid.gateway.metering import BUDGETS_FILE, TenantMeter
 from grid.gateway.metrics import GatewayMetrics, Tally
 from grid.gateway.proxy import Proxy
@@ -78,8 +78,14 @@ class Gateway:
         self.proxy = Proxy(
             config, self.settings, self.snapshot, self.upstreams, self.metrics, self.meter
         )
-        self.public = Listener(self.proxy.app(), self.settings.listener, config.shutdown_timeout_s)
-        self.admin = Listener(self._admin_app(), self.settings.listener, 1.0)
+        # Client bodies are relayed as sent (a compressed one is not unpacked).
+        self.public = HttpListener(
+            self.proxy.app(),
+            self.settings.listener,
+            auto_decompress=False,
+            shutdown_timeout_s=config.shutdown_timeout_s,
+        )
+        self.admin = HttpListener(self._admin_app(), self.settings.listener)
         self.ready = False
         self._watch: asyncio.Task[None] | None = None
         self._register_gauges()
@@ -111,12 +117,12 @@ class Gateway:
         m.gauge(
             "grid_gateway_connections_open",
             "Open public connections.",
-            lambda: float(self.public.gate.open),
+            lambda: float(self.public.connections.open),
         )
         m.gauge(
             "grid_gateway_connections_refused_total",
             "Connections refused at the cap.",
-            lambda: float(self.public.gate.refused),
+            lambda: float(self.public.connections.refused),
         )
         m.gauge(
             "grid_gateway_candidates",
@@ -166,9 +172,9 @@ class Gateway:
 
     async def start(self) -> tuple[str, str]:
         """Serve both listeners; returns (public address, admin address)."""
-        admin = await self.admin.start(*split_address(self.config.admin))
+        admin = listen_address(*await self.admin.start(*split_address(self.config.admin)))
         try:
-            public = await self.public.start(*split_address(self.config.listen))
+            public = listen_address(*await self.public.start(*split_address(self.config.listen)))
         except OSError:
             await self.admin.stop()
             raise
@@ -224,7 +230,6 @@ class Gateway:
     async def stop(self) -> None:
         """Refuse new connections, drain in-flight requests (bounded), close clusters."""
         self.ready = False
-        self.public.close()
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

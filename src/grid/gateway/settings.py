@@ -1,26 +1,25 @@
 """Limits of ``grid gateway``, each a named setting with its unit and trade-off.
 
-Listener limits (header deadline, idle keep-alive, connection cap) sit together
-in `ListenerLimits`, the one place a shared listener policy can replace.
+The listener limits (header deadline, idle keep-alive, connection cap) are a
+`ListenerPolicy` of the one listener every Grid HTTP server uses.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from grid.adapters.http_listener import ListenerPolicy
 
-@dataclass(frozen=True)
-class ListenerLimits:
-    """What every client-facing listener of the gateway enforces."""
-
-    header_read_timeout_s: float = 10.0
-    """Seconds from accept until the first request head must be complete. Longer
-    tolerates slow clients; shorter frees slots held by slowloris connections."""
-    idle_timeout_s: float = 60.0
-    """Seconds an idle keep-alive connection is kept, which also bounds reading a
-    later request's head. Longer saves reconnects; shorter frees slots sooner."""
-    connections_max: int = 1024
-    """Open client connections at most; beyond it a new one is closed unread."""
+LISTENER_POLICY = ListenerPolicy(
+    header_read_timeout_s=10.0,
+    idle_timeout_s=60.0,
+    connections_max=1024,
+)
+"""The public and admin listeners' policy (`grid.adapters.http_listener`): a request
+head within 10 s, idle keep-alive connections closed after 60 s, at most 1,024
+connections. A proxy holds many client connections at once, hence the larger cap;
+clients of long generations keep connections alive between requests, hence the
+longer idle time."""
 
 
 @dataclass(frozen=True)
@@ -64,4 +63,4 @@ class GatewaySettings:
     state_dir: str | None = None
     """Where a graceful stop saves the tenant token counters for the next start; None
     keeps them in memory only (a restart then reads as a counter reset)."""
-    listener: ListenerLimits = field(default_factory=ListenerLimits)
+    listener: ListenerPolicy = LISTENER_POLICY

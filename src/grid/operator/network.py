@@ -94,15 +94,12 @@ class ServedNetwork:
         name: str,
         overlays: Sequence[Mapping[str, Any]],
         site_phases: Mapping[str, SitePhase],
-        *,
-        lists: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        consumers: Sequence[Mapping[str, Any]] = (),
+        budgets: Sequence[Mapping[str, Any]] = (),
     ) -> None:
-        """Write what a render round changed in network ``name``'s status, if anything.
-
-        ``lists`` holds more list fields of the round (camelCase status names).
-        """
+        """Write what a render round changed in network ``name``'s status, if anything."""
         fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", name))
-        patch = rendered_patch(fresh, overlays, site_phases, lists=lists)
+        patch = rendered_patch(fresh, overlays, site_phases, consumers, budgets)
         if patch:
             obj = await self.store.patch_status("GridNetwork", name, patch)
             self.network = GridNetwork.model_validate(obj)

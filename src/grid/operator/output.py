@@ -92,6 +92,11 @@ class OverlayWriter:
         """With more than one gateway at the site, each gets ``{overlay_dir}/{gateway}/``."""
         self.writes = 0
 
+    @property
+    def store(self) -> ResourceStore:
+        """The store the ConfigMaps go to."""
+        return self._store
+
     def directory(self, gateway: str) -> Path | None:
         """Where a gateway's files go: the overlay directory, or its gateway subdirectory."""
         if self._root is None:

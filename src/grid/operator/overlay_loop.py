@@ -4,11 +4,11 @@ A round runs whenever something marked the view dirty, and at least every
 ``render_interval_s`` so that time-driven rules (freshness, stale-candidate
 eviction) take effect within that bound. One round reads the replica's live
 records of verified sites, builds the mesh view once, renders every served
-gateway from it and writes an overlay only when its revision changed, and a
-gateway's ``praxis.yaml`` (when its ``consumerConfig`` is enabled) only when its
-text changed. The round's `overlay_entry` items and consumer-config outcomes
-feed the GridNetwork status, with ``budgetStatus``; the budget view
-``grid-budgets.json`` is written beside each overlay when a ratio moved.
+gateway from it and writes an overlay only when its revision changed, and the
+``praxis.yaml`` of each gateway whose ``consumerConfig`` is enabled when its
+text changed. The round's `overlay_entry` items and `consumer_status` feed the
+GridNetwork status, with ``budget_status``; the budget view
+``grid-budgets.json`` is written beside each overlay when a ratio moved (§12).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -55,32 +54,12 @@ async def render_rounds(
         await round_()
 
 
-@dataclass
-class RoundStatus:
-    """What one render round reports into the GridNetwork status."""
-
-    overlays: list[dict[str, Any]] = field(default_factory=list)
-    """One `overlay_entry` per rendered gateway (``status.overlays``)."""
-    consumers: list[dict[str, Any]] = field(default_factory=list)
-    """One ``status.consumerConfigStatus`` item per rendered gateway."""
-    budgets: list[dict[str, Any]] = field(default_factory=list)
-    """``status.budgetStatus``: this site's view of each policy tenant's spend."""
-
-
 class OverlayLoop:
     """Renders this site's gateways and writes their overlays; counts each outcome."""
 
-    def __init__(
-        self,
-        site: str,
-        writer: OverlayWriter,
-        consumers: ConsumerConfigWriter,
-        registry: CollectorRegistry,
-    ) -> None:
+    def __init__(self, site: str, writer: OverlayWriter, registry: CollectorRegistry) -> None:
         self.site = site
         self.writer = writer
-        self.consumers = consumers
-        self.budgets = BudgetView()
         self.renders = ClosedCounter(
             "grid_overlay_renders_total",
             "Overlay renders by outcome.",
@@ -88,6 +67,12 @@ class OverlayLoop:
             ("written", "unchanged", "failed"),
             registry,
         )
+        self.consumers = ConsumerConfigWriter(writer.store, writer)
+        self.consumer_status: list[dict[str, Any]] = []
+        """The last round's ``consumerConfigStatus`` items."""
+        self.budgets = BudgetView()
+        self.budget_status: list[dict[str, Any]] = []
+        """The last round's ``budgetStatus`` items: this site's view of each tenant's spend."""
         self._sequence = 0
         self._epoch = int(time.time())
 
@@ -99,7 +84,7 @@ class OverlayLoop:
         secrets: list[Secret],
         replica: GridState,
         site_phases: Mapping[str, SitePhase],
-    ) -> RoundStatus:
+    ) -> list[dict[str, Any]]:
         """Render every served gateway, write changed overlays; the status entries."""
         now = dt.datetime.now(dt.UTC)
         ttl = network.spec.stale_candidate_ttl_seconds
@@ -116,7 +101,8 @@ class OverlayLoop:
         signals = signals_document(
             network.name, self.site, records, now=now, epoch=self._epoch, sequence=self._sequence
         )
-        outcome = RoundStatus()
+        overlays = []
+        consumers: list[dict[str, Any]] = []
         served = served_gateways(network, self.site)
         self.writer.per_gateway = len(served) > 1
         for ref in served:
@@ -146,7 +132,7 @@ class OverlayLoop:
                         "candidates": candidates,
                     },
                 )
-            outcome.overlays.append(
+            overlays.append(
                 overlay_entry(
                     gateway=ref.name,
                     namespace=rendered.scope.namespace,
@@ -155,13 +141,18 @@ class OverlayLoop:
                     candidates=candidates,
                 )
             )
-            outcome.consumers.append(await self.consumers.write(rendered, ref.consumer_config))
-            view = self.budgets.document(network, replica, ref.name)
-            if view is not None:
-                text = json.dumps(view, separators=(",", ":"))
-                await self.writer.write_budgets(
-                    network.name, ref.name, rendered.scope.namespace, text
-                )
-                self.budgets.written(ref.name, view)
-        outcome.budgets = self.budgets.status(network, replica)
-        return outcome
+            consumers.append(await self.consumers.write(rendered, ref.consumer_config))
+            await self._write_budgets(network, replica, ref.name, rendered.scope.namespace)
+        self.consumer_status = consumers
+        self.budget_status = self.budgets.status(network, replica)
+        return overlays
+
+    async def _write_budgets(
+        self, network: GridNetwork, replica: GridState, gateway: str, namespace: str
+    ) -> None:
+        """Write the gateway's budget view when a ratio moved by 0.01 or reached 1."""
+        view = self.budgets.document(network, replica, gateway)
+        if view is not None:
+            text = json.dumps(view, separators=(",", ":"))
+            await self.writer.write_budgets(network.name, gateway, namespace, text)
+            self.budgets.written(gateway, view)

@@ -58,7 +58,7 @@ from grid.core.wire.keyring import Keyring
 from grid.errors import NotFound, ValidationError
 from grid.operator.budgets import BudgetMeter
 from grid.operator.network import ServedNetwork
-from grid.operator.output import ConsumerConfigWriter, OverlayWriter
+from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
@@ -84,9 +84,7 @@ class Operator:
         self.swim: SwimNode | None = None
         self.replica = GridState(settings.site, base_revision=int(time.time() * 1000))
         self.writer = OverlayWriter(store, settings.overlay_dir)
-        self.overlays = OverlayLoop(
-            settings.site, self.writer, ConsumerConfigWriter(store, self.writer), self.registry
-        )
+        self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
         self.budget_meter = BudgetMeter(
             settings.site,
             list(settings.gateway_metrics),
@@ -369,13 +367,14 @@ class Operator:
         ]
         if await self.served.converge_grid_id(network, self.replica):
             await self._publish_site_lanes()
-        outcome = await self.overlays.render(
+        overlays = await self.overlays.render(
             network, sites, own, secrets, self.replica, self.sites.phases
         )
         self.ready = True
         await self.served.write_status(
             network.name,
-            outcome.overlays,
+            overlays,
             self.sites.phases,
-            lists={"consumerConfigStatus": outcome.consumers, "budgetStatus": outcome.budgets},
+            self.overlays.consumer_status,
+            self.overlays.budget_status,
         )

@@ -12,14 +12,16 @@ partial roster. Each request runs the steps in seed order exactly:
 
 A client that sends ``Expect: 100-continue`` is invited to send its body
 only after steps 1 to 4 passed, so a refused body never leaves the client.
-A refusal before the body is read closes the connection afterwards unless the
-declared body is small, so a large unread body is never drained by the gateway.
+After a refusal before the body was read, a declared body of at most 64 KiB
+is read and discarded so the client keeps its connection; any other unread
+body closes the TCP connection at once, so it is never read.
 
-Slow or idle clients hold little: the TLS handshake and every request head must
-complete within ``header_read_timeout_s`` (counted from the handshake's end or
-the previous answer), and at most ``connections_max`` connections are open at
-once, counted from TCP accept (`grid.telemetry.connections`); a connection
-beyond the cap is aborted before any byte is read.
+The listener is `grid.adapters.http_listener` under the gateway's settings:
+the TLS handshake and every request head within ``header_read_timeout_s``, a
+kept-alive connection closed after ``idle_timeout_s`` of silence, at most
+``connections_max`` connections counted from TCP accept. A malformed request
+(bad header bytes, an unparsable Content-Length) is answered with a Refusal
+``invalid_batch`` and the connection closed; nothing it sent is logged.
 """
 
 from __future__ import annotations
@@ -37,13 +39,18 @@ from aiohttp import HttpVersion11, web
 from cryptography import x509
 
 from grid.adapters.backbone import Backbone, PublishBatch, RosterLog
+from grid.adapters.http_listener import HttpListener, ListenerPolicy, listen_address
 from grid.core.telemetry.admission import Admission, StampedBatch, Ticket
-from grid.core.telemetry.refusals import BackboneUnavailable, InvalidBatch, TelemetryRefusal
+from grid.core.telemetry.refusals import (
+    BackboneUnavailable,
+    GatewayAtCapacity,
+    InvalidBatch,
+    TelemetryRefusal,
+)
 from grid.core.telemetry.settings import GatewaySettings
 from grid.core.telemetry.stamping import ReceptionStamp
 from grid.core.telemetry.validation import Route
 from grid.core.trust import workload_identity
-from grid.telemetry.connections import ConnectionGate, GatedConnection, cancel_handshakes
 from grid.telemetry.responses import ack_response, refusal_response
 
 log = logging.getLogger("grid.telemetry")
@@ -51,11 +58,6 @@ log = logging.getLogger("grid.telemetry")
 READ_CHUNK_BYTES = 64 * 1024
 PRUNE_EVERY_REQUESTS = 1024
 ROSTER_RETRY_S = 1.0
-SHUTDOWN_TIMEOUT_S = 5.0
-# After a refusal before the body was read, a declared body up to this size is
-# discarded so the client keeps its connection (a paced agent re-handshaking on
-# every 429 would waste both sides' CPU); anything larger or chunked closes it.
-KEEPALIVE_DISCARD_BYTES_MAX = 64 * 1024
 
 
 def server_ssl_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext:
@@ -86,9 +88,14 @@ def peer_leaf_der(request: web.Request) -> bytes | None:
     return der if der else None
 
 
-def _small_declared_body(content_length: int | None) -> bool:
-    """True when an unread body is small enough to discard and keep the connection."""
-    return content_length is not None and content_length <= KEEPALIVE_DISCARD_BYTES_MAX
+def listener_error_answer(status: int, reason: str) -> web.StreamResponse:
+    """A Refusal for a request the listener refuses itself (malformed, or a failed handler)."""
+    refusal: TelemetryRefusal
+    if status < 500:
+        refusal = InvalidBatch(f"malformed request ({reason})")
+    else:
+        refusal = GatewayAtCapacity("the request could not be processed", retry_after_s=1.0)
+    return refusal_response(refusal, uuid.uuid4().hex, "")
 
 
 async def _defer_continue(request: web.Request) -> None:
@@ -138,10 +145,18 @@ class TelemetryGateway:
         self.gateway_id = gateway_id
         self._monotonic = monotonic
         self._wall_ns = wall_ns
-        self._runner: web.AppRunner | None = None
-        self._listener: asyncio.Server | None = None
-        self._handshakes: set[asyncio.Task[None]] = set()
-        self.connections = ConnectionGate(settings.connections_max)
+        self.listener = HttpListener(
+            self.app(),
+            ListenerPolicy(
+                header_read_timeout_s=settings.header_read_timeout_s,
+                idle_timeout_s=settings.idle_timeout_s,
+                connections_max=settings.connections_max,
+            ),
+            ssl_context=ssl_context,
+            error_answer=listener_error_answer,
+            auto_decompress=False,
+        )
+        self.connections = self.listener.connections
         self._tail_task: asyncio.Task[None] | None = None
         self._requests = 0
         self.address: str | None = None
@@ -160,36 +175,8 @@ class TelemetryGateway:
     async def start(self) -> str:
         """Replay the roster in full, open the listener, then tail the roster."""
         self.admission.roster.replay(await self.roster_log.replay())
-        runner = web.AppRunner(
-            self.app(),
-            access_log=None,
-            auto_decompress=False,
-            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
-            # aiohttp closes a connection whose next request head is not complete
-            # this long after it opened or after the previous answer.
-            keepalive_timeout=self.settings.header_read_timeout_s,
-        )
-        await runner.setup()
-        self._runner = runner
         host, port = split_listen(self.settings.listen)
-        server = runner.server
-        assert server is not None
-        self._listener = await asyncio.get_running_loop().create_server(
-            lambda: GatedConnection(
-                server,
-                self.connections,
-                self.ssl_context,
-                self.settings.header_read_timeout_s,
-                self._handshakes,
-            ),
-            host,
-            port,
-            reuse_address=True,
-        )
-        bound = self._listener.sockets[0].getsockname()
-        self.address = (
-            f"{bound[0]}:{bound[1]}" if ":" not in bound[0] else f"[{bound[0]}]:{bound[1]}"
-        )
+        self.address = listen_address(*await self.listener.start(host, port))
         self._tail_task = asyncio.create_task(self._follow_roster(), name="grid-roster-tail")
         return self.address
 
@@ -213,22 +200,13 @@ class TelemetryGateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._tail_task
             self._tail_task = None
-        if self._listener is not None:
-            self._listener.close()
-        await cancel_handshakes(self._handshakes)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        if self._listener is not None:
-            await self._listener.wait_closed()
-            self._listener = None
+        await self.listener.stop()
 
     async def handle(self, request: web.Request, *, route: Route) -> web.StreamResponse:
         """One admission request through the six steps."""
         request_id = uuid.uuid4().hex
         accept = request.headers.get("Accept", "")
         ticket: Ticket | None = None
-        body_read = False
         try:
             # Steps 1-3: identity, roster, rate then capacity (before any body byte).
             agent_id = self.admission.identify(identity_of_leaf(peer_leaf_der(request) or b""))
@@ -239,7 +217,6 @@ class TelemetryGateway:
             self.admission.check_content(request.headers.get("Content-Type", ""), content_length)
             await _send_continue(request)
             body = await self._read_body(request)
-            body_read = True
             # Step 5: decode, versions, stamp, validate.
             reception = ReceptionStamp(self.gateway_id, self._wall_ns(), request_id)
             stamped = self.admission.accept(ticket, body, reception)
@@ -247,11 +224,9 @@ class TelemetryGateway:
             accepted = await self._publish(stamped)
             return ack_response(stamped.batch_id, accepted, request_id)
         except TelemetryRefusal as refusal:
-            response = refusal_response(refusal, request_id, accept)
-            if not body_read and not _small_declared_body(request.content_length):
-                # Never drain a large or unbounded unread body: close instead.
-                response.force_close()
-            return response
+            # An unread body is the listener's: a small one is dropped after the
+            # answer so the connection is kept, any other closes the socket unread.
+            return refusal_response(refusal, request_id, accept)
         finally:
             if ticket is not None:
                 self.admission.release(ticket)

@@ -24,7 +24,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from grid.adapters.web_site import start_site
 from grid.core.overlay import Provenance, Scope, build_envelope, format_timestamp
 from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config
 from grid.core.overlay.ids import stable_id
@@ -59,14 +58,13 @@ class Upstream:
     async def start(self) -> Upstream:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
-        if self.tls is None:
-            self.runner, _, self.port = await start_site(app, "127.0.0.1", 0)
-        else:
-            self.runner = web.AppRunner(app, access_log=None)
-            await self.runner.setup()
-            site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=self.tls)
-            await site.start()
-            self.port = int(self.runner.addresses[0][1])
+        # A bare aiohttp site on purpose: the upstream must be able to misbehave
+        # (cut a stream, stall) in ways Grid's own listener would never allow.
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, ssl_context=self.tls)
+        await site.start()
+        self.port = int(self.runner.addresses[0][1])
         return self
 
     async def stop(self) -> None:

@@ -7,9 +7,8 @@ steady state writes nothing:
 * at start, `start_patch`: the gridId on first join (``spec.gridId`` when pinned,
   else a fresh one) and Pending -> Initializing with reason ``Starting``;
 * after each render round, `rendered_patch`: the phase (Active, or Degraded
-  while a peer site is Unreachable), the count of Active sites, one
-  `overlay_entry` per rendered gateway, and any other list field the round
-  computed (``consumerConfigStatus``, ``budgetStatus``).
+  while a peer site is Unreachable), the count of Active sites and one
+  `overlay_entry` per rendered gateway.
 """
 
 from __future__ import annotations
@@ -66,15 +65,15 @@ def rendered_patch(
     network: GridNetwork,
     overlays: Sequence[Mapping[str, Any]],
     site_phases: Mapping[str, SitePhase],
-    *,
-    lists: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    consumers: Sequence[Mapping[str, Any]] = (),
+    budgets: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The status patch after a render round; {} when the status already says it all.
 
     ``network`` is the freshly read resource, ``overlays`` the `overlay_entry`
-    items of this round and ``site_phases`` every GridSite's current phase.
-    ``lists`` maps more status list fields (camelCase) to their new items; each
-    is patched only when it differs from what the status holds.
+    items of this round, ``site_phases`` every GridSite's current phase and
+    ``consumers`` the round's ``consumerConfigStatus`` items (§11) and
+    ``budgets`` its ``budgetStatus`` items (§12).
     """
     status = network.status
     current = network.phase
@@ -95,11 +94,20 @@ def rendered_patch(
     new = [dict(o) for o in overlays]
     if old != new:
         patch["overlays"] = new
-    held = status.model_dump(by_alias=True, exclude_none=True) if status else {}
-    for key, items in (lists or {}).items():
-        wanted = [dict(i) for i in items]
-        if held.get(key, []) != wanted:
-            patch[key] = wanted
+    old_consumers = [
+        c.model_dump(by_alias=True, exclude_none=True)
+        for c in (status.consumer_config_status if status else [])
+    ]
+    new_consumers = [dict(c) for c in consumers]
+    if old_consumers != new_consumers:
+        patch["consumerConfigStatus"] = new_consumers
+    old_budgets = [
+        b.model_dump(by_alias=True, exclude_none=True)
+        for b in (status.budget_status if status else [])
+    ]
+    new_budgets = [dict(b) for b in budgets]
+    if old_budgets != new_budgets:
+        patch["budgetStatus"] = new_budgets
     if patch:
         patch["observedGeneration"] = network.metadata.generation
     return patch

@@ -98,10 +98,17 @@ class GatewaySettings(BaseModel):
         5.0,
         gt=0,
         description=(
-            "Time allowed for the TLS handshake, and then for each complete request head, "
-            "counted from the handshake's end or from the previous answer. A connection "
-            "that sends nothing, or only part of a head, is closed after it; so is a "
-            "kept-alive connection idle this long."
+            "Seconds allowed for a new connection's TLS handshake and first request head, "
+            "counted from TCP accept, and for each later head, counted from its first byte. "
+            "A connection that sends nothing, or only part of a head, is closed after it."
+        ),
+    )
+    idle_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description=(
+            "Seconds a kept-alive connection may stay silent after an answer before it is "
+            "closed. Longer spares agents a TLS handshake per batch; shorter frees slots sooner."
         ),
     )
     connections_max: int = Field(
