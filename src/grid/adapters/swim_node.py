@@ -13,8 +13,10 @@ The task carries out the machine's effects:
 - ``Schedule`` → one timer heap with a single ``loop.call_at`` armed for its
   earliest entry (`TimerHeap`); timers are never cancelled, the machine ignores
   stale ones, so nothing per timer outlives its firing;
-- ``Notify`` and ``Deliver`` → the bounded `SwimNode.events` queue, after a
-  delivered item was merged into the optional `GridState` replica;
+- ``Notify`` and ``Deliver`` → the bounded `SwimNode.events` queue. With a
+  `GridState` replica, the machine merged a delivered item through
+  `grid.core.crdt.sync.admission` before holding it (an item the replica
+  refused is counted in ``replica.counters`` and leaves no trace);
 - ``PushPullRequest`` → a TCP exchange (`grid.adapters.pushpull`), whose reply
   comes back to the machine through the task.
 
@@ -68,7 +70,7 @@ from grid.core.swim.members import Member, MemberState
 from grid.core.swim.messages import BroadcastItem, Datagram, PushPull
 from grid.core.wire import codec
 from grid.core.wire.keyring import Keyring
-from grid.errors import ProtocolError, ValidationError
+from grid.errors import ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +221,7 @@ class SwimNode:
             rng=rng or random.Random(),
             config=config,
             size_of=encoded_size,
+            admit=None if self.replica is None else sync.admission(self.replica),
         )
         self._machine = machine
         self._task = asyncio.create_task(self._run(), name=f"swim:{node_id}")
@@ -287,15 +290,32 @@ class SwimNode:
 
     async def publish_snapshot(self, snapshot: GridStateSnapshot) -> int:
         """Install our new snapshot in the replica and publish the lanes that moved."""
+        return await self.write_local(lambda _current: snapshot)
+
+    async def write_local(self, change: sync.Change) -> int:
+        """Apply ``change`` to our snapshot in the machine's task and publish what moved.
+
+        Running there, the change always starts from the newest local snapshot
+        (re-assertions included), so a local write never races one.
+        """
         replica = self.replica
         if replica is None:
             raise ValidationError("this node has no replica", path="replica")
 
         def command(now: float) -> tuple[int, list[Effect]]:
-            return sync.publish_snapshot(replica, self.machine, snapshot, now)
+            return sync.write_local(replica, self.machine, change, now)
 
         count: int = await self._submit(command)
         return count
+
+    async def forget_origin(self, origin: str) -> None:
+        """Drop what the machine holds of ``origin`` (its trust was withdrawn)."""
+
+        def command(now: float) -> tuple[None, list[Effect]]:
+            self.machine.forget_origin(origin)
+            return None, []
+
+        await self._submit(command)
 
     def set_keyring(self, keyring: Keyring) -> None:
         """Switch keys (rotation): later datagrams and exchanges use the new keyring.
@@ -397,8 +417,7 @@ class SwimNode:
                         self._endpoint.send(address, message)
                 case Schedule(timer=timer, at=at):
                     self._timers.schedule(timer, at)
-                case Deliver(item=item):
-                    self._merge(item)
+                case Deliver():
                     self._emit(effect)
                 case Notify():
                     self._emit(effect)
@@ -406,17 +425,6 @@ class SwimNode:
                     self._start_exchange(effect)
                 case _:
                     assert_never(effect)
-
-    def _merge(self, item: BroadcastItem) -> None:
-        replica = self.replica
-        if replica is None:
-            return
-        try:
-            _, effects = sync.merge_delivered(replica, self.machine, item, self._loop.time())
-        except ProtocolError:
-            self.counters.items_rejected += 1
-            return
-        self._carry_out(effects)
 
     def _emit(self, event: SwimEvent) -> None:
         try:

@@ -159,7 +159,6 @@ class TransportCounters:
     stream_drops: dict[str, int] = field(default_factory=_edge_reasons)
     machine_errors: int = 0
     events_dropped: int = 0
-    items_rejected: int = 0
 
     @property
     def datagrams_dropped(self) -> Mapping[str, int]:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from grid.core.trust import fingerprint_der
@@ -41,12 +43,45 @@ class Issued:
         return fingerprint_der(cert.public_bytes(serialization.Encoding.DER))
 
 
-class DevCA:
-    """A self-signed development CA that issues leaf certificates."""
+KeyKind = Literal["ec-p256", "ed25519"]
+SigningKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+_P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
-    def __init__(self, name: str = "grid dev CA", trust_domain: str = DEFAULT_TRUST_DOMAIN):
+
+def _new_key(kind: KeyKind, rng: random.Random | None) -> SigningKey:
+    """A fresh key from the OS RNG, or derived from ``rng`` (reproducible, tests only)."""
+    if kind == "ed25519":
+        if rng is None:
+            return ed25519.Ed25519PrivateKey.generate()
+        return ed25519.Ed25519PrivateKey.from_private_bytes(rng.randbytes(32))
+    if rng is None:
+        return ec.generate_private_key(ec.SECP256R1())
+    return ec.derive_private_key(rng.randrange(1, _P256_ORDER), ec.SECP256R1())
+
+
+def _digest(key: SigningKey) -> hashes.SHA256 | None:
+    return None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
+
+
+class DevCA:
+    """A self-signed development CA that issues leaf certificates.
+
+    With ``rng`` every key and serial number derives from it, so a seeded test
+    (the simulator) gets the same certificate sizes on every run; without it
+    they come from the OS RNG. ``key_kind`` is the CA's own key.
+    """
+
+    def __init__(
+        self,
+        name: str = "grid dev CA",
+        trust_domain: str = DEFAULT_TRUST_DOMAIN,
+        *,
+        rng: random.Random | None = None,
+        key_kind: KeyKind = "ec-p256",
+    ):
         self.trust_domain = trust_domain
-        self._key = ec.generate_private_key(ec.SECP256R1())
+        self._rng = rng
+        self._key = _new_key(key_kind, rng)
         now = dt.datetime.now(dt.UTC)
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
         self._cert = (
@@ -54,7 +89,7 @@ class DevCA:
             .subject_name(subject)
             .issuer_name(subject)
             .public_key(self._key.public_key())
-            .serial_number(x509.random_serial_number())
+            .serial_number(self._serial())
             .not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
@@ -75,7 +110,15 @@ class DevCA:
             .add_extension(
                 x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), critical=False
             )
-            .sign(self._key, hashes.SHA256())
+            .sign(self._key, _digest(self._key))
+        )
+
+    def _serial(self) -> int:
+        # 63 bits with the top one set: always 8 DER bytes, so sizes repeat.
+        return (
+            x509.random_serial_number()
+            if self._rng is None
+            else self._rng.getrandbits(62) | 1 << 62
         )
 
     @property
@@ -90,14 +133,16 @@ class DevCA:
         spiffe_path: str | None = None,
         dns_names: tuple[str, ...] = ("localhost",),
         ip_addresses: tuple[str, ...] = ("127.0.0.1",),
+        key_kind: KeyKind = "ec-p256",
     ) -> Issued:
         """Issue a leaf usable as both TLS server and client certificate.
 
         ``spiffe_path`` (for example ``site/east``) adds the URI SAN
         ``spiffe://{trust_domain}/{spiffe_path}``; without it the leaf carries
-        only its CN as identity.
+        only its CN as identity. ``key_kind`` picks the leaf's key: ECDSA P-256
+        (the default, what TLS stacks everywhere accept) or Ed25519.
         """
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = _new_key(key_kind, self._rng)
         now = dt.datetime.now(dt.UTC)
         sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
         sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
@@ -110,7 +155,7 @@ class DevCA:
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
             .issuer_name(self._cert.subject)
             .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
+            .serial_number(self._serial())
             .not_valid_before(now - dt.timedelta(minutes=5))
             .not_valid_after(now + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -125,7 +170,7 @@ class DevCA:
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()),
                 critical=False,
             )
-            .sign(self._key, hashes.SHA256())
+            .sign(self._key, _digest(self._key))
         )
         key_pem = key.private_bytes(
             serialization.Encoding.PEM,
@@ -134,9 +179,9 @@ class DevCA:
         )
         return Issued(cert.public_bytes(serialization.Encoding.PEM), key_pem)
 
-    def issue_site(self, site: str) -> Issued:
+    def issue_site(self, site: str, key_kind: Literal["ec-p256", "ed25519"] = "ec-p256") -> Issued:
         """A site certificate with SPIFFE ID ``spiffe://{trust_domain}/site/{site}``."""
-        return self.issue(site, spiffe_path=f"site/{site}")
+        return self.issue(site, spiffe_path=f"site/{site}", key_kind=key_kind)
 
 
 def new_swim_key() -> bytes:

@@ -37,6 +37,7 @@ from grid.adapters.store.port import Expired, ResourceStore
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
 from grid.adapters.udp import parse_address
+from grid.core.crdt.origin import AuthLimits
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import (
@@ -57,6 +58,7 @@ from grid.core.trust import public_chain_pem
 from grid.core.wire.keyring import Keyring
 from grid.errors import NotFound, ValidationError
 from grid.operator.budgets import BudgetMeter
+from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_for
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
@@ -82,7 +84,15 @@ class Operator:
         self.ready = False
         self.served = ServedNetwork(store, settings.site)
         self.swim: SwimNode | None = None
-        self.replica = GridState(settings.site, base_revision=int(time.time() * 1000))
+        self._ca_pem = read_ca(settings.ca)
+        self.replica = GridState(
+            settings.site,
+            base_revision=int(time.time() * 1000),
+            auth=origin_auth(
+                settings.ca, settings.key, AuthLimits(pending_items_max=settings.pending_items_max)
+            ),
+        )
+        ItemCounters(self.replica, self.registry)
         self.writer = OverlayWriter(store, settings.overlay_dir)
         self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
         self.budget_meter = BudgetMeter(
@@ -92,7 +102,6 @@ class Operator:
             settings.budget_scrape_timeout_s,
         )
         self._dirty = asyncio.Event()
-        self._local_lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._records: dict[str, ProviderRecord | None] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -112,6 +121,7 @@ class Operator:
         """Start everything, serve until stopped, then shut down gracefully."""
         network = await select_network(self.store, self.settings.network)
         network = await self.served.initialize(network)
+        await self._refresh_trust()
         await self._start_endpoints()
         await self._start_swim(network)
         await self.providers.start()
@@ -204,29 +214,43 @@ class Operator:
     async def _write_local(self, change: Callable[[GridStateSnapshot], GridStateSnapshot]) -> bool:
         """Apply ``change`` to our snapshot and disseminate it; True when published.
 
-        Every local write goes through here under one lock, so two writers never
-        build on the same revision. Should a write still race (the node re-asserted
-        our lane meanwhile), it is dropped and retried on the next render round.
+        The change runs in the SWIM node's task (`SwimNode.write_local`), so it
+        always builds on the newest revision of our lanes, re-assertions
+        included. A refusal (a change that breaks a snapshot rule) is logged by
+        its code and retried on the next render round.
         """
         assert self.swim is not None
-        async with self._local_lock:
-            current = self.replica.local
-            snap = change(current)
-            if snap == current:
-                return True
-            try:
-                await self.swim.publish_snapshot(snap)
-            except ValidationError as exc:
-                log.warning("local state write raced; retrying", extra={"code": exc.code})
-                self._dirty.set()
-                return False
-            return True
+        try:
+            await self.swim.write_local(change)
+        except ValidationError as exc:
+            log.warning("local state write refused; retrying", extra={"code": exc.code})
+            self._dirty.set()
+            return False
+        return True
+
+    async def _refresh_trust(self) -> None:
+        """Re-read which certificates may speak for which site (network trust, GridSite pins).
+
+        Sites whose certificate is no longer trusted are forgotten, by the
+        replica and by the SWIM machine, so their items are taken again once
+        they are trusted again.
+        """
+        trust = trust_for(self._ca_pem, self.served.network, await self._sites())
+        auth = self.replica.auth
+        if auth is None or auth.trust == trust:
+            return
+        for origin in self.replica.set_trust(trust):
+            log.info("site certificate no longer trusted", extra={"site": origin})
+            if self.swim is not None:
+                await self.swim.forget_origin(origin)
 
     async def _publish_site_lanes(self) -> None:
-        """Publish the metadata and gateway lanes from our GridSite, if any."""
+        """Publish our cert lane, and the metadata and gateway lanes from our GridSite."""
+        cert = CertLaneValue(pem=self._public_cert_pem())
         try:
             own = GridSite.model_validate(await self.store.get("GridSite", self.settings.site))
         except NotFound:
+            await self._write_local(lambda snap: snap.set_lane(Lane.CERT, cert))
             return
         metadata = MetadataLaneValue(
             region=own.spec.region or "",
@@ -237,7 +261,6 @@ class Operator:
         gateway = GatewayLaneValue(
             egress_address=own.spec.egress.address if own.spec.egress else ""
         )
-        cert = CertLaneValue(pem=self._public_cert_pem())
         await self._write_local(
             lambda snap: (
                 snap.set_lane(Lane.METADATA, metadata)
@@ -283,11 +306,11 @@ class Operator:
                         await self._sync_providers()
                     elif kind == "GridNetwork":
                         self.served.on_event(event.type, event.object)
-                    elif (
-                        kind == "GridSite"
-                        and event.object["metadata"]["name"] == self.settings.site
-                    ):
-                        await self._publish_site_lanes()
+                        await self._refresh_trust()
+                    elif kind == "GridSite":
+                        await self._refresh_trust()
+                        if event.object["metadata"]["name"] == self.settings.site:
+                            await self._publish_site_lanes()
                     self._dirty.set()
                 return
             except Expired:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, FilePath
 
+from grid.core.crdt.origin import AuthLimits
+
 DEFAULT_STORE = "sqlite:.grid/store.db"
 DEFAULT_SWIM_BIND = "0.0.0.0:7946"
 DEFAULT_METRICS_BIND = "0.0.0.0:9090"
@@ -131,6 +133,16 @@ class OperatorSettings(BaseModel):
         description=(
             "Seconds a graceful stop may spend leaving the SWIM mesh before the node is "
             "closed anyway."
+        ),
+    )
+    pending_items_max: int = Field(
+        AuthLimits().pending_items_max,
+        ge=0,
+        description=(
+            "Received items held while their origin's certificate is not verified yet, over "
+            "all sites (one per site and lane). Beyond it they are dropped and come again by "
+            "anti-entropy; more room means less waiting after a start, and more memory a peer "
+            "can claim."
         ),
     )
 

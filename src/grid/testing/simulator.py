@@ -8,9 +8,9 @@ down or partitioned away. Everything random (network and every machine's own
 `random.Random`) derives from one seed, so a failing run replays exactly from
 the seed it prints.
 
-A node may own a CRDT replica (`Simulator.attach_replica`): delivered items are
-then merged and local writes published through `grid.core.crdt.sync`, the same
-glue the socket runtime uses.
+A node may own a CRDT replica (`Simulator.attach_replica`): its machine then
+admits received items through the replica and local writes are published
+through `grid.core.crdt.sync`, the same glue the socket runtime uses.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from grid.core.swim.effects import (
 from grid.core.swim.machine import SwimMachine
 from grid.core.swim.members import Member, MemberState
 from grid.core.swim.messages import BroadcastItem, Datagram, PushPull
-from grid.errors import ProtocolError
 from grid.testing.clock import FakeClock
 from grid.testing.network import FakeNetwork, NetworkConditions
 
@@ -68,7 +67,6 @@ class SimNode:
     delivered: list[BroadcastItem] = field(default_factory=list)
     on_deliver: DeliverHook | None = None
     replica: GridState | None = None
-    items_rejected: int = 0
 
     def state_of(self, member_id: str) -> MemberState | None:
         """This node's view of `member_id` (None when unknown)."""
@@ -128,7 +126,9 @@ class Simulator:
         self._by_address[address] = node
         return node
 
-    def _machine(self, node_id: str, address: str, incarnation: int) -> SwimMachine:
+    def _machine(
+        self, node_id: str, address: str, incarnation: int, replica: GridState | None = None
+    ) -> SwimMachine:
         return SwimMachine(
             node_id,
             address,
@@ -136,6 +136,7 @@ class Simulator:
             config=self.config,
             size_of=self.size_of,
             incarnation=incarnation,
+            admit=None if replica is None else sync.admission(replica),
         )
 
     def bootstrap(self, nodes: Iterable[SimNode]) -> None:
@@ -177,11 +178,23 @@ class Simulator:
         self.apply(node, node.machine.leave(self.clock.now))
         self.kill(node)
 
-    def restart(self, node: SimNode, seeds: Iterable[str | SimNode]) -> None:
-        """Restart a crashed node from scratch (incarnation 0) and rejoin."""
+    def restart(
+        self,
+        node: SimNode,
+        seeds: Iterable[str | SimNode],
+        *,
+        replica: GridState | None = None,
+    ) -> None:
+        """Restart a crashed node from scratch (incarnation 0) and rejoin.
+
+        A node with a replica comes back with ``replica`` (a new process's
+        empty one, say), or keeps the one it had.
+        """
         if node.up:
             self.kill(node)
-        node.machine = self._machine(node.id, node.address, 0)
+        if replica is not None:
+            node.replica = replica
+        node.machine = self._machine(node.id, node.address, 0, node.replica)
         self.join(node, seeds)
 
     # -- effects -----------------------------------------------------------
@@ -204,7 +217,6 @@ class Simulator:
                     )
                 case Deliver(item=item):
                     node.delivered.append(item)
-                    self._merge(node, item)
                     if node.on_deliver is not None:
                         node.on_deliver(node, item)
                 case PushPullRequest():
@@ -214,28 +226,29 @@ class Simulator:
 
     # -- replicas ------------------------------------------------------------
 
-    def attach_replica(self, node: SimNode) -> GridState:
-        """Give `node` a CRDT replica of its own (origin = its id)."""
-        node.replica = GridState(node.id)
+    def attach_replica(self, node: SimNode, replica: GridState | None = None) -> GridState:
+        """Give `node` a CRDT replica (default: a fresh one, origin = its id).
+
+        Call it before the node joins: its machine is rebuilt to admit
+        received items through the replica.
+        """
+        if node.up:
+            raise ValueError("attach a replica before the node joins")
+        node.replica = replica or GridState(node.id)
+        node.machine = self._machine(node.id, node.address, node.machine.incarnation, node.replica)
         return node.replica
 
     def publish_snapshot(self, node: SimNode, snapshot: GridStateSnapshot) -> int:
         """A local write at `node`: install `snapshot` and publish the lanes that moved."""
+        return self.write_local(node, lambda _current: snapshot)
+
+    def write_local(self, node: SimNode, change: sync.Change) -> int:
+        """A local write at `node`: apply ``change`` to its snapshot, publish what moved."""
         if node.replica is None:
             raise ValueError(f"{node.id} has no replica")
-        count, effects = sync.publish_snapshot(node.replica, node.machine, snapshot, self.now)
+        count, effects = sync.write_local(node.replica, node.machine, change, self.now)
         self.apply(node, effects)
         return count
-
-    def _merge(self, node: SimNode, item: BroadcastItem) -> None:
-        if node.replica is None:
-            return
-        try:
-            _, effects = sync.merge_delivered(node.replica, node.machine, item, self.now)
-        except ProtocolError:
-            node.items_rejected += 1
-            return
-        self.apply(node, effects)
 
     def _fire(self, node: SimNode, generation: int, timer: Timer) -> None:
         if node.up and node.generation == generation:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from grid.core.crdt import GatewayLaneValue, GridStateSnapshot, Lane, ProviderRecord, sync
 from grid.core.crdt.payload import encode_lane
-from grid.core.crdt.replica import GridState, MergeOutcome
+from grid.core.crdt.replica import GridState
+from grid.core.swim.effects import Deliver
 from grid.core.swim.machine import SwimMachine
-from grid.core.swim.messages import BroadcastItem
-from grid.errors import ProtocolError
+from grid.core.swim.messages import BroadcastItem, Gossip
 
 
 def _rec() -> ProviderRecord:
@@ -42,31 +40,54 @@ def test_publish_snapshot_publishes_exactly_the_lanes_that_moved() -> None:
     assert (count, effects) == (0, [])
 
 
-def test_merge_delivered_applies_a_peers_item_without_effects() -> None:
+def test_admission_merges_a_peers_item_and_the_machine_holds_it() -> None:
     west = GridState("west")
     item = west.update_local(west.local.add_spend("t", 3))[0]
-    east, machine = GridState("east"), _joined("east")
-    outcome, effects = sync.merge_delivered(east, machine, item, 1.0)
-    assert (outcome, effects) == (MergeOutcome.APPLIED, [])
+    east = GridState("east")
+    machine = SwimMachine("east", "east:7946", rng=random.Random(1), admit=sync.admission(east))
+    machine.join([], 0.0)
+    effects = machine.handle_packet("west:7946", Gossip("west", items=(item,)), 1.0)
+    assert [e.item for e in effects if isinstance(e, Deliver)] == [item]
     assert east.spend("t").value == 3
-    assert machine.known_items() == []
+    assert machine.known_items() == [item]
 
 
-def test_merge_delivered_republishes_our_lane_past_a_reasserted_revision() -> None:
-    replica, machine = GridState("east"), _joined("east")
+def test_admission_republishes_our_lane_past_a_reasserted_revision() -> None:
+    replica = GridState("east")
+    machine = SwimMachine("east", "east:7946", rng=random.Random(1), admit=sync.admission(replica))
+    machine.join([], 0.0)
     sync.publish_snapshot(replica, machine, _write(replica), 1.0)
     # A peer still holds our gateway lane from before a restart, at revision 5.
     echoed = BroadcastItem(Lane.GATEWAY, "east", 5, encode_lane(GatewayLaneValue("old:1")))
-    outcome, _ = sync.merge_delivered(replica, machine, echoed, 2.0)
-    assert outcome is MergeOutcome.REASSERTED
+    effects = machine.handle_packet("west:7946", Gossip("west", items=(echoed,)), 2.0)
+    assert not [e for e in effects if isinstance(e, Deliver)]
     ours = {(i.lane, i.origin): i for i in machine.known_items()}[(Lane.GATEWAY, "east")]
     assert ours.revision == 6
     assert ours.payload == encode_lane(GatewayLaneValue("e:1"))
     assert replica.local.revision(Lane.GATEWAY) == 6
 
 
-def test_merge_delivered_raises_on_an_undecodable_payload() -> None:
-    replica, machine = GridState("east"), _joined("east")
-    with pytest.raises(ProtocolError):
-        sync.merge_delivered(replica, machine, BroadcastItem(Lane.STATE, "west", 1, b"\xff"), 1.0)
+def test_an_undecodable_item_is_counted_and_never_held() -> None:
+    replica = GridState("east")
+    machine = SwimMachine("east", "east:7946", rng=random.Random(1), admit=sync.admission(replica))
+    machine.join([], 0.0)
+    bad = BroadcastItem(Lane.STATE, "west", 2**62, b"\xff" * 200)
+    effects = machine.handle_packet("west:7946", Gossip("west", items=(bad,)), 1.0)
+    assert not [e for e in effects if isinstance(e, Deliver)]
     assert replica.snapshot("west") is None
+    assert machine.known_items() == []
+    assert replica.counters.dropped["payload_malformed"] == 1
+    # The origin's real item, at a far lower revision, is still taken.
+    west = GridState("west")
+    good = west.update_local(west.local.add_spend("t", 1))[0]
+    machine.handle_packet("west:7946", Gossip("west", items=(good,)), 2.0)
+    assert machine.known_items() == [good] and replica.spend("t").value == 1
+
+
+def test_write_local_builds_on_the_newest_snapshot() -> None:
+    replica, machine = GridState("east"), _joined("east")
+    count, _ = sync.write_local(
+        replica, machine, lambda snap: snap.set_lane(Lane.GATEWAY, GatewayLaneValue("e:1")), 1.0
+    )
+    assert count == 1
+    assert sync.write_local(replica, machine, lambda snap: snap, 2.0) == (0, [])

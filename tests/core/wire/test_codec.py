@@ -48,6 +48,7 @@ item_st = st.builds(
     origin=name,
     revision=u64,
     payload=st.binary(max_size=40),
+    signature=st.binary(max_size=72),
 )
 updates = st.lists(update_st, max_size=4).map(tuple)
 items = st.lists(item_st, max_size=3).map(tuple)

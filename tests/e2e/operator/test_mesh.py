@@ -13,8 +13,10 @@ import base64
 import contextlib
 import hashlib
 import json
+import os
 import re
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -24,8 +26,17 @@ from typing import Any
 
 import aiohttp
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
+from grid.core.crdt.origin import ItemSigner
+from grid.core.crdt.payload import encode_lane
+from grid.core.crdt.record import ProviderRecord
+from grid.core.crdt.snapshot import GridStateSnapshot, Lane
 from grid.core.overlay import verify
+from grid.core.swim.messages import BroadcastItem, Gossip
+from grid.core.wire import codec
+from grid.core.wire.frame import seal
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import MODEL, NAMESPACE, NETWORK
 from grid.testing.poll import eventually
@@ -244,6 +255,68 @@ async def _store_snapshot(look: Any, site: str) -> dict[str, Any]:
 
 async def _phase_is(look: Any, phase: str) -> bool:
     return (await _site_phases(look, "east"))["central"][0] == phase
+
+
+def _forged_for_west(mesh: DemoMesh) -> list[bytes]:
+    """Sealed datagrams, one item each, forging west's lanes with the grid's SWIM key.
+
+    The forger is as strong as an insider gets: it holds the SWIM key and east's
+    CA-issued site key, but not west's.
+    """
+    assert mesh.pki is not None
+    swim_key = mesh.pki.swim_key.read_bytes()
+    east_key = load_pem_private_key(mesh.pki.sites["east"].key.read_bytes(), None)
+    assert isinstance(east_key, ec.EllipticCurvePrivateKey)
+    east = ItemSigner(east_key)
+    evil = GridStateSnapshot.empty("west").put_provider(
+        "evil", ProviderRecord(name="evil", cluster="evil", site="west", backend_kind="local")
+    )
+    items = [
+        BroadcastItem(Lane.STATE, "west", 2**62, os.urandom(200)),
+        east.sign_item(BroadcastItem(Lane.STATE, "west", 2**62 + 1, encode_lane(evil.state))),
+        BroadcastItem(Lane.STATE, "west", 2**62 + 2, encode_lane(evil.state)),
+    ]
+    return [seal(swim_key, codec.encode_datagram(Gossip("mallory", items=(i,)))) for i in items]
+
+
+async def test_forged_state_for_west_is_ignored_by_real_operators(
+    mesh: DemoMesh, look: Any
+) -> None:
+    """A SWIM key holder who is not west cannot make west's candidates vanish (nor add any).
+
+    Before origin signatures, one such item at revision 2^62 shadowed every later
+    item of west, so peers evicted west's candidates after staleCandidateTtlSeconds
+    and west never got back above the forged revision.
+    """
+    await eventually(lambda: _overlay_ok(look, "east"), "east lists west", timeout_s=20.0)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+        for site in mesh.plan.sites.values():
+            for packet in _forged_for_west(mesh):
+                raw.sendto(packet, ("127.0.0.1", site.swim_port))
+
+    async def dropped(site: str) -> float:
+        text = await look.operator_metrics(site) or ""
+        found = re.findall(r'grid_swim_items_dropped_total\{reason="(\w+)"\} (\S+)', text)
+        counts = {reason: float(value) for reason, value in found}
+        return counts.get("bad_signature", 0.0) + counts.get("unsigned", 0.0)
+
+    for site in ("east", "west"):
+        await eventually(
+            lambda s=site: dropped(s), f"{site} counts the forged items", timeout_s=10.0
+        )
+    # Central never verified west's certificate (mispinned): west's items only wait there.
+    central = await look.operator_metrics("central") or ""
+    assert re.search(r"^grid_swim_items_pending [1-9]", central, re.MULTILINE), central
+    assert look.overlay("central").find("evil") is None
+    # Longer than the stale-candidate TTL: west's own items keep arriving at east.
+    deadline = time.monotonic() + STALE_TTL_S + 2 * SCRAPE_INTERVAL_S
+    while time.monotonic() < deadline:
+        overlay = look.overlay("east")
+        assert overlay is not None and overlay.find("vllm-west") is not None
+        assert overlay.find("evil") is None
+        await asyncio.sleep(0.25)
+    west_log = (mesh.root / "logs" / "operator-west.log").read_text()
+    assert "local state write" not in west_log
 
 
 async def test_restart_keeps_grid_id_and_store(mesh: DemoMesh, look: Any) -> None:

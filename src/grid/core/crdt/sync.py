@@ -4,29 +4,45 @@ Two moments join the CRDT replica to the membership machine, and both the
 socket runtime (`grid.adapters.swim_node`) and the simulator
 (`grid.testing.simulator`) go through these functions:
 
-- a local write: `publish_snapshot` installs our new snapshot in the replica and
-  publishes, as broadcast items, the lanes whose revision moved;
-- a `Deliver` effect: `merge_delivered` merges the received item. When the
-  outcome is ``reasserted`` (a peer held our own lane at a revision at least
-  ours, e.g. from before we restarted), the replica has bumped our revision
-  past theirs and we publish our item again, like a SWIM refutation.
+- a local write: `write_local` applies a change to our snapshot, installs it in
+  the replica and publishes, as (signed) broadcast items, the lanes whose
+  revision moved. The change runs where the machine runs, so it always builds
+  on the newest revision, re-assertions included, and never races them;
+- a received item: the machine asks `admission(replica)` before it holds,
+  delivers or relays anything. The replica merges the item (or drops and
+  counts it) and names what the machine may hold: the item, the items a
+  verified certificate released, or, when a peer held our own lane at a
+  revision at least ours, our own item re-asserted past theirs.
 
-Both return the machine's effects for the caller to carry out.
+`write_local` returns the machine's effects for the caller to carry out.
 """
 
 from __future__ import annotations
 
-from grid.core.crdt.replica import GridState, MergeOutcome
+from collections.abc import Callable
+
+from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
 from grid.core.swim.effects import Effect
 from grid.core.swim.machine import SwimMachine
-from grid.core.swim.messages import BroadcastItem
+from grid.core.swim.membership import ItemAdmission
+
+Change = Callable[[GridStateSnapshot], GridStateSnapshot]
+"""A local write: our current snapshot in, the new one out."""
 
 
-def publish_snapshot(
-    replica: GridState, machine: SwimMachine, snapshot: GridStateSnapshot, now: float
+def admission(replica: GridState) -> ItemAdmission:
+    """The machine's verdict on received items: merge them into ``replica``."""
+    return replica.admit
+
+
+def write_local(
+    replica: GridState, machine: SwimMachine, change: Change, now: float
 ) -> tuple[int, list[Effect]]:
-    """Install our new snapshot; publish the lanes that moved (their count, and effects)."""
+    """Apply ``change`` to our snapshot; publish the lanes that moved (their count, effects)."""
+    snapshot = change(replica.local)
+    if snapshot == replica.local:
+        return 0, []
     items = replica.update_local(snapshot)
     effects: list[Effect] = []
     for item in items:
@@ -34,16 +50,8 @@ def publish_snapshot(
     return len(items), effects
 
 
-def merge_delivered(
-    replica: GridState, machine: SwimMachine, item: BroadcastItem, now: float
-) -> tuple[MergeOutcome, list[Effect]]:
-    """Merge a delivered item; on ``reasserted`` re-publish our own lane past the peer's.
-
-    Raises the replica's `ProtocolError` for an undecodable payload (the caller
-    counts it and drops the item).
-    """
-    outcome = replica.apply(item)
-    if outcome is not MergeOutcome.REASSERTED:
-        return outcome, []
-    own = replica.item(replica.local_origin, item.lane)
-    return outcome, machine.publish(own, now)
+def publish_snapshot(
+    replica: GridState, machine: SwimMachine, snapshot: GridStateSnapshot, now: float
+) -> tuple[int, list[Effect]]:
+    """Install a new snapshot of ours (built from ``replica.local``) and publish it."""
+    return write_local(replica, machine, lambda _current: snapshot, now)

@@ -66,8 +66,16 @@ def _text(value: str | None) -> int:
 def estimate_size(value: WireValue) -> int:
     """A conservative Protobuf size: every int costs its longest varint."""
     match value:
-        case BroadcastItem(origin=origin, payload=payload):
-            return _MESSAGE_OVERHEAD + 2 * _INT_BYTES + _text(origin) + _STR_OVERHEAD + len(payload)
+        case BroadcastItem(origin=origin, payload=payload, signature=signature):
+            signed = _STR_OVERHEAD + len(signature) if signature else 0
+            return (
+                _MESSAGE_OVERHEAD
+                + 2 * _INT_BYTES
+                + _text(origin)
+                + _STR_OVERHEAD
+                + len(payload)
+                + signed
+            )
         case Alive(member=member, address=address):
             return _MESSAGE_OVERHEAD + _INT_BYTES + _text(member) + _text(address)
         case (

@@ -11,7 +11,8 @@ the adapter carries out in order:
 - `Notify(kind, member, address, incarnation)`: a membership event for the
   owner (the operator's controllers): alive, suspect, dead or left.
 - `Deliver(item)`: a broadcast item newer than any seen for its (origin, lane);
-  the owner merges its payload into the CRDT replica.
+  with an admission verdict (`SwimMachine(admit=...)`) it was already merged
+  into the owner's CRDT replica, so this only says that something changed.
 - `PushPullRequest(address, message)`: open a TCP anti-entropy exchange with
   ``address``: send `message`, read the peer's `PushPull` reply and pass it to
   `handle_push_pull_reply`. A failed exchange needs no report.

@@ -18,6 +18,11 @@ Inputs (each takes `now`, seconds on the adapter's monotonic clock):
 - `publish(item, now)`: an item of ours to disseminate (its revision must grow).
 - `forget_origin(origin)`, `restore(members)`: owner housekeeping.
 
+`admit`, when given, judges every received item newer than the one held for
+its (origin, lane) before the machine holds, delivers or relays anything
+(`grid.core.crdt.sync.admission` wires a CRDT replica in): a refused item
+leaves no trace, so it can neither shadow later items nor spread.
+
 Each input returns effects (see `grid.core.swim.effects`): `Send`, `Schedule`,
 `Notify`, `Deliver` and `PushPullRequest`. An adapter is thus a loop: decode,
 call, carry out the effects.
@@ -53,7 +58,7 @@ from grid.core.swim.effects import (
 )
 from grid.core.swim.gossip import GossipClock, Introductions
 from grid.core.swim.members import Member, MemberState
-from grid.core.swim.membership import Membership
+from grid.core.swim.membership import ItemAdmission, Membership
 from grid.core.swim.messages import (
     Ack,
     Alive,
@@ -94,6 +99,7 @@ class SwimMachine:
         config: SwimConfig | None = None,
         size_of: SizeEstimator = estimate_size,
         incarnation: int = 0,
+        admit: ItemAdmission | None = None,
     ) -> None:
         self.node_id = node_id
         self.address = address
@@ -101,6 +107,7 @@ class SwimMachine:
         self.status = NodeStatus.IDLE
         self._rng = rng
         self._view = Membership(node_id, address, incarnation, self.config, rng, size_of)
+        self._view.admit = admit
         self._members = self._view.table
         self._seq = rng.getrandbits(31)
         self._prober = Prober(node_id, self.config, rng, self._view, self._send, self._next_seq)

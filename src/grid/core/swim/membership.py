@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import assert_never
 
 from grid.core.swim.config import SwimConfig
@@ -45,6 +45,12 @@ from grid.core.swim.messages import (
     Suspect,
 )
 from grid.core.swim.suspicion import Suspicion
+
+ItemAdmission = Callable[[BroadcastItem], Sequence[BroadcastItem]]
+"""The owner's verdict on a received item: the items to hold and relay because of
+it (the item itself once merged, items it released, or our own re-asserted
+item); empty when it was dropped or must wait. Without one every newer item is
+held, as plain SWIM does."""
 
 
 class Membership:
@@ -70,6 +76,7 @@ class Membership:
         self.queue = self.new_queue()
         self.gossip_queue = self.new_queue()
         self.items: dict[tuple[str, Lane], BroadcastItem] = {}
+        self.admit: ItemAdmission | None = None
         self.health = LocalHealth(config.awareness_max_multiplier)
         self._limits: dict[int, int] = {}
 
@@ -163,12 +170,31 @@ class Membership:
         ]
 
     def learn_item(self, item: BroadcastItem, out: list[Effect], gossip: bool) -> None:
-        """Keep and deliver `item` when it is newer than its (origin, lane)'s."""
+        """Keep and deliver `item` when it is newer than its (origin, lane)'s.
+
+        With an `admit` verdict, only what it returns is kept: an item the owner
+        refused never occupies its (origin, lane), so a forged high revision
+        cannot shadow the origin's real items.
+        """
+        known = self.items.get((item.origin, item.lane))
+        if known is not None and item.revision <= known.revision:
+            return
+        if self.admit is None:
+            self.hold_item(item, out, gossip)
+            return
+        for held in self.admit(item):
+            self.hold_item(held, out, gossip)
+
+    def hold_item(self, item: BroadcastItem, out: list[Effect], gossip: bool) -> None:
+        """Hold a newer item for its (origin, lane) and pass it on."""
         key = (item.origin, item.lane)
         known = self.items.get(key)
         if known is not None and item.revision <= known.revision:
             return
         self.items[key] = item
+        if item.origin == self.node_id:
+            self.queue_item(item)  # our own lane, re-asserted: spread it
+            return
         out.append(Deliver(item))
         if gossip:
             self.queue_item(item)

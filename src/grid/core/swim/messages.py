@@ -83,13 +83,16 @@ class BroadcastItem:
 
     `revision` increases per (origin, lane); a newer revision supersedes an
     older one in the same origin and lane only. The machine never looks inside
-    `payload`; the receiver merges it into its CRDT replica.
+    `payload`; the receiver merges it into its CRDT replica. `signature` is the
+    origin's signature over the item (`grid.core.crdt.origin.signing_input`),
+    empty when the origin signs nothing.
     """
 
     lane: Lane
     origin: str
     revision: int
     payload: bytes
+    signature: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,10 @@ class CodecLimits:
     payload_bytes_max: int = 1024 * 1024
     """Bytes of one broadcast item's opaque payload."""
 
+    signature_bytes_max: int = 128
+    """Bytes of one broadcast item's origin signature: an Ed25519 signature is 64
+    bytes and a DER ECDSA P-256 one at most 72; anything longer is refused."""
+
 
 DEFAULT_LIMITS = CodecLimits()
 
@@ -125,6 +129,7 @@ def _item_pb(item: BroadcastItem) -> pb.BroadcastItem:
         origin=item.origin,
         revision=item.revision,
         payload=item.payload,
+        signature=item.signature,
     )
 
 
@@ -263,11 +268,14 @@ def _item(msg: pb.BroadcastItem, limits: CodecLimits) -> BroadcastItem:
         raise _fail("swim_unknown_lane", "broadcast item of an unknown lane")
     if len(msg.payload) > limits.payload_bytes_max:
         raise _fail("swim_limit_exceeded", "broadcast item payload is too large")
+    if len(msg.signature) > limits.signature_bytes_max:
+        raise _fail("swim_limit_exceeded", "broadcast item signature is too long")
     return BroadcastItem(
         lane=lane,
         origin=_name(msg.origin, "origin", limits),
         revision=msg.revision,
         payload=bytes(msg.payload),
+        signature=bytes(msg.signature),
     )
 
 

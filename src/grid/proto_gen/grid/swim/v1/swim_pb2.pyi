@@ -174,10 +174,16 @@ class BroadcastItem(_message.Message):
     ORIGIN_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
     lane: Global___Lane.ValueType
     origin: _builtins.str
     revision: _builtins.int
     payload: _builtins.bytes
+    signature: _builtins.bytes
+    """The origin's signature over the signing input (docs/wire.md, "Origin
+    signatures"): ECDSA P-256 with SHA-256 (DER) or Ed25519 (64 bytes), by the
+    key of the origin's site certificate. Empty from an origin that signs nothing.
+    """
     def __init__(
         self,
         *,
@@ -185,10 +191,11 @@ class BroadcastItem(_message.Message):
         origin: _builtins.str = ...,
         revision: _builtins.int = ...,
         payload: _builtins.bytes = ...,
+        signature: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lane", b"lane", "origin", b"origin", "payload", b"payload", "revision", b"revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lane", b"lane", "origin", b"origin", "payload", b"payload", "revision", b"revision", "signature", b"signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
