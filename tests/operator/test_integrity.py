@@ -51,7 +51,9 @@ def test_an_rsa_or_unreadable_site_key_is_refused_without_echoing_it(tmp_path: P
 def test_trust_takes_the_network_mode_and_every_gridsite_pin(pki: Any, tmp_path: Path) -> None:
     plan = plan_mesh(tmp_path, ["east", "west"])
     network = GridNetwork.model_validate(
-        network_doc(plan, probe_interval="1s", suspicion_timeout="2s")
+        network_doc(
+            plan, probe_interval="1s", suspicion_timeout="2s", credential_base=tmp_path / "cred"
+        )
     )
     sites = [
         GridSite.model_validate(site_doc(plan.sites[s], pki.sites[s].fingerprint))
@@ -60,7 +62,9 @@ def test_trust_takes_the_network_mode_and_every_gridsite_pin(pki: Any, tmp_path:
     trust = trust_for(pki.ca.read_bytes(), network, sites)
     assert trust.mode == "pin" and len(trust.roots) == 1
     assert trust.pins == {s: frozenset({pki.sites[s].fingerprint}) for s in ("east", "west")}
-    spiffe_doc = network_doc(plan, probe_interval="1s", suspicion_timeout="2s")
+    spiffe_doc = network_doc(
+        plan, probe_interval="1s", suspicion_timeout="2s", credential_base=tmp_path / "cred"
+    )
     spiffe_doc["spec"]["tls"]["trust"] = {"mode": "spiffe", "trustDomain": "grid.local"}
     spiffe = trust_for(pki.ca.read_bytes(), GridNetwork.model_validate(spiffe_doc), sites)
     west_pem = pki.sites["west"].cert.read_text()

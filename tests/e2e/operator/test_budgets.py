@@ -23,7 +23,7 @@ import pytest_asyncio
 
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo.mesh import DemoMesh
-from grid.demo.plan import MODEL, NETWORK
+from grid.demo.plan import DEMO_BUDGETS, MODEL, NETWORK
 from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -88,13 +88,17 @@ async def _site_cents(http: aiohttp.ClientSession, mesh: DemoMesh, site: str) ->
 
 
 async def _spend_cents(mesh: DemoMesh, site: str) -> int | None:
+    return await _spend_cents_of(mesh, site, TENANT)
+
+
+async def _spend_cents_of(mesh: DemoMesh, site: str, tenant: str) -> int | None:
     (network,) = [
         n
         for n in await _objects(mesh.plan.sites[site].store, "GridNetwork")
         if n["metadata"]["name"] == NETWORK
     ]
     items = (network.get("status") or {}).get("budgetStatus") or []
-    item = next((i for i in items if i["tenantId"] == TENANT), None)
+    item = next((i for i in items if i["tenantId"] == tenant), None)
     return None if item is None else round(Decimal(repr(item["spendUsd"])) * 100)
 
 
@@ -191,3 +195,32 @@ async def test_a_cut_off_site_keeps_a_lower_bound_and_catches_up(mesh: DemoMesh)
             mesh.kill_operator("central", signal.SIGCONT)
             mesh.children["operator-central"].supervised = True
         assert await _agree(http, mesh, SITES) > start
+
+
+async def _status_of(http: aiohttp.ClientSession, mesh: DemoMesh, site: str, tenant: str) -> int:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "context " * 40_000}]}
+    address = mesh.gateway_address(site)
+    async with http.post(
+        f"http://{address}/v1/chat/completions", json=body, headers={"x-grid-tenant": tenant}
+    ) as resp:
+        await resp.read()
+        return resp.status
+
+
+async def test_a_tenant_spent_across_sites_gets_429_at_every_gateway(mesh: DemoMesh) -> None:
+    cap_cents = round(DEMO_BUDGETS["acme"] * 100)
+    async with aiohttp.ClientSession() as http:
+        # acme spends only through east and west; central's gateway never serves it.
+        for n in range(4 * cap_cents):
+            if await _status_of(http, mesh, ("east", "west")[n % 2], "acme") == 429:
+                break
+
+        async def everywhere() -> bool:
+            return all([await _status_of(http, mesh, s, "acme") == 429 for s in SITES])
+
+        await eventually(everywhere, "acme refused at every gateway", timeout_s=SETTLE_S)  # type: ignore[arg-type]
+        assert all([await _status_of(http, mesh, s, TENANT) == 200 for s in SITES])
+        assert all([await _status_of(http, mesh, s, "someone-else") == 200 for s in SITES])
+    for site in SITES:
+        spent = await _spend_cents_of(mesh, site, "acme")
+        assert spent is not None and spent >= cap_cents
