@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grid.core.usage import StreamUsage, Usage, ask_for_usage, usage_of
+from grid.core.usage import StreamUsage, Usage, answer_usage, ask_for_usage, usage_of
 
 
 def _event(payload: object) -> bytes:
@@ -56,3 +56,15 @@ def test_usage_counts_must_be_sane() -> None:
     assert usage_of({"usage": {"prompt_tokens": 1, "completion_tokens": 2}}) == Usage(1, 2)
     for bad in ({"usage": {"prompt_tokens": -1}}, {"usage": {"prompt_tokens": True}}, [], {}):
         assert usage_of(bad) is None
+
+
+def test_an_answers_usage_is_read_from_its_tail_or_from_the_whole_body() -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": 4}
+    tail = json.dumps({"choices": [{"usage": {"prompt_tokens": 9}}], "usage": usage}).encode()
+    assert answer_usage(tail) == Usage(3, 4)
+    first = json.dumps({"usage": usage, "choices": [{"x": {"usage": 1}}]}).encode()
+    assert answer_usage(first) == Usage(3, 4)
+    nested_only = json.dumps({"choices": [{"usage": usage}]}).encode()
+    assert answer_usage(nested_only) is None
+    assert answer_usage(b'{"usage": {"prompt_tokens": 1') is None
+    assert answer_usage(b"no usage here") is None

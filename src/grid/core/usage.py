@@ -49,6 +49,31 @@ def usage_of(document: object) -> Usage | None:
     return Usage(counts[0], counts[1])
 
 
+_DECODER = json.JSONDecoder()
+
+
+def answer_usage(body: bytes) -> Usage | None:
+    """The top-level ``usage`` of a JSON answer, read without decoding the whole body.
+
+    Providers put ``usage`` last, so only the object after its last ``"usage":`` is
+    decoded; when that is not the answer's own (a nested key, a string), the whole
+    body is decoded instead.
+    """
+    at = body.rfind(b'"usage"')
+    if at < 0:
+        return None
+    try:
+        rest = body[at + len(b'"usage"') :].decode().lstrip()
+        if rest.startswith(":"):
+            rest = rest[1:].lstrip()
+            value, end = _DECODER.raw_decode(rest)
+            if rest[end:].strip() == "}":
+                return usage_of({"usage": value})
+        return usage_of(json.loads(body))
+    except (ValueError, RecursionError):
+        return None
+
+
 def ask_for_usage(request: dict[str, Any]) -> bool:
     """Make a streaming request ask for the usage chunk; True when the gateway added it.
 

@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from grid.core.usage import StreamUsage, ask_for_usage, usage_of
+from grid.core.usage import StreamUsage, answer_usage, ask_for_usage
 from grid.gateway.affinity import AffinityTable
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
@@ -285,9 +285,7 @@ class Proxy:
             response.release()
 
     def _meter_answer(self, data: bytes, metered: tuple[str, str]) -> None:
-        if b'"usage"' not in data:
-            return
-        usage = usage_of(self._document(data))
+        usage = answer_usage(data)
         if usage is not None:
             self.meter.add(*metered, usage)
 
