@@ -13,6 +13,12 @@ from pydantic import Field, model_validator
 
 from grid.core.resources.duration import Duration, parse_duration
 from grid.core.resources.errors import field_error
+from grid.core.resources.network_policy import (
+    SCORING_PRESETS,
+    AdmissionPolicySpec,
+    BudgetPolicySpec,
+    ScoringPolicySpec,
+)
 from grid.core.resources.object_meta import SecretRef
 from grid.core.resources.types import (
     HostPort,
@@ -215,41 +221,6 @@ class GatewayRef(WireModel):
     consumer_config: ConsumerSpec | None = None
 
 
-TENANTS_MAX = 1024
-"""Tenants a budgetPolicy may name: each is a metric label value at every gateway
-and an entry of status.budgetStatus, so the set must stay small and closed."""
-
-
-class TenantBudgetSpec(WireModel):
-    """One tenant's spend cap (§12)."""
-
-    tenant_id: Text = Field(min_length=1, max_length=128)
-    """The tenant, as the ``x-grid-tenant`` header names it."""
-    cap_usd: NonNegative
-    """The cap in USD; a cap of 0 means the tenant is exhausted from the start."""
-
-
-class BudgetPolicySpec(WireModel):
-    """Per-tenant spend caps, tracked on G-Counters and soft-enforced at the gateway."""
-
-    tenants: list[TenantBudgetSpec] = Field(default_factory=list, max_length=TENANTS_MAX)
-
-    @model_validator(mode="after")
-    def _unique_tenants(self) -> BudgetPolicySpec:
-        seen: set[str] = set()
-        for i, tenant in enumerate(self.tenants):
-            if tenant.tenant_id in seen:
-                raise field_error(
-                    f"tenants[{i}].tenantId", f"duplicate tenant {tenant.tenant_id!r}"
-                )
-            seen.add(tenant.tenant_id)
-        return self
-
-    def caps(self) -> dict[str, float]:
-        """Each tenant's cap in USD."""
-        return {t.tenant_id: t.cap_usd for t in self.tenants}
-
-
 class GridNetworkSpec(WireModel):
     """Desired state of a GridNetwork, the top-level tenancy boundary."""
 
@@ -267,8 +238,14 @@ class GridNetworkSpec(WireModel):
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
     stale_candidate_ttl_seconds: int | None = Field(default=None, ge=1)
     """Evict remote candidates whose newest signal is older; absent keeps them."""
+    scoring_policy: ScoringPolicySpec | None = None
+    """Upstream's preset of scoring.weights; ignored when spec.scoring is given."""
+    admission_policy: AdmissionPolicySpec | None = None
+    """Upstream's admission policy; ignored when spec.admission is given."""
     budget_policy: BudgetPolicySpec | None = None
-    """Per-tenant spend caps (§12); absent means no tenant is metered by name."""
+    """Tenants whose spend is tracked (§12)."""
+    metrics_refresh_interval: Duration | None = None
+    """Scrape interval of providers whose metricsConfig sets none; absent means 15s."""
 
     @model_validator(mode="after")
     def _unique_gateways(self) -> GridNetworkSpec:
@@ -278,6 +255,44 @@ class GridNetworkSpec(WireModel):
                 raise field_error(f"gatewayRefs[{i}].name", f"duplicate gateway {ref.name!r}")
             seen.add((ref.name, ref.namespace))
         return self
+
+    @model_validator(mode="after")
+    def _refresh_at_least_a_second(self) -> GridNetworkSpec:
+        if self.metrics_refresh_interval and parse_duration(self.metrics_refresh_interval) < 1:
+            raise field_error("metricsRefreshInterval", "must be at least 1s")
+        return self
+
+    @property
+    def effective_weights(self) -> ScoringWeightsSpec:
+        """``scoring.weights``, or scoringPolicy's preset when ``scoring`` is absent."""
+        if self.scoring_policy is None or "scoring" in self.model_fields_set:
+            return self.scoring.weights
+        preset = SCORING_PRESETS[self.scoring_policy.strategy]
+        names = ScoringWeightsSpec.model_fields
+        return ScoringWeightsSpec.model_validate({n: preset.get(n, 0.0) for n in names})
+
+    @property
+    def effective_admission_policy(self) -> AdmissionPolicySpec | None:
+        """admissionPolicy when it applies: given, and ``spec.admission`` absent."""
+        if "admission" in self.model_fields_set:
+            return None
+        return self.admission_policy
+
+    @property
+    def seed_fields_won(self) -> tuple[str, ...]:
+        """The upstream fields set aside because their seed-shaped twin is also given."""
+        won = []
+        if self.scoring_policy is not None and "scoring" in self.model_fields_set:
+            won.append("scoringPolicy")
+        if self.admission_policy is not None and "admission" in self.model_fields_set:
+            won.append("admissionPolicy")
+        return tuple(won)
+
+    @property
+    def metrics_refresh_s(self) -> float | None:
+        """``metricsRefreshInterval`` in seconds, None when absent."""
+        interval = self.metrics_refresh_interval
+        return parse_duration(interval) if interval else None
 
     @property
     def signal_mode(self) -> Literal["gossip", "poll"]:
