@@ -18,13 +18,13 @@ from pathlib import Path
 
 import aiohttp
 import click
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 
 from grid.demo.load import drive
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import API_MODEL, MODEL
-from grid.demo.table import mesh_view
+from grid.demo.table import budget_table, mesh_view
 from grid.demo.traffic import DEFAULT_RATE, send_traffic
 
 DEFAULT_SITES = ("east", "west", "central")
@@ -71,7 +71,8 @@ async def _run(
                         async with asyncio.timeout(1.0):
                             await stop.wait()
                     counts = await mesh.routed_counts(http)
-                    live.update(mesh_view(dirs, counts, scoring=scoring))
+                    view = mesh_view(dirs, counts, scoring=scoring)
+                    live.update(Group(view, budget_table(await mesh.budget_status())))
     finally:
         for task in (load, routed):
             if task is not None:

@@ -34,7 +34,7 @@ import yaml
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.pki import DevPki, write_dev_pki
-from grid.errors import AlreadyExists, Conflict
+from grid.errors import AlreadyExists, Conflict, GridError
 from grid.gateway.config import ConfigError, load_config
 from grid.gateway.settings import GatewaySettings
 
@@ -204,6 +204,13 @@ class DemoMesh:
             f"127.0.0.1:{site.signals_port}",
             "--signals-poll-interval",
             str(self.signals_poll_interval_s),
+            *(
+                ("--gateway-metrics", f"http://127.0.0.1:{site.gateway_admin_port}/metrics")
+                if self.gateways
+                else ()
+            ),
+            "--budget-scrape-interval",
+            "0.5",
         )
 
     async def start(self) -> None:
@@ -233,9 +240,7 @@ class DemoMesh:
         if self.gateways:
             await self._wait_praxis()
             for site in self.plan.sites.values():
-                argv = self._grid("gateway", "--config", str(site.praxis))
-                name = f"gateway-{site.name}"
-                await self._spawn(Child(name, argv, self._log(name), {}))
+                await self.start_gateway(site.name)
             await self._wait_http(
                 {
                     s: f"127.0.0.1:{p_.gateway_admin_port}/ready"
@@ -260,6 +265,15 @@ class DemoMesh:
                 log.warning("starting gateways before every praxis.yaml lists every cluster")
                 return
             await asyncio.sleep(0.2)
+
+    async def start_gateway(self, site: str) -> None:
+        """Start (or restart) one site's gateway; its counters survive a graceful stop."""
+        plan = self.plan.sites[site]
+        argv = self._grid(
+            "gateway", "--config", str(plan.praxis), "--state-dir", str(plan.root / "gateway")
+        )
+        name = f"gateway-{site}"
+        await self._spawn(Child(name, argv, self._log(name), {}))
 
     def _log(self, name: str) -> Path:
         return self.root / "logs" / f"{name}.log"
@@ -416,6 +430,20 @@ class DemoMesh:
                 async with session.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
                     counts[provider.name] = int((await r.json())["routed"])
         return counts
+
+    async def budget_status(self) -> dict[str, list[dict[str, Any]]]:
+        """Each site's ``status.budgetStatus[]``, read from its store (empty when unreadable)."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        for name, site in self.plan.sites.items():
+            found[name] = []
+            with contextlib.suppress(GridError, OSError):
+                store = await SqliteStore.open(site.store)
+                try:
+                    network = await store.get("GridNetwork", p.NETWORK)
+                finally:
+                    await store.close()
+                found[name] = list((network.get("status") or {}).get("budgetStatus") or [])
+        return found
 
     def write_description(self) -> Path:
         """Write demo.json atomically and return its path."""

@@ -5,7 +5,8 @@ which must verify at cold start), opens one pooled client per cluster, and
 serves the public listener and the admin listener (``/ready``, ``/metrics``,
 ``/snapshot``). In overlay-file mode a background task checks the file every
 ``overlay_poll_interval_s`` and swaps in a new snapshot only once it
-verifies. `stop` (SIGTERM) closes the listener at once and lets in-flight
+verifies; the same task takes up a changed budget view (``grid-budgets.json``,
+`grid.gateway.metering`). `stop` (SIGTERM) closes the listener at once and lets in-flight
 requests, streams included, finish within ``shutdown_timeout_secs``.
 """
 
@@ -23,6 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from grid.adapters.http_listener import HttpListener, listen_address
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
+from grid.gateway.metering import BUDGETS_FILE, TenantMeter
 from grid.gateway.metrics import GatewayMetrics, Tally
 from grid.gateway.proxy import Proxy
 from grid.gateway.settings import GatewaySettings
@@ -71,7 +73,11 @@ class Gateway:
         self._inline = config.inline
         self.upstreams = upstreams(config.clusters, self.settings)
         self.metrics = GatewayMetrics(config.clusters)
-        self.proxy = Proxy(config, self.settings, self.snapshot, self.upstreams, self.metrics)
+        self.meter = TenantMeter(*self._budget_paths())
+        self.metrics.registry.register(self.meter)
+        self.proxy = Proxy(
+            config, self.settings, self.snapshot, self.upstreams, self.metrics, self.meter
+        )
         # Client bodies are relayed as sent (a compressed one is not unpacked).
         self.public = HttpListener(
             self.proxy.app(),
@@ -83,6 +89,16 @@ class Gateway:
         self.ready = False
         self._watch: asyncio.Task[None] | None = None
         self._register_gauges()
+
+    def _budget_paths(self) -> tuple[Path | None, Path | None]:
+        """The budget view to enforce and the counters' state file (either may be None)."""
+        budgets: Path | None = None
+        if self.settings.budgets_file is not None:
+            budgets = Path(self.settings.budgets_file)
+        elif self.config.overlay_file is not None:
+            budgets = Path(self.config.overlay_file).parent / BUDGETS_FILE
+        state = self.settings.state_dir
+        return budgets, (Path(state) / "tenant-tokens.json" if state is not None else None)
 
     def snapshot(self) -> Snapshot:
         """The snapshot new requests route by."""
@@ -171,6 +187,8 @@ class Gateway:
         while True:
             await asyncio.sleep(self.settings.overlay_poll_interval_s)
             self._reload_clusters()
+            if self.meter.poll():
+                log.info("budget view reloaded", extra={"exhausted": len(self.meter.exhausted)})
             if self.overlay is not None:
                 self._poll_overlay(self.overlay)
 
@@ -220,3 +238,7 @@ class Gateway:
         await self.admin.stop()
         for upstream in self.upstreams.values():
             await upstream.close()
+        try:
+            self.meter.save()
+        except OSError as exc:
+            log.warning("cannot save the tenant counters", extra={"error": exc.strerror})

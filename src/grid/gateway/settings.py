@@ -55,4 +55,12 @@ class GatewaySettings:
     """Largest accepted overlay file (1,024 candidates fit with room to spare)."""
     overlay_poll_interval_s: float = 1.0
     """Seconds between checks of the overlay file for a change."""
+    tenant_header: str = "x-grid-tenant"
+    """The request header naming the tenant whose budget a request spends (§12)."""
+    budgets_file: str | None = None
+    """The budget view (grid-budgets.json) to enforce; None means the file of that name
+    beside the overlay file, and no budgets at all in inline mode."""
+    state_dir: str | None = None
+    """Where a graceful stop saves the tenant token counters for the next start; None
+    keeps them in memory only (a restart then reads as a counter reset)."""
     listener: ListenerPolicy = LISTENER_POLICY

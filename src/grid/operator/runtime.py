@@ -12,6 +12,8 @@
   this site serves and writes the overlay only when its revision changed; then
   the GridNetwork status (`grid.operator.network`, which also initialises the
   network at start and converges the gridId);
+* the budget loop (`grid.operator.budgets`), with ``--gateway-metrics``: it
+  prices the local gateways' tenant tokens into this site's spend slot;
 * the signal transport fixed at start (`grid.operator.lifecycle`): under
   gossip the records carry their signals over SWIM and the signals listener is
   never bound; under poll the operator serves its own signals on the mTLS
@@ -33,6 +35,7 @@ import datetime as dt
 import logging
 import time
 
+import aiohttp
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from grid.adapters.health_server import HealthServer
@@ -61,6 +64,7 @@ from grid.core.routing.signals import SignalsDocument
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.core.swim.members import MemberState
+from grid.operator.budgets import BudgetMeter
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.feedback_ingest import wire_ingest
 from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
@@ -124,6 +128,12 @@ class Operator(LocalLanes):
         ItemCounters(self.replica, self.registry)
         self.writer = OverlayWriter(store, settings.overlay_dir)
         self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
+        self.budget_meter = BudgetMeter(
+            settings.site,
+            list(settings.gateway_metrics),
+            settings.state_dir or settings.overlay_dir,
+            settings.budget_scrape_timeout_s,
+        )
         self._dirty = asyncio.Event()
         self._stop = asyncio.Event()
         self._round_lock = asyncio.Lock()
@@ -196,6 +206,8 @@ class Operator(LocalLanes):
                     transport.run(self._poll_targets, self._dirty.set), name="signals-poll"
                 )
             )
+        if self.budget_meter.urls:
+            self._tasks.append(asyncio.create_task(self._budget_loop(), name="budgets"))
         await self._sync_providers()
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -273,6 +285,8 @@ class Operator(LocalLanes):
         self.addresses["swim"] = self.swim.address
         log.info("joined mesh", extra={"site": self.settings.site, "swim": self.swim.address})
         await self._publish_site_lanes()
+        # The persisted slot goes out before anything else is counted.
+        await self._write_local(self.budget_meter.publish)
 
     # -- inputs ----------------------------------------------------------------
 
@@ -426,6 +440,17 @@ class Operator(LocalLanes):
         ):
             self._dirty.set()
 
+    async def _budget_loop(self) -> None:
+        """Scrape the local gateways, price their tokens, raise and gossip our slot."""
+        async with aiohttp.ClientSession() as http:
+            while True:
+                grew = await self.budget_meter.scrape(http, self.replica)
+                before = self.replica.local
+                await self._write_local(self.budget_meter.publish)
+                if grew or self.replica.local != before:
+                    self._dirty.set()
+                await asyncio.sleep(self.settings.budget_scrape_interval_s)
+
     async def _sites(self) -> list[GridSite]:
         sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
         return [s for s in sites if s.spec.grid_network_ref == self.served.name]
@@ -484,5 +509,10 @@ class Operator(LocalLanes):
             ),
         )
         await self.served.write_status(
-            network.name, overlays, self.sites.phases, outcome, self.overlays.consumer_status
+            network.name,
+            overlays,
+            self.sites.phases,
+            outcome,
+            self.overlays.consumer_status,
+            self.overlays.budget_status,
         )

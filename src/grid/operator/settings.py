@@ -70,6 +70,31 @@ class OperatorSettings(BaseModel):
             "Also write grid-config.json and grid-overlay.json here (the embedded default)."
         ),
     )
+    state_dir: Path | None = Field(
+        None,
+        description=(
+            "Directory for the site's persisted state (the tenant-spend ledger, "
+            "budget-ledger.json); absent means --overlay-dir."
+        ),
+    )
+    gateway_metrics: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Admin /metrics URL of a local gateway whose tenant token counters this site "
+            "prices into its spend slot (repeatable; the environment form is space-separated)."
+        ),
+    )
+    budget_scrape_interval_s: float = Field(
+        2.0,
+        ge=0.1,
+        description=(
+            "Seconds between scrapes of the --gateway-metrics URLs. Shorter tracks spend "
+            "sooner (and loses less if a gateway crashes); longer costs the gateways less."
+        ),
+    )
+    budget_scrape_timeout_s: float = Field(
+        2.0, ge=0.1, description="Seconds one gateway metrics scrape may take."
+    )
     ca: FilePath | None = Field(
         None, description="PEM of the grid CA that signs site certificates."
     )
