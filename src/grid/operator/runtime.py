@@ -35,7 +35,6 @@ import datetime as dt
 import logging
 import time
 
-import aiohttp
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from grid.adapters.health_server import HealthServer
@@ -49,7 +48,6 @@ from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
 from grid.core.resources import (
     GridNetwork,
-    GridSite,
     InferenceProvider,
     hosting_sites,
     hosts_here,
@@ -58,12 +56,10 @@ from grid.core.resources import (
 from grid.core.resources.discovery import as_member
 from grid.core.resources.network_status import RoundOutcome
 from grid.core.resources.secret import Secret
-from grid.core.resources.site_offers import member_certs, member_offers
 from grid.core.routing.mesh_view import OriginRecord
 from grid.core.routing.signals import SignalsDocument
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
-from grid.core.swim.members import MemberState
 from grid.operator.budgets import BudgetMeter
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.feedback_ingest import wire_ingest
@@ -76,6 +72,7 @@ from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
+from grid.operator.site_rounds import SiteRounds
 from grid.operator.sites import SiteController
 from grid.operator.startup import StartupError, select_network
 from grid.operator.swim_keys import SwimKeys, tuning_change
@@ -89,7 +86,7 @@ RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 round that waits on probe timeouts takes seconds."""
 
 
-class Operator(LocalLanes):
+class Operator(LocalLanes, SiteRounds):
     """One site's operator; `run` until `stop` is called or a task fails."""
 
     def __init__(self, settings: OperatorSettings, store: ResourceStore) -> None:
@@ -399,61 +396,7 @@ class Operator(LocalLanes):
             return {}
         return self.signals.poll_targets(self.swim.members(), self.replica)
 
-    def member_states(self) -> dict[str, MemberState]:
-        """SWIM's view of every member, by site name."""
-        if self.swim is None:
-            return {}
-        return {m.id: m.state for m in self.swim.members()}
-
     # -- loops -------------------------------------------------------------------
-
-    async def _site_loop(self) -> None:
-        while True:
-            with self.reconcile_seconds.labels("sites").time():
-                await self._site_round()
-            await asyncio.sleep(self.settings.site_probe_interval_s)
-
-    async def _site_round(self) -> None:
-        """One site round; rounds never overlap, whoever starts one."""
-        async with self._site_lock:
-            await self._reconcile_sites()
-
-    async def _reconcile_sites(self) -> None:
-        """Discover sites, then move every site's phase; marks the view dirty on change."""
-        sites = await self._sites()
-        members = self.member_states()
-        for state in MemberState:
-            self.members_gauge.labels(state.value).set(
-                sum(1 for s in members.values() if s is state)
-            )
-        network = self.served.network
-        assert network is not None
-        if await self.discovery.reconcile(network, sites, members, self.replica):
-            sites = await self._sites()
-        ttl = network.spec.stale_candidate_ttl_seconds
-        if await self.sites.reconcile(
-            sites,
-            members,
-            left_after_s=None if ttl is None else float(ttl),
-            certs=member_certs(self.replica, members),
-            offers=member_offers(self.replica, sites),
-        ):
-            self._dirty.set()
-
-    async def _budget_loop(self) -> None:
-        """Scrape the local gateways, price their tokens, raise and gossip our slot."""
-        async with aiohttp.ClientSession() as http:
-            while True:
-                grew = await self.budget_meter.scrape(http, self.replica)
-                before = self.replica.local
-                await self._write_local(self.budget_meter.publish)
-                if grew or self.replica.local != before:
-                    self._dirty.set()
-                await asyncio.sleep(self.settings.budget_scrape_interval_s)
-
-    async def _sites(self) -> list[GridSite]:
-        sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
-        return [s for s in sites if s.spec.grid_network_ref == self.served.name]
 
     async def _render_round(self) -> None:
         # Rounds never overlap, whoever starts one: two would race on the same writes.
