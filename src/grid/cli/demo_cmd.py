@@ -21,6 +21,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from grid.demo.live import DemoLiveView, site_addresses
 from grid.demo.load import drive
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import API_MODEL, MODEL
@@ -39,13 +40,17 @@ async def _run(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     load: asyncio.Task[None] | None = None
+    view: DemoLiveView | None = None
     routed: asyncio.Task[None] | None = None
     try:
         console.print(f"[bold]grid demo[/]: preparing {len(sites)} sites under {root}")
         await mesh.prepare()
         await mesh.start()
+        view = DemoLiveView(site_addresses(mesh.describe()), mesh.routed_counts)
+        mesh.ui_url = await view.start()
         path = mesh.write_description()
         console.print(f"mesh is up; reach it through {path}")
+        console.print(f"live view: {mesh.ui_url}")
         gateways = [a for a in map(mesh.gateway_address, mesh.plan.sites) if a is not None]
         if gateways:
             console.print(f"gateways: {', '.join(gateways)} (try the curl in the README)")
@@ -67,6 +72,8 @@ async def _run(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         console.print("stopping every process of the demo...")
+        if view is not None:
+            await view.stop()
         await mesh.stop()
 
 

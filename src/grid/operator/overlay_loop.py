@@ -29,7 +29,8 @@ from grid.core.resources.network_status import overlay_entry, served_gateways
 from grid.core.resources.phases import SitePhase
 from grid.core.resources.secret import Secret
 from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs, signals_document
-from grid.core.routing.render import render
+from grid.core.routing.render import RenderInputs, render
+from grid.core.routing.signals import SignalsDocument
 from grid.errors import GridError
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
 
@@ -69,6 +70,9 @@ class OverlayLoop:
         """The last round's ``consumerConfigStatus`` items."""
         self._sequence = 0
         self._epoch = int(time.time())
+        self.last_inputs: RenderInputs | None = None
+        """The inputs of the last round (the live view explains from them)."""
+        self.last_signals: SignalsDocument | None = None
 
     async def render(
         self,
@@ -95,6 +99,7 @@ class OverlayLoop:
         signals = signals_document(
             network.name, self.site, records, now=now, epoch=self._epoch, sequence=self._sequence
         )
+        self.last_inputs, self.last_signals = inputs, signals
         overlays = []
         consumers: list[dict[str, Any]] = []
         served = served_gateways(network, self.site)

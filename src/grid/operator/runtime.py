@@ -55,6 +55,7 @@ from grid.core.trust import public_chain_pem
 from grid.core.wire.keyring import Keyring
 from grid.errors import NotFound, ValidationError
 from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_for
+from grid.operator.live import OperatorLiveView
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
@@ -104,6 +105,8 @@ class Operator:
         if settings.ca and settings.cert and settings.key:
             tls = client_context(settings.ca, settings.cert, settings.key)
         self.sites = SiteController(store, settings.site, tls)
+        self.live = OperatorLiveView(settings.site, self.replica, lambda: self.swim)
+        self.live.mount(self.health, settings.metrics_bind, settings.ui_public)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -320,6 +323,7 @@ class Operator:
         assert self.swim is not None
         while True:
             event = await self.swim.events.get()
+            self.live.on_swim_event(event)
             if isinstance(event, Notify | Deliver):
                 self._dirty.set()
 
@@ -369,6 +373,7 @@ class Operator:
             network, sites, own, secrets, self.replica, self.sites.phases
         )
         self.ready = True
+        self.live.on_render(self.overlays.last_inputs, self.overlays.last_signals)
         await self.served.write_status(
             network.name, overlays, self.sites.phases, self.overlays.consumer_status
         )

@@ -61,7 +61,16 @@ class OperatorSettings(BaseModel):
         ),
     )
     metrics_bind: str = Field(
-        DEFAULT_METRICS_BIND, description="host:port for /metrics, /healthz and /readyz."
+        DEFAULT_METRICS_BIND,
+        description="host:port for /metrics, /healthz, /readyz and the live view /ui/.",
+    )
+    ui_public: bool = Field(
+        False,
+        description=(
+            "Serve the live view (/ui/) even when --metrics-bind is not a loopback address. "
+            "Off by default: the view is unauthenticated, so it is served only on loopback "
+            "(reach it with kubectl port-forward) unless this opts in."
+        ),
     )
     overlay_dir: Path | None = Field(
         None,
