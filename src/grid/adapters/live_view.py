@@ -49,6 +49,10 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 
+DISCONNECT_CHECK_S = 0.5
+"""Seconds between checks, on an idle stream, whether its viewer went away (aiohttp
+does not cancel a handler when its client leaves)."""
+
 
 @dataclass(frozen=True)
 class LiveViewSettings:
@@ -175,9 +179,13 @@ class LiveViewRoutes:
                 current = await self.view()
                 await _send(response, changed_events(previous, current))
                 previous = current
-                sent_at = loop.time()
-                while not await self.changes.wait(seen, s.keepalive_s):
-                    await response.write(b": keepalive\n\n")
+                sent_at = quiet_since = loop.time()
+                while not await self.changes.wait(seen, DISCONNECT_CHECK_S):
+                    if request.transport is None or request.transport.is_closing():
+                        return response  # the viewer left: free its slot now
+                    if loop.time() - quiet_since >= s.keepalive_s:
+                        await response.write(b": keepalive\n\n")
+                        quiet_since = loop.time()
                 # Coalesce: whatever changes before the interval is over goes in one batch.
                 await asyncio.sleep(max(0.0, sent_at + s.interval_s - loop.time()))
         return response
