@@ -121,6 +121,7 @@ class LiveViewRoutes:
         self.changes = changes
         self.settings = settings or LiveViewSettings()
         self.streams = 0
+        self.closing = False
         self._assets = {name: _asset(name) for name in ASSETS}
 
     def add_to(self, app: web.Application) -> None:
@@ -131,6 +132,12 @@ class LiveViewRoutes:
         app.router.add_get("/ui/live.css", self._page)
         app.router.add_get("/ui/state.json", self._state)
         app.router.add_get("/ui/events", self._events)
+        app.on_shutdown.append(self._close_streams)
+
+    async def _close_streams(self, _app: web.Application) -> None:
+        """At shutdown, end every open stream at once instead of waiting for its viewer."""
+        self.closing = True
+        self.changes.notify()
 
     async def view(self) -> View:
         """The current view."""
@@ -174,13 +181,15 @@ class LiveViewRoutes:
         previous: View | None = None
         s = self.settings
         with contextlib.suppress(ConnectionError):
-            while True:
+            while not self.closing:
                 seen = self.changes.version
                 current = await self.view()
                 await _send(response, changed_events(previous, current))
                 previous = current
                 sent_at = quiet_since = loop.time()
                 while not await self.changes.wait(seen, DISCONNECT_CHECK_S):
+                    if self.closing:
+                        return response
                     if request.transport is None or request.transport.is_closing():
                         return response  # the viewer left: free its slot now
                     if loop.time() - quiet_since >= s.keepalive_s:
