@@ -67,6 +67,17 @@ def _text(driver: Any, selector: str) -> str:
     return text
 
 
+def _console_errors(driver: Any) -> list[dict[str, Any]]:
+    """Errors and warnings the console logged since the last call (reading clears it)."""
+    return [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+
+
+def _leave(driver: Any) -> None:
+    """Close the page (and its event stream) while its server still runs; no console errors."""
+    driver.get("about:blank")
+    assert _console_errors(driver) == []
+
+
 def _open(driver: Any, url: str) -> None:
     driver.get(url)
     _wait(lambda: driver.execute_script("return !!window.gridView"), "page rendered", 20)
@@ -163,6 +174,7 @@ def test_each_bar_shows_grid_explain_numbers(
                 assert segments == {n: breakdown[n] for n in SIGNAL_NAMES}
                 assert texts == {n: f"{n} {breakdown[n]:.4f}" for n in SIGNAL_NAMES}
                 compared += 1
+        _leave(browser)
     assert compared > 0
 
 
@@ -190,6 +202,8 @@ def test_page_renders_a_64_member_mesh(
         assert len(cells) == 64 * 63
         assert set(_states(browser, victim).values()) == {"dead"}
         assert "not answering: " + victim in browser.find_element("id", "unreachable").text
+        assert browser.save_screenshot(str(SCREENSHOT.with_name("live-view-64.png")))
+        _leave(browser)
 
 
 def test_killed_site_turns_suspect_then_dead_then_alive(demo: dict[str, Any], browser: Any) -> None:
@@ -252,5 +266,4 @@ def test_screenshot_and_clean_console(demo: dict[str, Any], browser: Any) -> Non
         SCREENSHOT.unlink()
     assert browser.save_screenshot(str(SCREENSHOT))
     assert SCREENSHOT.stat().st_size > 10_000
-    errors = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
-    assert errors == [], errors
+    assert _console_errors(browser) == []

@@ -39,7 +39,8 @@
     const sites = view.sites;
     const compact = sites.length > COMPACT_ABOVE;
     const head = el("tr", {}, el("th", {}, "member"));
-    for (const s of sites) head.append(el("th", { title: s }, compact ? s.slice(0, 3) : "seen by " + s));
+    sites.forEach((s, i) => head.append(el("th", { title: s }, compact ? String(i + 1) : "seen by " + s)));
+    document.getElementById("membership").classList.toggle("wide", compact);
     const table = el("table", { class: compact ? "matrix" : "" }, el("thead", {}, head));
     const body = el("tbody");
     for (const m of view.members) {
@@ -56,7 +57,22 @@
     const extra = [];
     if (view.unreachable.length) extra.push(el("p", { class: "muted", id: "unreachable" },
       "not answering: " + view.unreachable.join(", ")));
-    fill("members", table, ...extra);
+    const probes = el("table", { class: "probes" }, el("thead", {}, el("tr", {},
+      ...["probe traffic of", "datagrams sent", "received", "push-pulls done", "served"].map((h) => el("th", {}, h)))));
+    const pbody = el("tbody");
+    for (const s of sites) {
+      const t = view.transport[s] || {};
+      pbody.append(el("tr", { "data-observer": s }, el("td", {}, s),
+        ...["datagrams_sent", "datagrams_received", "push_pulls_completed", "push_pulls_served"]
+          .map((k) => el("td", {}, t[k] === undefined ? "-" : String(t[k])))));
+    }
+    probes.append(pbody);
+    const counts = {};
+    for (const m of view.members) for (const seen of Object.values(m.views)) counts[seen.state] = (counts[seen.state] || 0) + 1;
+    const legend = el("p", { class: "legend", id: "member-legend" }, ...["alive", "suspect", "dead", "left"].map((st) =>
+      el("span", {}, el("span", { class: "badge dot " + st }), st + " " + (counts[st] || 0))));
+    fill("members", legend, table, ...extra);
+    fill("probes", ...(sites.length <= COMPACT_ABOVE ? [probes] : []));
     const items = view.activity.slice(0, 40).map((a) => el("li", {},
       el("span", { class: "muted" }, a.at.slice(11, 23) + " "), a.observer + " saw ",
       el("b", {}, a.member), " ", el("span", { class: "kind " + a.kind }, a.kind),
@@ -66,8 +82,10 @@
 
   function renderLanes() {
     const sites = view.sites;
+    if (sites.length > COMPACT_ABOVE) return renderLaneSummary(sites);
     const head = el("tr", {}, el("th", {}, "origin"), el("th", {}, "lane"));
     for (const s of sites) head.append(el("th", {}, "at " + s));
+    head.append(el("th", {}, ""));
     const body = el("tbody");
     for (const lane of view.lanes) {
       const revs = sites.map((s) => lane.revisions[s]);
@@ -81,8 +99,36 @@
         if (r !== undefined) cell.title = "revision " + r;
         row.append(cell);
       }
+      row.append(el("td", {}, el("span", { class: "tag " + (drift ? "drifting" : "converged") },
+        drift ? "drifting" : "converged")));
       body.append(row);
     }
+    const drifting = view.lanes.filter((l) => new Set(sites.map((s) => l.revisions[s])).size > 1).length;
+    document.getElementById("convergence-summary").textContent = view.lanes.length
+      ? (drifting ? drifting + " of " + view.lanes.length + " lanes drifting" : "all " + view.lanes.length + " lanes converged")
+      : "no lanes gossiped yet";
+    fill("lanes", el("table", {}, el("thead", {}, head), body));
+  }
+
+  // Many sites: one row per origin and lane, with how many sites hold its newest revision.
+  function renderLaneSummary(sites) {
+    const head = el("tr", {}, ...["origin", "lane", "newest", "sites holding it", ""].map((h) => el("th", {}, h)));
+    const body = el("tbody");
+    let drifting = 0;
+    for (const lane of view.lanes) {
+      const revs = sites.map((s) => lane.revisions[s]).filter((r) => r !== undefined);
+      const top = Math.max(...revs);
+      const holding = revs.filter((r) => r === top).length;
+      const drift = holding < sites.length;
+      if (drift) drifting += 1;
+      body.append(el("tr", { class: drift ? "drift" : "", "data-origin": lane.origin, "data-lane": lane.lane },
+        el("td", {}, lane.origin), el("td", {}, lane.lane), el("td", { title: "revision " + top }, String(top).slice(-6)),
+        el("td", {}, holding + " / " + sites.length),
+        el("td", {}, el("span", { class: "tag " + (drift ? "drifting" : "converged") }, drift ? "drifting" : "converged"))));
+    }
+    document.getElementById("convergence-summary").textContent = view.lanes.length
+      ? (drifting ? drifting + " of " + view.lanes.length + " lanes drifting" : "all " + view.lanes.length + " lanes converged")
+      : "no lanes gossiped yet";
     fill("lanes", el("table", {}, el("thead", {}, head), body));
   }
 
@@ -117,11 +163,12 @@
       if (c.contributions[name] === undefined) continue;
       numbers.append(el("span", { class: "contribution", "data-signal": name }, name + " " + fmt(c.contributions[name])), " ");
     }
-    numbers.append(el("b", {}, "score " + fmt(c.score)));
+
     const tags = el("div", {}, el("span", { class: "tag" }, c.admission), el("span", { class: "tag" }, c.tier),
       el("span", { class: "tag" + (c.fresh ? "" : " stale") }, c.fresh ? "fresh" : "not fresh"));
     if (excluded) tags.append(el("span", { class: "tag" }, c.status));
-    const graph = el("div", {}, bar(c), numbers);
+    const graph = el("div", {}, el("div", { class: "barline" }, bar(c),
+      el("b", { class: "score" }, c.score === null ? "no score" : fmt(c.score))), numbers);
     row.append(el("div", { class: "rank", title: excluded ? c.status : "overlay rank " + c.rank },
       excluded ? "-" : c.position), who, graph,
       el("div", {}, tags, el("div", { class: "reason" }, c.reason)));
@@ -194,7 +241,8 @@
     source.onerror = () => status("lost");
     source.onmessage = (message) => {
       const event = JSON.parse(message.data);
-      view = Object.assign(view || {}, event);
+      // A new object each time: window.gridView keeps the one the DOM was drawn from.
+      view = Object.assign({}, view || {}, event);
       delete view.type;
       schedule();
     };
