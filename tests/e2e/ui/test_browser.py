@@ -12,10 +12,13 @@ console stays free of errors; and a screenshot lands under ``.grid/demo/``.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from grid.cli.routing_cmd import _inputs, _signals
 from grid.core.live.view import SiteInputs, explain_all, site_view
 from grid.core.routing.scoring import SIGNAL_NAMES
 from grid.core.swim.config import SwimConfig
+from grid.demo.mesh import DEMO_TOKEN
 from grid.testing.live_view import detection_bound_s, simulated_view
 from grid.testing.simulator import Simulator
 
@@ -247,6 +251,46 @@ def test_killed_site_turns_suspect_then_dead_then_alive(demo: dict[str, Any], br
         "east alive again in every column",
         RESTART_S,
     )
+
+
+def _read_events(url: str, count: int) -> bytes:
+    """The first ``count`` events of a live view stream, raw."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request("GET", parts.path)
+        response = conn.getresponse()
+        assert response.status == 200
+        raw = b""
+        while raw.count(b"\n\ndata: ") < count:
+            line = response.readline()
+            assert line, "stream ended"
+            raw += line
+        return raw
+    finally:
+        conn.close()
+
+
+def test_no_response_or_event_carries_a_credential(demo: dict[str, Any]) -> None:
+    """Every live view answer, per site and aggregated, scanned for the demo's secrets."""
+    secrets = [DEMO_TOKEN, b"PRIVATE KEY"]
+    secrets += [Path(site["key"]).read_bytes().strip() for site in demo["sites"].values()]
+    bases = [demo["ui"]] + [f"http://{s['metrics']}/ui/" for s in demo["sites"].values()]
+    scanned = 0
+    for base in bases:
+        for path in ("", "live.js", "live.css", "state.json"):
+            with urllib.request.urlopen(base + path, timeout=10) as response:
+                body = response.read()
+                headers = str(response.headers).encode()
+            for secret in secrets:
+                assert secret not in body and secret not in headers, base + path
+            scanned += 1
+        events = _read_events(base + "events", 6)
+        assert b'"type":"ranking"' in events
+        for secret in secrets:
+            assert secret not in events, base + "events"
+        scanned += 1
+    assert scanned == 5 * len(bases)
 
 
 def test_screenshot_and_clean_console(demo: dict[str, Any], browser: Any) -> None:
