@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import make_mocked_request
 from prometheus_client import CollectorRegistry
 
 from grid.adapters.health_server import HealthServer
@@ -127,7 +128,7 @@ async def test_streams_beyond_the_cap_are_refused(http: aiohttp.ClientSession) -
 
 
 @pytest.mark.parametrize(
-    ("bind", "public", "served"),
+    ("bind", "public", "everyone"),
     [
         ("127.0.0.1:9090", False, True),
         ("[::1]:9090", False, True),
@@ -137,11 +138,35 @@ async def test_streams_beyond_the_cap_are_refused(http: aiohttp.ClientSession) -
         ("0.0.0.0:9090", True, True),
     ],
 )
-def test_view_follows_the_metrics_bind(bind: str, public: bool, served: bool) -> None:
+def test_view_follows_the_metrics_bind(bind: str, public: bool, everyone: bool) -> None:
     health = HealthServer(CollectorRegistry())
-    live = OperatorLiveView("east", GridState("east"), lambda: None)
-    assert live.mount(health, bind, public) is served
-    assert len(health.mounts) == (1 if served else 0)
+    routes = OperatorLiveView("east", GridState("east"), lambda: None).mount(health, bind, public)
+    assert health.mounts == [routes.add_to]
+    assert routes.loopback_only is not everyone
+    outsider = make_mocked_request("GET", "/ui/state.json", transport=_peer("10.0.0.9"))
+    local = make_mocked_request("GET", "/ui/state.json", transport=_peer("127.0.0.1"))
+    metrics = make_mocked_request("GET", "/metrics", transport=_peer("10.0.0.9"))
+    assert routes.allowed(outsider) is everyone
+    assert routes.allowed(local) and routes.allowed(metrics)
+
+
+def _peer(host: str) -> Any:
+    class Transport:
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return (host, 40000) if name == "peername" else default
+
+        def is_closing(self) -> bool:
+            return False
+
+    return Transport()
+
+
+async def test_loopback_clients_pass_a_loopback_only_view(http: aiohttp.ClientSession) -> None:
+    """Through a real listener (the refusal of other peers is the mocked case above)."""
+    async with Served(LiveViewSettings()) as s:
+        s.routes.loopback_only = True
+        async with http.get(f"{s.base}/ui/state.json") as resp:
+            assert resp.status == 200  # the test client is on loopback
 
 
 def test_loopback_hosts() -> None:

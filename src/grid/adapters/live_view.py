@@ -116,8 +116,13 @@ class LiveViewRoutes:
         source: ViewSource,
         changes: ChangeSignal,
         settings: LiveViewSettings | None = None,
+        *,
+        loopback_only: bool = False,
     ) -> None:
         self._source = source
+        self.loopback_only = loopback_only
+        """Answer only clients on this machine (``kubectl port-forward`` arrives over
+        the pod's loopback); anyone else gets 404, as if there were no view."""
         self.changes = changes
         self.settings = settings or LiveViewSettings()
         self.streams = 0
@@ -126,6 +131,7 @@ class LiveViewRoutes:
 
     def add_to(self, app: web.Application) -> None:
         """Mount ``/ui/`` and its assets, ``/ui/state.json`` and ``/ui/events``."""
+        app.middlewares.append(self._only_allowed)
         app.router.add_get("/ui", self._redirect)
         app.router.add_get("/ui/", self._page)
         app.router.add_get("/ui/live.js", self._page)
@@ -133,6 +139,19 @@ class LiveViewRoutes:
         app.router.add_get("/ui/state.json", self._state)
         app.router.add_get("/ui/events", self._events)
         app.on_shutdown.append(self._close_streams)
+
+    def allowed(self, request: web.BaseRequest) -> bool:
+        """Whether this client may see the view."""
+        if not self.loopback_only or not request.path.startswith("/ui"):
+            return True
+        return request.remote is not None and is_loopback(request.remote)
+
+    @web.middleware
+    async def _only_allowed(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if not self.allowed(request):
+            raise web.HTTPNotFound()
+        response: web.StreamResponse = await handler(request)
+        return response
 
     async def _close_streams(self, _app: web.Application) -> None:
         """At shutdown, end every open stream at once instead of waiting for its viewer."""

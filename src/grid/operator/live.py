@@ -5,8 +5,10 @@ wake the ``/ui/events`` streams through the `ChangeSignal`. The ranking is
 `grid.core.live.view.explain_all` over the very inputs and signals document the
 last render round used, so the page shows what ``grid explain`` would for them.
 
-The routes are mounted on the metrics listener only when it binds a loopback
-address, or when ``--ui-public`` opts in (the view is unauthenticated).
+The routes are mounted on the metrics listener. The view is unauthenticated,
+so unless the listener binds a loopback address (or ``--ui-public`` opts in)
+it answers only clients connecting from loopback, such as ``kubectl
+port-forward``.
 """
 
 from __future__ import annotations
@@ -47,14 +49,19 @@ class OperatorLiveView:
         self.activity = ActivityLog(site)
         self.explanations: list[Explanation] = []
 
-    def mount(self, health: HealthServer, metrics_bind: str, public: bool) -> bool:
-        """Serve ``/ui/`` on the metrics listener when its policy allows; True when mounted."""
+    def mount(self, health: HealthServer, metrics_bind: str, public: bool) -> LiveViewRoutes:
+        """Serve ``/ui/`` on the metrics listener under the listener's bind policy.
+
+        On a loopback bind, or with ``--ui-public``, every client that reaches the
+        listener sees the view. On any other bind only clients on this machine do
+        (``kubectl port-forward`` arrives over the pod's loopback); others get 404.
+        """
         host, _ = parse_address(metrics_bind)
-        if not (public or is_loopback(host)):
-            log.info("live view not served: metrics listener is not on loopback (see --ui-public)")
-            return False
-        health.mounts.append(LiveViewRoutes(self.view, self.changes).add_to)
-        return True
+        routes = LiveViewRoutes(
+            self.view, self.changes, loopback_only=not (public or is_loopback(host))
+        )
+        health.mounts.append(routes.add_to)
+        return routes
 
     def on_swim_event(self, event: SwimEvent) -> None:
         """Note a membership change (or a delivered item: lanes moved)."""

@@ -67,9 +67,9 @@ class OperatorSettings(BaseModel):
     ui_public: bool = Field(
         False,
         description=(
-            "Serve the live view (/ui/) even when --metrics-bind is not a loopback address. "
-            "Off by default: the view is unauthenticated, so it is served only on loopback "
-            "(reach it with kubectl port-forward) unless this opts in."
+            "Serve the live view (/ui/) to every client even when --metrics-bind is not a "
+            "loopback address. Off by default: the view is unauthenticated, so on a wider "
+            "bind it answers only clients connecting from loopback (kubectl port-forward)."
         ),
     )
     overlay_dir: Path | None = Field(
