@@ -25,6 +25,7 @@ from grid.core.crdt.replica import GridState
 from grid.core.live.activity import ActivityLog
 from grid.core.live.view import SiteInputs, View, explain_all, site_view
 from grid.core.overlay import format_timestamp
+from grid.core.resources import GridNetwork
 from grid.core.routing.explain import Explanation
 from grid.core.routing.render import RenderInputs
 from grid.core.routing.signals import SignalsDocument
@@ -41,10 +42,17 @@ def _now() -> str:
 class OperatorLiveView:
     """One site's live view over its SWIM node, replica and last render."""
 
-    def __init__(self, site: str, replica: GridState, swim: Callable[[], SwimNode | None]) -> None:
+    def __init__(
+        self,
+        site: str,
+        replica: GridState,
+        swim: Callable[[], SwimNode | None],
+        network: Callable[[], GridNetwork | None] = lambda: None,
+    ) -> None:
         self.site = site
         self.replica = replica
         self._swim = swim
+        self._network = network
         self.changes = ChangeSignal()
         self.activity = ActivityLog(site)
         self.explanations: list[Explanation] = []
@@ -108,5 +116,13 @@ class OperatorLiveView:
                 transport=transport,
                 lanes=lanes,
                 explanations=self.explanations,
+                budgets=self._budgets(),
             )
         )
+
+    def _budgets(self) -> list[dict[str, object]] | None:
+        """The served network's ``status.budgetStatus``, when it has any."""
+        network = self._network()
+        if network is None or network.status is None or not network.status.budget_status:
+            return None
+        return [b.model_dump(by_alias=True) for b in network.status.budget_status]

@@ -112,7 +112,9 @@ class Operator:
         if settings.ca and settings.cert and settings.key:
             tls = client_context(settings.ca, settings.cert, settings.key)
         self.sites = SiteController(store, settings.site, tls)
-        self.live = OperatorLiveView(settings.site, self.replica, lambda: self.swim)
+        self.live = OperatorLiveView(
+            settings.site, self.replica, lambda: self.swim, lambda: self.served.network
+        )
         self.live.mount(self.health, settings.metrics_bind, settings.ui_public)
 
     # -- lifecycle -----------------------------------------------------------

@@ -45,6 +45,7 @@ SCREENSHOT = ROOT / ".grid" / "demo" / "live-view.png"
 SITES = ("central", "east", "west")
 DEMO_SWIM = SwimConfig.from_spec(gossip_nodes=3, probe_interval_s=0.5, suspicion_timeout_s=2.0)
 """The demo's SWIM settings (probeInterval 500ms, suspicionTimeout 2s)."""
+AT = "2026-01-01T00:00:00.000Z"
 RESTART_S = 60.0
 """The supervisor's backoff plus an operator's start and rejoin, on a loaded machine."""
 
@@ -145,11 +146,9 @@ def test_each_bar_shows_grid_explain_numbers(
     """The quickstart's view, ranked from the files ``grid explain`` reads, in the page."""
     inputs = _inputs(str(QUICKSTART))
     signals = _signals(str(QUICKSTART / "signals.json"))
-    view = site_view(
-        SiteInputs(
-            "east", "2026-01-01T00:00:00.000Z", 0, explanations=explain_all(inputs, "east", signals)
-        )
-    )
+    budget = {"tenantId": "acme", "spendUsd": 2.5, "capUsd": 10.0, "spendRatio": 0.25}
+    explanations = explain_all(inputs, "east", signals)
+    view = site_view(SiteInputs("east", AT, 0, explanations=explanations, budgets=[budget]))
     compared = 0
     with serve_view(view) as url:
         _open(browser, url)
@@ -178,6 +177,8 @@ def test_each_bar_shows_grid_explain_numbers(
                 assert segments == {n: breakdown[n] for n in SIGNAL_NAMES}
                 assert texts == {n: f"{n} {breakdown[n]:.4f}" for n in SIGNAL_NAMES}
                 compared += 1
+        budgets = _text(browser, "#budgets tbody tr")
+        assert budgets.split() == ["east", "acme", "2.5", "10", "0.2500"]
         _leave(browser)
     assert compared > 0
 
