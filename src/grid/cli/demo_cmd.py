@@ -21,6 +21,7 @@ import click
 from rich.console import Console, Group
 from rich.live import Live
 
+from grid.demo.live import DemoLiveView, site_addresses
 from grid.demo.load import drive
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import API_MODEL, MODEL
@@ -44,13 +45,17 @@ async def _run(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     load: asyncio.Task[None] | None = None
+    web_view: DemoLiveView | None = None
     routed: asyncio.Task[None] | None = None
     try:
         console.print(f"[bold]grid demo[/]: preparing {len(sites)} sites under {root}")
         await mesh.prepare()
         await mesh.start()
+        web_view = DemoLiveView(site_addresses(mesh.describe()), mesh.routed_counts)
+        mesh.ui_url = await web_view.start()
         path = mesh.write_description()
         console.print(f"mesh is up; reach it through {path}")
+        console.print(f"live view: {mesh.ui_url}")
         console.print(
             f"signal transport: {transport}"
             + ("; local scoring is off, candidates carry no score" if transport == "poll" else "")
@@ -80,6 +85,8 @@ async def _run(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         console.print("stopping every process of the demo...")
+        if web_view is not None:
+            await web_view.stop()
         await mesh.stop()
 
 

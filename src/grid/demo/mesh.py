@@ -94,6 +94,8 @@ class DemoMesh:
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
         self._described = False
+        self.ui_url: str | None = None
+        """The aggregated live view's URL once `grid demo` serves it (demo.json ``ui``)."""
 
     # -- preparation -----------------------------------------------------------
 
@@ -413,7 +415,7 @@ class DemoMesh:
             }
         first = next(iter(self.plan.sites), None)
         top = self.gateway_address(first) if first is not None else None
-        return {"sites": sites, "ca": str(self.pki.ca), "gateway": top}
+        return {"sites": sites, "ca": str(self.pki.ca), "gateway": top, "ui": self.ui_url}
 
     def gateway_address(self, site: str) -> str | None:
         """The site gateway's public ``host:port``, or None when it is not running."""

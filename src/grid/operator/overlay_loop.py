@@ -37,7 +37,7 @@ from grid.core.resources.secret import Secret
 from grid.core.routing.admission_policy import pressure_ratio, pressure_signals, stabilized
 from grid.core.routing.hysteresis import Hysteresis, PressureRules
 from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs, signals_document
-from grid.core.routing.render import render
+from grid.core.routing.render import RenderInputs, render
 from grid.core.routing.signals import SignalsDocument
 from grid.errors import GridError
 from grid.operator.budgets import BudgetView
@@ -91,6 +91,9 @@ class OverlayLoop:
         """Gateways whose overlay failed to be written in the last round."""
         self.served = 0
         """Gateways served in the last round."""
+        self.last_inputs: RenderInputs | None = None
+        """The inputs of the last round (the live view explains from them)."""
+        self.last_signals: SignalsDocument | None = None
         self._hysteresis: Hysteresis | None = None
 
     def stabilized_holds(
@@ -146,6 +149,7 @@ class OverlayLoop:
                 epoch=self._epoch,
                 sequence=self._sequence,
             )
+        self.last_inputs, self.last_signals = inputs, signals
         held = self.stabilized_holds(network, signals, now.timestamp())
         overlays = []
         consumers: list[dict[str, Any]] = []

@@ -66,6 +66,7 @@ from grid.operator.feedback_ingest import wire_ingest
 from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
 from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_for
 from grid.operator.lifecycle import SignalLifecycle
+from grid.operator.live import OperatorLiveView
 from grid.operator.local_lanes import LocalLanes
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
@@ -151,6 +152,10 @@ class Operator(LocalLanes, SiteRounds):
         self.sites = SiteController(store, settings.site, tls)
         self.discovery = SiteDiscovery(store, settings.site)
         self.swim_keys = SwimKeys(store, settings.swim_key_file)
+        self.live = OperatorLiveView(
+            settings.site, self.replica, lambda: self.swim, lambda: self.served.network
+        )
+        self.live.mount(self.health, settings.metrics_bind, settings.ui_public)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -387,6 +392,7 @@ class Operator(LocalLanes, SiteRounds):
         assert self.swim is not None
         while True:
             event = await self.swim.events.get()
+            self.live.on_swim_event(event)
             if isinstance(event, Notify | Deliver):
                 self._dirty.set()
 
@@ -438,6 +444,7 @@ class Operator(LocalLanes, SiteRounds):
             view,
         )
         self.ready = True
+        self.live.on_render(self.overlays.last_inputs, self.overlays.last_signals)
         outcome = RoundOutcome(
             served=self.overlays.served,
             render_failed=tuple(self.overlays.render_failed),

@@ -62,7 +62,16 @@ class OperatorSettings(BaseModel):
         ),
     )
     metrics_bind: str = Field(
-        DEFAULT_METRICS_BIND, description="host:port for /metrics, /healthz and /readyz."
+        DEFAULT_METRICS_BIND,
+        description="host:port for /metrics, /healthz, /readyz and the live view /ui/.",
+    )
+    ui_public: bool = Field(
+        False,
+        description=(
+            "Serve the live view (/ui/) to every client even when --metrics-bind is not a "
+            "loopback address. Off by default: the view is unauthenticated, so on a wider "
+            "bind it answers only clients connecting from loopback (kubectl port-forward)."
+        ),
     )
     overlay_dir: Path | None = Field(
         None,
