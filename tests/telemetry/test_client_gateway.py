@@ -37,6 +37,15 @@ def _transport(pki: Pki, agent: str, address: str) -> HttpsTransport:
     return HttpsTransport(address, cert=cert, key=key, ca=pki.ca)
 
 
+def _pooled_alive(transport: HttpsTransport) -> bool:
+    """Whether the transport's connection pool still holds a live connection."""
+    session = transport._session
+    if session is None:
+        return False
+    pool = session.connector._conns  # type: ignore[union-attr]
+    return any(proto.is_connected() for conns in pool.values() for proto, _ in conns)
+
+
 async def _no_sleep(seconds: float) -> None:
     del seconds
 
@@ -176,6 +185,10 @@ async def test_the_client_reconnects_after_the_gateway_closed_an_idle_connection
         await eventually(
             lambda: not harness.gateway.connections.open, "the idle keep-alive connection closed"
         )
+        # The gateway's side closes first; the client's pooled connection learns of it when
+        # its own event-loop callback runs. Sending before that would test the retry, not
+        # the reconnect.
+        await eventually(lambda: not _pooled_alive(transport), "the client saw the close")
         second = await client.send(_records(2, 0))
     finally:
         await transport.close()

@@ -207,6 +207,7 @@ def test_page_renders_a_64_member_mesh(
         assert len(cells) == 64 * 63
         assert set(_states(browser, victim).values()) == {"dead"}
         assert "not answering: " + victim in browser.find_element("id", "unreachable").text
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)  # a clean clone has no .grid yet
         assert browser.save_screenshot(str(SCREENSHOT.with_name("live-view-64.png")))
         _leave(browser)
 
@@ -309,6 +310,7 @@ def test_screenshot_and_clean_console(demo: dict[str, Any], browser: Any) -> Non
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         SCREENSHOT.unlink()
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(SCREENSHOT))
     assert SCREENSHOT.stat().st_size > 10_000
     assert _console_errors(browser) == []
