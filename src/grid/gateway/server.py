@@ -22,11 +22,14 @@ from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from grid.adapters.http_listener import HttpListener, listen_address
+from grid.core.routing.rerank import RerankContext, rerank
+from grid.core.routing.signals import SignalsDocument
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
 from grid.gateway.metrics import GatewayMetrics, Tally
 from grid.gateway.proxy import Proxy
 from grid.gateway.settings import GatewaySettings
-from grid.gateway.snapshot import OverlayFile, Snapshot
+from grid.gateway.signals_poll import OperatorSignals, SiteCredentials
+from grid.gateway.snapshot import OverlayFile, Snapshot, snapshot_of
 from grid.gateway.upstream import Upstream, upstreams
 
 log = logging.getLogger(__name__)
@@ -57,7 +60,11 @@ class Gateway:
         config: PraxisConfig,
         settings: GatewaySettings | None = None,
         config_path: Path | None = None,
+        operator: str | None = None,
+        credentials: SiteCredentials | None = None,
     ) -> None:
+        """``operator`` (``host:port`` of its signals listener) with ``credentials``
+        turns on poll mode: candidates are re-ranked by the signals pulled from it."""
         self.config = config
         self.config_path = config_path
         self._config_stamp = _stamp(config_path)
@@ -71,6 +78,16 @@ class Gateway:
         self._inline = config.inline
         self.upstreams = upstreams(config.clusters, self.settings)
         self.metrics = GatewayMetrics(config.clusters)
+        self.signals: OperatorSignals | None = None
+        if operator is not None:
+            if credentials is None:
+                raise ValueError("poll mode needs the site certificate, key and CA")
+            self.signals = OperatorSignals(
+                operator, credentials, self.settings, outcomes=self.metrics.signals_polls
+            )
+        self._ranking = config.ranking or RerankContext(config.local_site)
+        self._ranked: tuple[Snapshot, SignalsDocument, Snapshot] | None = None
+        self._poll: asyncio.Task[None] | None = None
         self.proxy = Proxy(config, self.settings, self.snapshot, self.upstreams, self.metrics)
         # Client bodies are relayed as sent (a compressed one is not unpacked).
         self.public = HttpListener(
@@ -84,12 +101,31 @@ class Gateway:
         self._watch: asyncio.Task[None] | None = None
         self._register_gauges()
 
-    def snapshot(self) -> Snapshot:
-        """The snapshot new requests route by."""
+    def base_snapshot(self) -> Snapshot:
+        """The verified overlay's snapshot, in overlay order."""
         if self.overlay is not None:
             return self.overlay.snapshot
         assert self._inline is not None
         return self._inline
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot new requests route by: re-ranked by pulled signals under poll.
+
+        The re-ranked snapshot is computed once per (overlay, signals document)
+        pair and reused until either changes; without a document yet the overlay
+        order stands.
+        """
+        base = self.base_snapshot()
+        document = self.signals.document if self.signals is not None else None
+        if document is None:
+            return base
+        held = self._ranked
+        if held is not None and held[0] is base and held[1] is document:
+            return held[2]
+        ordered = rerank(base.candidates, document, self._ranking)
+        ranked = snapshot_of(ordered, base.revision, base.source)
+        self._ranked = (base, document, ranked)
+        return ranked
 
     def _register_gauges(self) -> None:
         m = self.metrics
@@ -142,6 +178,7 @@ class Gateway:
             {
                 "revision": snap.revision,
                 "mode": "overlay_file" if overlay is not None else "inline",
+                "signals": self._signals_view(),
                 "local_site": self.config.local_site,
                 "candidates": [c.wire() for c in snap.candidates],
                 "reloads": {
@@ -151,6 +188,21 @@ class Gateway:
                 },
             }
         )
+
+    def _signals_view(self) -> dict[str, object] | None:
+        """Poll-mode state for /snapshot: the document held and poll outcomes."""
+        poller = self.signals
+        if poller is None:
+            return None
+        document = poller.document
+        return {
+            "operator": poller.address,
+            "epoch": document.epoch if document else None,
+            "sequence": document.sequence if document else None,
+            "providers": len(document.providers) if document else 0,
+            "consecutive_failures": poller.failures,
+            "polls": {k: v.value for k, v in poller.outcomes.items()},
+        }
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -163,6 +215,8 @@ class Gateway:
             await self.admin.stop()
             raise
         self._watch = asyncio.create_task(self._watch_files(), name="grid-gateway-files")
+        if self.signals is not None:
+            self._poll = asyncio.create_task(self.signals.run(), name="grid-gateway-signals")
         self.ready = True
         log.info("gateway serving", extra={"public": public, "admin": admin})
         return public, admin
@@ -212,10 +266,13 @@ class Gateway:
     async def stop(self) -> None:
         """Refuse new connections, drain in-flight requests (bounded), close clusters."""
         self.ready = False
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        for task in (self._watch, self._poll):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.signals is not None:
+            await self.signals.close()
         await self.public.stop()
         await self.admin.stop()
         for upstream in self.upstreams.values():
