@@ -25,6 +25,8 @@ from grid.adapters.http_listener import HttpListener, listen_address
 from grid.core.routing.rerank import RerankContext, rerank
 from grid.core.routing.signals import SignalsDocument
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
+from grid.gateway.feedback import FeedbackReporter, HttpIngestTransport
+from grid.gateway.ingest_reports import IngestReports
 from grid.gateway.metrics import GatewayMetrics, Tally
 from grid.gateway.proxy import Proxy
 from grid.gateway.settings import GatewaySettings
@@ -79,15 +81,31 @@ class Gateway:
         self.upstreams = upstreams(config.clusters, self.settings)
         self.metrics = GatewayMetrics(config.clusters)
         self.signals: OperatorSignals | None = None
+        self.reports: IngestReports | None = None
+        self._ingest: HttpIngestTransport | None = None
         if operator is not None:
             if credentials is None:
                 raise ValueError("poll mode needs the site certificate, key and CA")
+            self._ingest = HttpIngestTransport(
+                operator, credentials.client_context(), self.settings.feedback.request_timeout_s
+            )
+            reporter = FeedbackReporter(
+                self._ingest,
+                replica=self.settings.feedback_replica,
+                settings=self.settings.feedback,
+            )
+            self.reports = IngestReports(reporter)
             self.signals = OperatorSignals(
-                operator, credentials, self.settings, outcomes=self.metrics.signals_polls
+                operator,
+                credentials,
+                self.settings,
+                outcomes=self.metrics.signals_polls,
+                on_ingest=lambda accepted: self._report("signals", accepted),
             )
         self._ranking = config.ranking or RerankContext(config.local_site)
         self._ranked: tuple[Snapshot, SignalsDocument, Snapshot] | None = None
         self._poll: asyncio.Task[None] | None = None
+        self._deliver: asyncio.Task[None] | None = None
         self.proxy = Proxy(config, self.settings, self.snapshot, self.upstreams, self.metrics)
         # Client bodies are relayed as sent (a compressed one is not unpacked).
         self.public = HttpListener(
@@ -100,6 +118,10 @@ class Gateway:
         self.ready = False
         self._watch: asyncio.Task[None] | None = None
         self._register_gauges()
+
+    def _report(self, source: str, accepted: bool) -> None:
+        if self.reports is not None:
+            self.reports.ingest(source, accepted)
 
     def base_snapshot(self) -> Snapshot:
         """The verified overlay's snapshot, in overlay order."""
@@ -150,6 +172,18 @@ class Gateway:
             lambda: float(len(self.snapshot().candidates)),
         )
         m.reloads["accepted"].inc(1 if self.overlay is not None else 0)
+        if self.reports is not None:
+            reporter = self.reports.reporter
+            m.gauge(
+                "grid_gateway_ingest_rejected",
+                "Rejected ingests in this reporter epoch (the cumulative §7 counter).",
+                lambda: float(reporter.rejected),
+            )
+            m.gauge(
+                "grid_gateway_feedback_pending",
+                "1 while a feedback report awaits the operator's acknowledgement.",
+                lambda: float(reporter.pending is not None),
+            )
 
     # -- admin ------------------------------------------------------------------
 
@@ -179,6 +213,7 @@ class Gateway:
                 "revision": snap.revision,
                 "mode": "overlay_file" if overlay is not None else "inline",
                 "signals": self._signals_view(),
+                "feedback": self._feedback_view(),
                 "local_site": self.config.local_site,
                 "candidates": [c.wire() for c in snap.candidates],
                 "reloads": {
@@ -204,6 +239,23 @@ class Gateway:
             "polls": {k: v.value for k, v in poller.outcomes.items()},
         }
 
+    def _feedback_view(self) -> dict[str, object] | None:
+        """Poll-mode ingest feedback for /snapshot: the reporter's state."""
+        if self.reports is None:
+            return None
+        r = self.reports.reporter
+        acked = r.acknowledged
+        return {
+            "reporter": r.reporter_id,
+            "epoch": r.epoch,
+            "sequence": r.sequence,
+            "rejected": r.rejected,
+            "pending": r.pending is not None,
+            "acknowledged_sequence": acked.sequence if acked is not None else None,
+            "consecutive_failures": r.failures,
+            "held": self.reports.held,
+        }
+
     # -- lifecycle --------------------------------------------------------------
 
     async def start(self) -> tuple[str, str]:
@@ -217,6 +269,12 @@ class Gateway:
         self._watch = asyncio.create_task(self._watch_files(), name="grid-gateway-files")
         if self.signals is not None:
             self._poll = asyncio.create_task(self.signals.run(), name="grid-gateway-signals")
+        if self.reports is not None:
+            if self.overlay is not None:
+                self._report("overlay", True)  # the cold-start load verified
+            self._deliver = asyncio.create_task(
+                self.reports.reporter.run(), name="grid-gateway-feedback"
+            )
         self.ready = True
         log.info("gateway serving", extra={"public": public, "admin": admin})
         return public, admin
@@ -255,24 +313,31 @@ class Gateway:
         log.info("praxis.yaml clusters reloaded", extra={"added": len(added)})
 
     def _poll_overlay(self, overlay: OverlayFile) -> None:
-        rejected = overlay.rejected
+        accepted, rejected = overlay.accepted, overlay.rejected
         if overlay.poll():
             self.metrics.reloads["accepted"].inc()
             revision = (overlay.snapshot.revision or "")[:12]
             log.info("overlay swapped", extra={"revision": revision})
         elif overlay.rejected > rejected:
             self.metrics.reloads["rejected"].inc()
+        # Every reload is an ingest, whether or not it changed the snapshot.
+        if overlay.rejected > rejected:
+            self._report("overlay", False)
+        elif overlay.accepted > accepted:
+            self._report("overlay", True)
 
     async def stop(self) -> None:
         """Refuse new connections, drain in-flight requests (bounded), close clusters."""
         self.ready = False
-        for task in (self._watch, self._poll):
+        for task in (self._watch, self._poll, self._deliver):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if self.signals is not None:
             await self.signals.close()
+        if self._ingest is not None:
+            await self._ingest.close()
         await self.public.stop()
         await self.admin.stop()
         for upstream in self.upstreams.values():

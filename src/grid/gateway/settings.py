@@ -6,9 +6,10 @@ The listener limits (header deadline, idle keep-alive, connection cap) are a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grid.adapters.http_listener import ListenerPolicy
+from grid.gateway.feedback import ReporterSettings
 
 LISTENER_POLICY = ListenerPolicy(
     header_read_timeout_s=10.0,
@@ -68,4 +69,8 @@ class GatewaySettings:
     signals_keepalive_s: float = 30.0
     """Seconds the idle connection to the operator is kept for the next poll; must stay
     under the operator's idle timeout."""
+    feedback: ReporterSettings = field(default_factory=ReporterSettings)
+    """The ingest-feedback reporter's retry limits (poll mode; `grid.gateway.feedback`)."""
+    feedback_replica: str = "gateway"
+    """The replica label of feedback reports (diagnostic only, a DNS label)."""
     listener: ListenerPolicy = LISTENER_POLICY

@@ -14,6 +14,11 @@ attempt: the interval doubles per consecutive failure up to
 ``signals_backoff_max_s``, with jitter so gateways that lost one operator do
 not come back in step. Outcomes are counted under ``ok``, ``not_modified`` and
 ``error``; nothing the server sent is logged.
+
+A document that arrived is an ingest: ``on_ingest(True)`` when it was taken,
+``on_ingest(False)`` when it was refused (invalid or oversized), which the
+gateway reports as ingest feedback (§7). A ``304`` or a failure to reach the
+operator ingests nothing.
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ class SiteCredentials:
         return context
 
 
+REFUSED_DOCUMENT = frozenset({"invalid_document", "too_large"})
+"""Failure reasons where a document arrived and was refused: a rejected ingest."""
+
+
 class PollFailed(Exception):
     """A poll that yielded nothing usable; ``reason`` is a fixed word, never server text."""
 
@@ -87,12 +96,14 @@ class OperatorSignals:
         on_change: Callable[[SignalsDocument], None] = lambda _doc: None,
         rng: random.Random | None = None,
         outcomes: Mapping[str, Tally] | None = None,
+        on_ingest: Callable[[bool], None] = lambda _accepted: None,
     ) -> None:
         self.address = address
         self.url = f"https://{address}{SIGNALS_PATH}"
         self._ssl = credentials.client_context()
         self._settings = settings
         self._on_change = on_change
+        self._on_ingest = on_ingest
         self._rng = rng or random.Random()
         self._session: aiohttp.ClientSession | None = None
         self._etag: str | None = None
@@ -121,6 +132,8 @@ class OperatorSignals:
         except PollFailed as exc:
             log.warning("signals poll failed", extra={"reason": exc.reason})
             outcome = "error"
+            if exc.reason in REFUSED_DOCUMENT:
+                self._on_ingest(False)
         except (aiohttp.ClientError, OSError, TimeoutError, ssl.SSLError) as exc:
             log.warning("signals poll failed", extra={"reason": type(exc).__name__})
             outcome = "error"
@@ -147,6 +160,7 @@ class OperatorSignals:
             raise PollFailed("invalid_document") from None
         self.document, self._etag = document, etag
         self._on_change(document)
+        self._on_ingest(True)
         return "ok"
 
     async def _read(self, resp: aiohttp.ClientResponse) -> bytes:

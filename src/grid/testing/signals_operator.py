@@ -2,10 +2,12 @@
 
 It serves ``GET /v1/site/signals`` over real mTLS on 127.0.0.1 (client
 certificate required), with a strong ``ETag`` and ``304`` on a matching
-``If-None-Match``, as §6 fixes. Tests set the document it serves, make it
-answer an error status, and read what it saw: requests, the ``If-None-Match``
-values, the distinct connections (keep-alive) and whether each request came
-with a client certificate.
+``If-None-Match``, as §6 fixes, and ``POST /v1/site/signals/ingest``, parsing
+each report with `grid.core.feedback.parse_report` and answering §7's ``204``
+with the epoch and sequence echoed (or a chosen failure status). Tests set
+the document it serves, make it answer an error status, and read what it saw:
+requests, the ``If-None-Match`` values, the distinct connections (keep-alive),
+whether each request came with a client certificate, and every report.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import ssl
 from typing import Any
 
 from aiohttp import web
+
+from grid.core.feedback import FeedbackRefusal, Report, echo_headers, parse_report
 
 
 class SignalsOperator:
@@ -31,6 +35,11 @@ class SignalsOperator:
         self.scopes: list[str | None] = []
         self.connections: set[int] = set()
         self.client_certs: list[bool] = []
+        self.ingest_status: int | None = None
+        """When set, every ingest POST is answered with this status and no echo."""
+        self.reports: list[Report] = []
+        """Every well-formed report received, acknowledged or not, in arrival order."""
+        self.acknowledged: list[Report] = []
         self._runner: web.AppRunner | None = None
 
     def body(self) -> bytes:
@@ -60,10 +69,27 @@ class SignalsOperator:
             body=self.body(), content_type="application/json", headers={"ETag": etag}
         )
 
+    async def _ingest(self, request: web.Request) -> web.Response:
+        transport = request.transport
+        peer = transport.get_extra_info("peercert") if transport is not None else None
+        self.client_certs.append(bool(peer))
+        if await request.read():
+            return web.json_response({"code": "body_not_empty", "message": "t"}, status=413)
+        try:
+            report = parse_report(request.headers.items())
+        except FeedbackRefusal as exc:
+            return web.json_response({"code": exc.code, "message": "t"}, status=exc.status)
+        self.reports.append(report)
+        if self.ingest_status is not None:
+            return web.json_response({"code": "test", "message": "t"}, status=self.ingest_status)
+        self.acknowledged.append(report)
+        return web.Response(status=204, headers=echo_headers(report))
+
     async def start(self) -> str:
         """Listen on a free port of 127.0.0.1; returns ``127.0.0.1:port``."""
         app = web.Application()
         app.router.add_get("/v1/site/signals", self._signals)
+        app.router.add_post("/v1/site/signals/ingest", self._ingest)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._tls)
