@@ -51,7 +51,7 @@ def test_an_rsa_or_unreadable_site_key_is_refused_without_echoing_it(tmp_path: P
 def test_trust_takes_the_network_mode_and_every_gridsite_pin(pki: Any, tmp_path: Path) -> None:
     plan = plan_mesh(tmp_path, ["east", "west"])
     network = GridNetwork.model_validate(
-        network_doc(plan, probe_interval="1s", suspicion_timeout="2s")
+        network_doc(plan, probe_interval="1s", suspicion_timeout="2s", credential_base=tmp_path)
     )
     sites = [
         GridSite.model_validate(site_doc(plan.sites[s], pki.sites[s].fingerprint))
@@ -60,7 +60,9 @@ def test_trust_takes_the_network_mode_and_every_gridsite_pin(pki: Any, tmp_path:
     trust = trust_for(pki.ca.read_bytes(), network, sites)
     assert trust.mode == "pin" and len(trust.roots) == 1
     assert trust.pins == {s: frozenset({pki.sites[s].fingerprint}) for s in ("east", "west")}
-    spiffe_doc = network_doc(plan, probe_interval="1s", suspicion_timeout="2s")
+    spiffe_doc = network_doc(
+        plan, probe_interval="1s", suspicion_timeout="2s", credential_base=tmp_path
+    )
     spiffe_doc["spec"]["tls"]["trust"] = {"mode": "spiffe", "trustDomain": "grid.local"}
     spiffe = trust_for(pki.ca.read_bytes(), GridNetwork.model_validate(spiffe_doc), sites)
     west_pem = pki.sites["west"].cert.read_text()
@@ -77,3 +79,13 @@ def test_dropped_items_and_the_pending_queue_are_exported(pki: Any) -> None:
     assert 'grid_swim_items_dropped_total{reason="bad_signature"} 1.0' in text
     assert 'grid_swim_items_dropped_total{reason="unsigned"} 0.0' in text
     assert "grid_swim_items_pending 1.0" in text
+
+
+def test_trust_takes_every_canonical_pin_of_a_gridsite(pki: Any, tmp_path: Path) -> None:
+    plan = plan_mesh(tmp_path, ["east", "west"])
+    doc = site_doc(plan.sites["west"], pki.sites["west"].fingerprint)
+    doc["spec"]["trust"]["canonicalFingerprints"] = [pki.sites["central"].fingerprint]
+    trust = trust_for(pki.ca.read_bytes(), None, [GridSite.model_validate(doc)])
+    assert trust.pins == {
+        "west": frozenset({pki.sites["west"].fingerprint, pki.sites["central"].fingerprint})
+    }

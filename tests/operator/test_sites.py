@@ -9,6 +9,7 @@ as the operator does, so phases come back through the status written.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,6 +20,7 @@ from grid.adapters.tls_probe import EgressListener, client_context, server_conte
 from grid.core.resources import API_VERSION, AUTO_DISCOVER_LABEL, GridSite
 from grid.core.resources.phases import SitePhase
 from grid.core.swim.members import MemberState
+from grid.core.trust import fingerprint_der
 from grid.operator.sites import SiteController
 
 ALIVE = {"west": MemberState.ALIVE}
@@ -259,3 +261,70 @@ async def test_black_holed_peers_are_probed_concurrently_within_one_timeout(
     elapsed = time.monotonic() - started
     assert controller.phases == {n: SitePhase.CONNECTING for n in names}
     assert elapsed < 1.2, f"four 0.4 s probes took {elapsed:.2f} s: not concurrent"
+
+
+async def add_upstream_site(store: Any, address: str, pins: list[str]) -> None:
+    """West pinned the upstream way: canonicalFingerprints only."""
+    await store.create(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "GridSite",
+            "metadata": {"name": "west", "labels": {AUTO_DISCOVER_LABEL: "true"}},
+            "spec": {
+                "gridNetworkRef": "prod",
+                "trust": {"canonicalFingerprints": pins},
+                "egress": {
+                    "address": address,
+                    "tls": {"mode": "Mutual", "serverName": "localhost"},
+                },
+            },
+        }
+    )
+
+
+async def test_a_second_canonical_pin_activates_the_site(
+    controller: SiteController, store: Any, pki: Any, egress: tuple[EgressListener, str]
+) -> None:
+    # Rotation: the old pin (central's certificate) first, west's new one second.
+    pins = [pki.sites["central"].fingerprint, pki.sites["west"].fingerprint]
+    await add_upstream_site(store, egress[1], pins)
+    assert (await walk_to_active(controller, store))[-1] is SitePhase.ACTIVE
+    site = await west(store)
+    assert site.status is not None and site.status.reason == "FingerprintVerified"
+
+
+async def test_a_certfingerprint_mismatch_is_rescued_by_a_canonical_pin(
+    controller: SiteController, store: Any, pki: Any, egress: tuple[EgressListener, str]
+) -> None:
+    await add_site(store, egress[1], pki.sites["central"].fingerprint)
+    assert (await walk_to_active(controller, store))[-1] is SitePhase.CONNECTING
+    obj = await store.get("GridSite", "west")
+    obj["spec"]["trust"]["canonicalFingerprints"] = [pki.sites["west"].fingerprint]
+    await store.replace(obj)
+    assert (await round_(controller, store)).phase is SitePhase.ACTIVE
+
+
+async def test_only_unlisted_pins_keep_the_site_connecting(
+    controller: SiteController, store: Any, pki: Any, egress: tuple[EgressListener, str]
+) -> None:
+    pins = [pki.sites["central"].fingerprint, pki.sites["east"].fingerprint]
+    await add_upstream_site(store, egress[1], pins)
+    phases = [(await round_(controller, store)).phase for _ in range(4)]
+    assert phases[-1] is SitePhase.CONNECTING
+
+
+async def test_the_probe_fills_public_cert_pem_and_last_probe_time(
+    controller: SiteController, store: Any, pki: Any, egress: tuple[EgressListener, str]
+) -> None:
+    await add_upstream_site(store, egress[1], [pki.sites["west"].fingerprint])
+    await walk_to_active(controller, store)
+    site = await west(store)
+    assert site.status is not None and site.status.last_probe_time is not None
+    pem = site.status.public_cert_pem
+    assert pem is not None and "PRIVATE KEY" not in pem
+    assert fingerprint_der(ssl.PEM_cert_to_DER_cert(pem)) == pki.sites["west"].fingerprint
+    # A steady Active site does not rewrite its status on every probe.
+    writes = store.calls["patch_status", "GridSite"]
+    for _ in range(3):
+        await round_(controller, store)
+    assert store.calls["patch_status", "GridSite"] == writes

@@ -4,7 +4,9 @@
 followed by ``metricsConfig.path``, bounded by ``metricsConfig.timeout`` and
 `METRICS_BODY_MAX_BYTES`, parses the Prometheus text format with
 ``prometheus_client``'s parser, and hands the families to the pure
-`grid.core.routing.metrics_mapping`. It remembers the previous scrape's latency buckets so
+`grid.core.routing.metrics_mapping`. HTTPS requests use the provider's TLS context
+(``metricsConfig.tls``, ``healthCheck.tls``; `grid.adapters.provider_tls`) when
+one is given. It remembers the previous scrape's latency buckets so
 each p99 covers the interval since the last scrape. `check_health` GETs
 ``healthCheck.path`` on ``spec.endpoint`` within ``healthCheck.timeout``.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import ssl
 from dataclasses import dataclass
 
 import aiohttp
@@ -31,6 +34,7 @@ from grid.core.routing.metrics_mapping import (
     Sample,
     ScrapedSignals,
     map_signals,
+    select_pool,
 )
 from grid.errors import GridError
 
@@ -91,11 +95,18 @@ async def fetch_text(
     url: str,
     timeout_s: float,
     max_bytes: int = METRICS_BODY_MAX_BYTES,
+    tls: ssl.SSLContext | None = None,
 ) -> str:
-    """GET a URL and return its body as text, within a deadline and a size bound."""
+    """GET a URL and return its body as text, within a deadline and a size bound.
+
+    ``tls`` is the provider's TLS context (``metricsConfig.tls``); None keeps the
+    session's default verification.
+    """
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.get(url, headers={"Accept": "text/plain"}) as resp:
+            async with session.get(
+                url, headers={"Accept": "text/plain"}, ssl=tls if tls is not None else True
+            ) as resp:
                 if resp.status != 200:
                     raise ScrapeError(
                         ScrapeFailure.HTTP_STATUS, f"GET {url} answered {resp.status}"
@@ -112,7 +123,7 @@ async def fetch_text(
         raise ScrapeError(
             ScrapeFailure.TIMEOUT, f"GET {url} took longer than {timeout_s:g}s"
         ) from exc
-    except aiohttp.ClientError as exc:
+    except (aiohttp.ClientError, ssl.SSLError) as exc:
         raise ScrapeError(ScrapeFailure.CONNECT, f"GET {url} failed: {type(exc).__name__}") from exc
     try:
         return bytes(body).decode("utf-8")
@@ -124,18 +135,28 @@ class ProviderScraper:
     """Scrapes one provider's metrics, keeping the state the p99 window needs."""
 
     def __init__(
-        self, session: aiohttp.ClientSession, base_url: str, config: MetricsConfig | None = None
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        config: MetricsConfig | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.config = config or MetricsConfig()
-        self.url = join_url(self.config.endpoint or base_url, self.config.path)
+        self.url = join_url(self.config.base_url or base_url, self.config.path)
         self.timeout_s = parse_duration(self.config.timeout)
+        self.tls = tls
         self._session = session
         self._previous_buckets: Buckets | None = None
 
     async def scrape(self) -> ScrapedSignals:
-        """Fetch, parse and map once; raises `ScrapeError` on failure."""
-        text = await fetch_text(self._session, self.url, self.timeout_s)
+        """Fetch, parse and map once; raises `ScrapeError` on failure.
+
+        With ``poolName`` only that pool's series count (`select_pool`).
+        """
+        text = await fetch_text(self._session, self.url, self.timeout_s, tls=self.tls)
         families = parse_exposition(text)
+        if self.config.pool_name is not None:
+            families = select_pool(families, self.config.pool_name)
         scraped = map_signals(
             families,
             self.config.signal_names,
@@ -156,19 +177,23 @@ class HealthResult:
 
 
 async def check_health(
-    session: aiohttp.ClientSession, base_url: str, health: HealthCheck | None = None
+    session: aiohttp.ClientSession,
+    base_url: str,
+    health: HealthCheck | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> HealthResult:
-    """GET the health path; any 2xx within the timeout is healthy."""
+    """GET the health path on ``healthCheck.endpoint`` (else ``base_url``); any 2xx
+    within the timeout is healthy. ``tls`` is the context of ``healthCheck.tls``."""
     health = health or HealthCheck()
-    url = join_url(base_url, health.path)
+    url = join_url(health.endpoint or base_url, health.path)
     try:
         async with asyncio.timeout(parse_duration(health.timeout)):
-            async with session.get(url) as resp:
+            async with session.get(url, ssl=tls if tls is not None else True) as resp:
                 await resp.read()
                 status = resp.status
     except TimeoutError:
         return HealthResult(False, failure=ScrapeFailure.TIMEOUT)
-    except aiohttp.ClientError:
+    except (aiohttp.ClientError, ssl.SSLError):
         return HealthResult(False, failure=ScrapeFailure.CONNECT)
     if 200 <= status < 300:
         return HealthResult(True, status)

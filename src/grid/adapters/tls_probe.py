@@ -27,6 +27,8 @@ class ProbeResult:
     reachable: bool
     fingerprint: str | None = None
     error: str = ""
+    pem: str | None = None
+    """The peer leaf certificate in PEM (public material only)."""
 
 
 def client_context(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
@@ -62,7 +64,9 @@ async def probe(
     try:
         ssl_obj = writer.get_extra_info("ssl_object")
         der = ssl_obj.getpeercert(binary_form=True) if ssl_obj is not None else None
-        return ProbeResult(True, fingerprint_der(der) if der else None)
+        if not der:
+            return ProbeResult(True)
+        return ProbeResult(True, fingerprint_der(der), pem=ssl.DER_cert_to_PEM_cert(der))
     finally:
         writer.close()
         try:

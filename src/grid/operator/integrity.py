@@ -6,7 +6,8 @@ everyone else's (`grid.core.crdt.origin`). What it needs comes from here:
 - the signer, from the site private key file (``--key``), the key of the
   site's mTLS certificate;
 - the trust: the grid CA (``--ca``), the GridNetwork's ``spec.tls.trust`` mode
-  and domain, and under ``pin`` every GridSite's ``trust.certFingerprint``;
+  and domain, and under ``pin`` every GridSite's pins (``trust.certFingerprint`` and
+  ``trust.canonicalFingerprints``);
 - the exported counters: dropped items per closed reason, and items waiting
   for their origin's certificate.
 
@@ -77,7 +78,8 @@ def trust_for(ca_pem: bytes, network: GridNetwork | None, sites: Iterable[GridSi
     pins: dict[str, list[str]] = {}
     for site in sites:
         if site.spec.trust is not None:
-            pins.setdefault(site.name, []).append(site.spec.trust.fingerprint_hex)
+            # Any of the site's pins (certFingerprint and canonicalFingerprints, §2a).
+            pins.setdefault(site.name, []).extend(site.spec.accepted_fingerprints)
     if config is not None and config.mode == "spiffe":
         return OriginTrust.from_pem(ca_pem, "spiffe", pins, config.trust_domain)
     return OriginTrust.from_pem(ca_pem, "pin", pins)

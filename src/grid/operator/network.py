@@ -12,6 +12,7 @@ flip (seed 000); so is a second GridNetwork in the store, or the deletion of our
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork
 from grid.core.resources.network_status import rendered_patch, start_patch
 from grid.core.resources.phases import SitePhase
+from grid.core.resources.seed_fields import upstream_policy_patch
 from grid.core.routing.mesh_view import GRID_ID_LABEL, converged_grid_id
 from grid.operator.startup import StartupError, check_mode, new_grid_id
 
@@ -101,4 +103,13 @@ class ServedNetwork:
         patch = rendered_patch(fresh, overlays, site_phases, consumers)
         if patch:
             obj = await self.store.patch_status("GridNetwork", name, patch)
+            self.network = fresh = GridNetwork.model_validate(obj)
+        await self._write_upstream_policy(fresh)
+
+    async def _write_upstream_policy(self, network: GridNetwork) -> None:
+        """Record the UpstreamPolicy condition (§2a) when it changed."""
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        patch = upstream_policy_patch(network, now)
+        if patch:
+            obj = await self.store.patch_status("GridNetwork", network.name, patch)
             self.network = GridNetwork.model_validate(obj)

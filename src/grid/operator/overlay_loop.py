@@ -28,8 +28,11 @@ from grid.core.resources import GridNetwork, GridSite, InferenceProvider
 from grid.core.resources.network_status import overlay_entry, served_gateways
 from grid.core.resources.phases import SitePhase
 from grid.core.resources.secret import Secret
+from grid.core.routing.admission_policy import pressure_ratio, pressure_signals, stabilized
+from grid.core.routing.hysteresis import Hysteresis, PressureRules
 from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs, signals_document
 from grid.core.routing.render import render
+from grid.core.routing.signals import SignalsDocument
 from grid.errors import GridError
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
 
@@ -69,6 +72,26 @@ class OverlayLoop:
         """The last round's ``consumerConfigStatus`` items."""
         self._sequence = 0
         self._epoch = int(time.time())
+        self._hysteresis: Hysteresis | None = None
+
+    def stabilized_holds(
+        self, network: GridNetwork, signals: SignalsDocument, now_s: float
+    ) -> frozenset[tuple[str, str]] | None:
+        """Feed this round's pressure ratios to the stabilized-admission machine (§2a).
+
+        None unless the network's admissionPolicy asks for ``mode: stabilized``. The
+        machine lives across rounds and starts afresh when its rules change.
+        """
+        policy = stabilized(network.spec)
+        if policy is None:
+            self._hysteresis = None
+            return None
+        rules = PressureRules.from_spec(policy.pressure)
+        if self._hysteresis is None or self._hysteresis.rules != rules:
+            self._hysteresis = Hysteresis(rules)
+        watched = pressure_signals(network.spec)
+        ratios = {(e.site, e.name): pressure_ratio(e.signals, watched) for e in signals.providers}
+        return self._hysteresis.observe(ratios, now_s)
 
     async def render(
         self,
@@ -95,6 +118,7 @@ class OverlayLoop:
         signals = signals_document(
             network.name, self.site, records, now=now, epoch=self._epoch, sequence=self._sequence
         )
+        held = self.stabilized_holds(network, signals, now.timestamp())
         overlays = []
         consumers: list[dict[str, Any]] = []
         served = served_gateways(network, self.site)
@@ -108,6 +132,7 @@ class OverlayLoop:
                     namespace=ref.namespace,
                     signals=signals,
                     now=now,
+                    held=held,
                 )
             except GridError as exc:
                 self.renders.inc("failed")

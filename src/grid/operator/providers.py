@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from grid.adapters.provider_tls import provider_ssl_context
 from grid.adapters.scrape import ProviderScraper, ScrapeError, check_health
 from grid.adapters.store.port import ResourceStore
 from grid.core.crdt.record import ProviderRecord, RecordSignals
@@ -34,8 +36,10 @@ from grid.core.resources import InferenceProvider
 from grid.core.resources.duration import parse_duration
 from grid.core.resources.lifecycle import ProviderObservation, next_provider_phase
 from grid.core.resources.phases import ProviderPhase
+from grid.core.resources.provider_spec import ProviderTls
 from grid.core.resources.status import InferenceProviderStatus
 from grid.core.routing.mesh_view import record_for
+from grid.core.routing.metrics_mapping import carried_sample
 from grid.errors import GridError, NotFound
 
 log = logging.getLogger(__name__)
@@ -57,16 +61,26 @@ class ProviderState:
     scraper: ProviderScraper | None = None
     credentials: tuple[bool, str] | None = None
     """Whether the referenced Secret and key exist, and the condition reason."""
+    last_good: tuple[float, RecordSignals] | None = None
+    """The last successful scrape's time and signals (for staleMetricsSeconds)."""
+    tls: dict[str, ssl.SSLContext] = field(default_factory=dict)
+    """TLS contexts of ``healthCheck.tls`` and ``metricsConfig.tls``, built once."""
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
-def check_interval_s(provider: InferenceProvider, refresh_s: float) -> float:
-    """The loop period: the shorter of the health and scrape intervals, capped by refresh."""
+def check_interval_s(
+    provider: InferenceProvider, refresh_s: float, metrics_default_s: float | None = None
+) -> float:
+    """The loop period: the shorter of the health and scrape intervals, capped by refresh.
+
+    ``metrics_default_s`` is the GridNetwork's metricsRefreshInterval, the scrape
+    interval of a metricsConfig that sets none.
+    """
     intervals = [refresh_s]
     if provider.spec.health_check is not None:
         intervals.append(parse_duration(provider.spec.health_check.interval))
     if provider.spec.metrics_config is not None:
-        intervals.append(parse_duration(provider.spec.metrics_config.interval))
+        intervals.append(provider.spec.metrics_config.interval_s(metrics_default_s))
     return max(0.05, min(intervals))
 
 
@@ -86,6 +100,8 @@ class ProviderController:
         self._refresh_s = refresh_s
         self._states: dict[str, ProviderState] = {}
         self._session: aiohttp.ClientSession | None = None
+        self.metrics_default_s: float | None = None
+        """The served GridNetwork's metricsRefreshInterval in seconds, if set."""
 
     @property
     def names(self) -> set[str]:
@@ -141,22 +157,27 @@ class ProviderController:
                 raise
             except GridError as exc:
                 log.warning("provider check failed", extra={"provider": name, "code": exc.code})
-            await asyncio.sleep(check_interval_s(state.provider, self._refresh_s))
+            await asyncio.sleep(
+                check_interval_s(state.provider, self._refresh_s, self.metrics_default_s)
+            )
 
     async def _round(self, state: ProviderState) -> None:
         assert self._session is not None
         provider = state.provider
         spec = provider.spec
         health_ok: bool | None = None
-        if spec.health_check is not None and spec.endpoint is not None:
-            result = await check_health(self._session, spec.endpoint, spec.health_check)
+        health = spec.health_check
+        if health is not None and (health.endpoint or spec.endpoint):
+            tls = await self._tls(state, "health", health.tls)
+            result = await check_health(self._session, spec.endpoint or "", health, tls)
             health_ok = result.healthy
         signals, metrics_ok, metric_healthy = RecordSignals(), None, None
-        if spec.metrics_config is not None and (spec.metrics_config.endpoint or spec.endpoint):
+        observed_at = time.time()
+        metrics = spec.metrics_config
+        if metrics is not None and (metrics.base_url or spec.endpoint):
             if state.scraper is None:
-                state.scraper = ProviderScraper(
-                    self._session, spec.endpoint or "", spec.metrics_config
-                )
+                tls = await self._tls(state, "metrics", metrics.tls)
+                state.scraper = ProviderScraper(self._session, spec.endpoint or "", metrics, tls)
             try:
                 scraped = await state.scraper.scrape()
                 v = scraped.values
@@ -167,9 +188,16 @@ class ProviderController:
                     p99_latency_ms=v.p99_latency_ms,
                 )
                 metrics_ok, metric_healthy = True, scraped.healthy
+                state.last_good = (observed_at, signals)
             except ScrapeError as exc:
                 metrics_ok = False
                 log.info("scrape failed", extra={"provider": provider.name, "reason": exc.reason})
+                last = state.last_good
+                if last is not None and carried_sample(
+                    last[0], observed_at, metrics.stale_metrics_seconds
+                ):
+                    # staleMetricsSeconds: the last good sample stands in, with its own time.
+                    observed_at, signals = last
         await self._check_credentials(state)
         state.failures = state.failures + 1 if health_ok is False else 0
         seen = ProviderObservation(health_ok, metrics_ok, state.failures)
@@ -185,9 +213,19 @@ class ProviderController:
             }
         )
         state.record = record_for(
-            state.provider, self._site, signals=signals, healthy=healthy, observed_at_s=time.time()
+            state.provider, self._site, signals=signals, healthy=healthy, observed_at_s=observed_at
         )
         self._on_record(provider.name, state.record)
+
+    async def _tls(
+        self, state: ProviderState, use: str, tls: ProviderTls | None
+    ) -> ssl.SSLContext | None:
+        """The TLS context of ``use`` (health or metrics), built from the store once."""
+        if tls is None:
+            return None
+        if use not in state.tls:
+            state.tls[use] = await provider_ssl_context(self._store, tls)
+        return state.tls[use]
 
     def credentials_ok(self, name: str) -> bool:
         """False when the provider's auth Secret or key is missing: it is not routed."""
@@ -202,7 +240,8 @@ class ProviderController:
         overlay rather than routed to with a reference the gateway cannot inject.
         """
         auth = state.provider.spec.auth
-        ref = auth.secret_ref if auth is not None else None
+        # auth.manual: the user wires the credential at the gateway; nothing to resolve.
+        ref = auth.secret_ref if auth is not None and not auth.manual else None
         if ref is None:
             state.credentials = (True, "NoSecretReferenced")
             return

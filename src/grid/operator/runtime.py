@@ -45,7 +45,14 @@ from grid.core.crdt.snapshot import (
     MetadataLaneValue,
     sorted_pairs,
 )
-from grid.core.resources import GridNetwork, GridSite, InferenceProvider
+from grid.core.resources import (
+    GridNetwork,
+    GridSite,
+    InferenceProvider,
+    hosting_sites,
+    hosts_here,
+    pinned_to,
+)
 from grid.core.resources.secret import Secret
 from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.swim.config import SwimConfig
@@ -295,6 +302,8 @@ class Operator:
                         await self._refresh_trust()
                     elif kind == "GridSite":
                         await self._refresh_trust()
+                        # A GridSite's labels decide which providers a siteSelector hosts here.
+                        await self._sync_providers()
                         if event.object["metadata"]["name"] == self.settings.site:
                             await self._publish_site_lanes()
                     self._dirty.set()
@@ -303,18 +312,38 @@ class Operator:
                 log.info("watch expired; listing again", extra={"kind": kind})
 
     async def _own_providers(self) -> list[InferenceProvider]:
+        """The providers this site serves (§2a: its label, or a siteSelector selecting it),
+        each pinned to this site."""
         providers = [
             InferenceProvider.model_validate(o) for o in await self.store.list("InferenceProvider")
         ]
         site = self.settings.site
+        own_site = next((s for s in await self._sites() if s.name == site), None)
         return [
-            p
+            pinned_to(p, site)
             for p in providers
-            if p.spec.grid_network_ref == self.served.name and (p.site_label or site) == site
+            if p.spec.grid_network_ref == self.served.name and hosts_here(p, own_site, site)
         ]
 
     async def _sync_providers(self) -> None:
+        network = self.served.network
+        self.providers.metrics_default_s = network.spec.metrics_refresh_s if network else None
         self.providers.sync(await self._own_providers())
+        await self._write_matching_sites()
+
+    async def _write_matching_sites(self) -> None:
+        """Write ``status.matchingSites`` of every siteSelector provider that changed."""
+        sites = await self._sites()
+        for obj in await self.store.list("InferenceProvider"):
+            provider = InferenceProvider.model_validate(obj)
+            if provider.spec.grid_network_ref != self.served.name:
+                continue
+            matching = hosting_sites(provider, sites)
+            current = provider.status.matching_sites if provider.status else []
+            if matching != current:
+                await self.store.patch_status(
+                    "InferenceProvider", provider.name, {"matchingSites": matching}
+                )
 
     async def _events(self) -> None:
         assert self.swim is not None

@@ -211,7 +211,7 @@ def test_all_zero_weights_are_refused() -> None:
     ("spec", "path"),
     [
         ({"backendKind": "moon"}, "spec.backendKind"),
-        ({"providerKind": "openai"}, "spec.providerKind"),
+        ({"providerKind": ""}, "spec.providerKind"),
         ({"models": []}, "spec.models"),
         ({"models": [{"name": "a"}, {"name": "a"}]}, "spec.models[1].name"),
         ({"models": [{"name": "a", "contextWindow": 0}]}, "spec.models[0].contextWindow"),

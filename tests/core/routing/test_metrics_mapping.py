@@ -8,10 +8,13 @@ import pytest
 
 from grid.core.resources.provider_spec import SignalNames
 from grid.core.routing.metrics_mapping import (
+    POOL_LABELS,
     MetricFamily,
     Sample,
+    carried_sample,
     histogram_quantile,
     map_signals,
+    select_pool,
 )
 
 INF = math.inf
@@ -195,3 +198,31 @@ def test_custom_signal_names_and_health_gauge() -> None:
     assert scraped.healthy is False
     assert map_signals([gauge("backend_up", 1.0)], names).healthy is True
     assert map_signals([], names).healthy is None
+
+
+def test_pool_selection_keeps_only_that_pools_series() -> None:
+    samples = [
+        Sample("vllm:num_requests_waiting", {label: pool}, value)
+        for label in POOL_LABELS
+        for pool, value in (("a", 1.0), ("b", 2.0))
+    ]
+    samples.append(Sample("vllm:num_requests_waiting", {}, 9.0))
+    (family,) = select_pool(
+        [MetricFamily("vllm:num_requests_waiting", "gauge", tuple(samples))], "a"
+    )
+    assert [s.value for s in family.samples] == [1.0] * len(POOL_LABELS)
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "stale", "carried"),
+    [
+        (100.0, 100.5, 1, True),
+        (100.0, 101.0, 1, False),
+        (100.0, 100.5, None, False),
+        (None, 100.0, 60, False),
+    ],
+)
+def test_a_sample_older_than_stale_metrics_seconds_is_not_carried(
+    last: float | None, now: float, stale: int | None, carried: bool
+) -> None:
+    assert carried_sample(last, now, stale) is carried

@@ -24,7 +24,6 @@ from grid.core.crdt.gcounter import CounterRefusal, GCounter
 from grid.core.crdt.lww import LwwRegister
 from grid.core.crdt.orset import ORSet, Tag
 from grid.core.crdt.record import (
-    PROVIDER_KINDS,
     PROVIDER_PHASES,
     ProviderRecord,
     RecordSignals,
@@ -39,7 +38,7 @@ from grid.core.crdt.snapshot import (
     StateLaneValue,
     sorted_pairs,
 )
-from grid.core.resources.provider_spec import BackendKind
+from grid.core.resources.provider_spec import PROVIDER_KINDS, BackendKind
 from grid.core.swim.messages import Lane
 from grid.errors import ProtocolError, ValidationError
 from grid.proto_gen.grid.swim.v1 import state_pb2 as pb

@@ -18,10 +18,9 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from grid.core.resources.provider_spec import BackendKind
+from grid.core.resources.provider_spec import PROVIDER_KINDS, BackendKind
 from grid.errors import ValidationError
 
-PROVIDER_KINDS = ("open_ai", "anthropic", "bedrock", "vertex", "self_hosted")
 """The ``spec.providerKind`` values of an InferenceProvider (seed 003)."""
 
 PROVIDER_PHASES = ("Pending", "Available", "Degraded", "Unavailable")

@@ -10,7 +10,7 @@ into a typed resource or raises `InvalidResource` naming every bad field's path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -152,6 +152,52 @@ Resource = GridNetwork | GridSite | InferenceProvider
 """Any Grid custom resource."""
 
 
+def hosting_sites(provider: InferenceProvider, sites: Iterable[GridSite]) -> list[str]:
+    """Names of the GridSites ``spec.siteSelector`` selects, sorted; [] without one.
+
+    A site is selected when its labels contain every ``matchLabels`` pair and it
+    belongs to the provider's network.
+    """
+    wanted = provider.spec.hosting_labels
+    if not wanted:
+        return []
+    network = provider.spec.grid_network_ref
+    return sorted(
+        s.name
+        for s in sites
+        if s.spec.grid_network_ref == network
+        and all(s.metadata.labels.get(k) == v for k, v in wanted.items())
+    )
+
+
+def hosts_here(provider: InferenceProvider, site: GridSite | None, own_site: str) -> bool:
+    """Whether the operator of ``own_site`` serves ``provider`` (§2a).
+
+    Without a siteSelector, the site label (default: the operator's site) decides;
+    with one, the selector must select ``site``, this operator's own GridSite.
+    """
+    if not provider.spec.hosting_labels:
+        return (provider.site_label or own_site) == own_site
+    return site is not None and hosting_sites(provider, [site]) == [site.name]
+
+
+def pinned_to(provider: InferenceProvider, site: str) -> InferenceProvider:
+    """``provider`` as hosted at ``site`` alone: site label set, siteSelector dropped.
+
+    An operator renders a selected provider as its own at its own site; the other
+    selected sites publish theirs, so each site contributes one candidate group.
+    """
+    if not provider.spec.hosting_labels:
+        return provider
+    labels = {**provider.metadata.labels, SITE_LABEL: site}
+    return provider.model_copy(
+        update={
+            "metadata": provider.metadata.model_copy(update={"labels": labels}),
+            "spec": provider.spec.model_copy(update={"site_selector": None}),
+        }
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class KindInfo:
     """Naming of one custom resource kind (as in its CRD's ``spec.names``)."""
@@ -281,9 +327,12 @@ __all__ = [
     "TlsSpec",
     "TrustSpec",
     "WireModel",
+    "hosting_sites",
+    "hosts_here",
     "kind_info",
     "parse_duration",
     "parse_resource",
+    "pinned_to",
     "resource_label",
     "transition",
 ]

@@ -13,6 +13,12 @@ from pydantic import Field, model_validator
 
 from grid.core.resources.duration import Duration, parse_duration
 from grid.core.resources.errors import field_error
+from grid.core.resources.network_policy import (
+    SCORING_PRESETS,
+    AdmissionPolicySpec,
+    BudgetPolicySpec,
+    ScoringPolicySpec,
+)
 from grid.core.resources.object_meta import SecretRef
 from grid.core.resources.types import (
     HostPort,
@@ -232,6 +238,14 @@ class GridNetworkSpec(WireModel):
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
     stale_candidate_ttl_seconds: int | None = Field(default=None, ge=1)
     """Evict remote candidates whose newest signal is older; absent keeps them."""
+    scoring_policy: ScoringPolicySpec | None = None
+    """Upstream's preset of scoring.weights; ignored when spec.scoring is given."""
+    admission_policy: AdmissionPolicySpec | None = None
+    """Upstream's admission policy; ignored when spec.admission is given."""
+    budget_policy: BudgetPolicySpec | None = None
+    """Tenants whose spend is tracked (§12)."""
+    metrics_refresh_interval: Duration | None = None
+    """Scrape interval of providers whose metricsConfig sets none; absent means 15s."""
 
     @model_validator(mode="after")
     def _unique_gateways(self) -> GridNetworkSpec:
@@ -241,6 +255,44 @@ class GridNetworkSpec(WireModel):
                 raise field_error(f"gatewayRefs[{i}].name", f"duplicate gateway {ref.name!r}")
             seen.add((ref.name, ref.namespace))
         return self
+
+    @model_validator(mode="after")
+    def _refresh_at_least_a_second(self) -> GridNetworkSpec:
+        if self.metrics_refresh_interval and parse_duration(self.metrics_refresh_interval) < 1:
+            raise field_error("metricsRefreshInterval", "must be at least 1s")
+        return self
+
+    @property
+    def effective_weights(self) -> ScoringWeightsSpec:
+        """``scoring.weights``, or scoringPolicy's preset when ``scoring`` is absent."""
+        if self.scoring_policy is None or "scoring" in self.model_fields_set:
+            return self.scoring.weights
+        preset = SCORING_PRESETS[self.scoring_policy.strategy]
+        names = ScoringWeightsSpec.model_fields
+        return ScoringWeightsSpec.model_validate({n: preset.get(n, 0.0) for n in names})
+
+    @property
+    def effective_admission_policy(self) -> AdmissionPolicySpec | None:
+        """admissionPolicy when it applies: given, and ``spec.admission`` absent."""
+        if "admission" in self.model_fields_set:
+            return None
+        return self.admission_policy
+
+    @property
+    def seed_fields_won(self) -> tuple[str, ...]:
+        """The upstream fields set aside because their seed-shaped twin is also given."""
+        won = []
+        if self.scoring_policy is not None and "scoring" in self.model_fields_set:
+            won.append("scoringPolicy")
+        if self.admission_policy is not None and "admission" in self.model_fields_set:
+            won.append("admissionPolicy")
+        return tuple(won)
+
+    @property
+    def metrics_refresh_s(self) -> float | None:
+        """``metricsRefreshInterval`` in seconds, None when absent."""
+        interval = self.metrics_refresh_interval
+        return parse_duration(interval) if interval else None
 
     @property
     def signal_mode(self) -> Literal["gossip", "poll"]:

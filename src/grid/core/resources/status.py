@@ -152,16 +152,31 @@ class GridNetworkStatus(_StatusBase):
     overlays: list[OverlayStatus] = Field(default_factory=list)
     consumer_config_status: list[ConsumerConfigStatus] = Field(default_factory=list)
     gateway_feedback: GatewayFeedbackStatus | None = None
+    budget_status: list[BudgetStatus] = Field(default_factory=list)
+    """Spend of each tenant of spec.budgetPolicy, sorted by tenantId (§12)."""
 
     def transition_to(self, target: str) -> None:
         """Move to `target` if the GridNetwork phase table allows it, else raise unchanged."""
         self.phase = NetworkPhase(transition("GridNetwork", self.phase, target))
 
 
+class BudgetStatus(WireModel):
+    """One tracked tenant's spend (§12)."""
+
+    tenant_id: Text = Field(min_length=1, max_length=256)
+    spend_usd: float = Field(ge=0.0)
+    cap_usd: float = Field(ge=0.0)
+    spend_ratio: float = Field(ge=0.0, le=1.0)
+
+
 class GridSiteStatus(_StatusBase):
     """Observed state of a GridSite."""
 
     phase: SitePhase = Field(default=SitePhase.PENDING, strict=False)
+    public_cert_pem: str | None = Field(default=None, max_length=16384)
+    """The leaf certificate (PEM, public part only) the last egress probe was shown."""
+    last_probe_time: Timestamp | None = None
+    """When the operator last probed the site's egress."""
 
     def transition_to(self, target: str) -> None:
         """Move to `target` if the GridSite phase table allows it, else raise unchanged."""
@@ -172,6 +187,8 @@ class InferenceProviderStatus(_StatusBase):
     """Observed state of an InferenceProvider."""
 
     phase: ProviderPhase = Field(default=ProviderPhase.PENDING, strict=False)
+    matching_sites: list[ObjectName] = Field(default_factory=list)
+    """The GridSites spec.siteSelector selects, sorted (empty without a selector)."""
 
     def transition_to(self, target: str) -> None:
         """Move to `target` if the InferenceProvider phase table allows it, else raise."""

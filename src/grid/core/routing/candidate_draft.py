@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import NamedTuple
 
-from grid.core.resources import SITE_LABEL, GridNetwork, GridSite, InferenceProvider
+from grid.core.resources import (
+    SITE_LABEL,
+    GridNetwork,
+    GridSite,
+    InferenceProvider,
+    hosting_sites,
+)
 from grid.core.resources.phases import ProviderPhase
 from grid.core.resources.secret import Secret
 from grid.core.routing.candidate import (
@@ -77,6 +83,9 @@ def _credential(
     auth = provider.spec.auth
     if auth is None or auth.strategy not in CREDENTIAL_STRATEGIES:
         return None
+    if auth.manual:
+        notes.append("auth.manual: no credential emitted (wired at the gateway)")
+        return None
     ref = auth.secret_ref
     if ref is None or not ref.complete or ref.key is None:
         notes.append(f"auth {auth.strategy} has no complete secretRef: no credential emitted")
@@ -126,10 +135,29 @@ class DraftView:
     """The network's ``staleCandidateTtlSeconds``."""
 
 
-def draft_for(provider: InferenceProvider, view: DraftView) -> CandidateDraft:
-    """``provider``'s candidates as ``view`` sees them, and any exclusion before scoring."""
+def provider_sites(provider: InferenceProvider, view: DraftView) -> list[str]:
+    """The sites hosting ``provider`` (§2a): the GridSites its siteSelector selects,
+    else its site label, else the default site. A selector selecting no GridSite
+    hosts it nowhere."""
+    if provider.spec.hosting_labels:
+        return hosting_sites(provider, view.sites.values())
+    return [provider.metadata.labels.get(SITE_LABEL) or view.default_site]
+
+
+def drafts_for(provider: InferenceProvider, view: DraftView) -> list[CandidateDraft]:
+    """One `draft_for` per site hosting ``provider``."""
+    return [draft_for(provider, view, site) for site in provider_sites(provider, view)]
+
+
+def draft_for(
+    provider: InferenceProvider, view: DraftView, site: str | None = None
+) -> CandidateDraft:
+    """``provider``'s candidates at ``site`` as ``view`` sees them, and any exclusion.
+
+    ``site`` defaults to the provider's site label, else the view's default site.
+    """
     metadata, spec, name = provider.metadata, provider.spec, provider.metadata.name
-    site = metadata.labels.get(SITE_LABEL) or view.default_site
+    site = site or metadata.labels.get(SITE_LABEL) or view.default_site
     entry = view.signal_index.get((site, name))
     notes: list[str] = []
     credential = _credential(provider, view.secrets, notes) if spec.auth is not None else None

@@ -34,6 +34,7 @@ from grid.core.resources import (
     GridSite,
     InferenceProvider,
 )
+from grid.core.resources.provider_spec import PROVIDER_KINDS
 from grid.core.resources.secret import Secret
 from grid.core.routing.candidate import SignalValues
 from grid.core.routing.render import RenderInputs
@@ -81,7 +82,13 @@ def record_for(
         observed_at=observed_at_s,
         signals=signals,
         phase=provider.phase.value,
-        provider_kind=provider.spec.provider_kind,
+        # The state lane's enum holds the five seed kinds; another (free-form)
+        # kind travels as self_hosted, which no routing rule reads.
+        provider_kind=(
+            provider.spec.provider_kind
+            if provider.spec.provider_kind in PROVIDER_KINDS
+            else "self_hosted"
+        ),
         access_match_labels=tuple(sorted(match_labels.items())),
     )
 

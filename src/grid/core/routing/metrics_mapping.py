@@ -67,6 +67,35 @@ class ScrapedSignals:
     problems: tuple[str, ...] = field(default=())
 
 
+POOL_LABELS = ("name", "pool", "pool_name", "model_name")
+"""Labels `select_pool` compares with ``metricsConfig.poolName`` (upstream reads ``name``)."""
+
+
+def select_pool(families: Iterable[MetricFamily], pool: str) -> list[MetricFamily]:
+    """The families with only the series of pool ``pool``: those with a `POOL_LABELS`
+    label equal to it. A series without such a label belongs to no pool and is dropped,
+    so one engine's load never stands for another's."""
+    return [
+        MetricFamily(
+            family.name,
+            family.type,
+            tuple(s for s in family.samples if any(s.labels.get(k) == pool for k in POOL_LABELS)),
+        )
+        for family in families
+    ]
+
+
+def carried_sample(
+    last_at_s: float | None, now_s: float, stale_metrics_seconds: int | None
+) -> bool:
+    """Whether the last good sample (taken at ``last_at_s``) still stands in for a
+    failed scrape at ``now_s``: only with ``staleMetricsSeconds`` and while younger
+    than it. An older sample counts as missing (upstream Grid's rule)."""
+    if stale_metrics_seconds is None or last_at_s is None:
+        return False
+    return now_s - last_at_s < stale_metrics_seconds
+
+
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
     """The q-quantile of cumulative buckets, interpolated linearly like PromQL.
 

@@ -28,22 +28,24 @@ from grid.core.overlay import (
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
 from grid.core.resources.secret import Secret
+from grid.core.routing.admission_policy import admission_thresholds
 from grid.core.routing.candidate import CandidateInput, ExclusionReason, Geography
 from grid.core.routing.candidate_draft import (
     CandidateDraft,
     DraftView,
     check_duplicates,
-    draft_for,
+    drafts_for,
 )
 from grid.core.routing.ranking import Ordering, RankedCandidate, Ranking, order_candidates
 from grid.core.routing.rerank import RerankContext
 from grid.core.routing.scoring import (
-    AdmissionThresholds,
+    AdmissionState,
     Evaluation,
     ScoringConfig,
     ScoringContext,
     ScoringWeights,
     evaluate,
+    pressure_missing,
 )
 from grid.core.routing.signals import SignalsDocument
 from grid.errors import ValidationError
@@ -145,11 +147,16 @@ class Rendered:
         return self.evaluated.context.config.enabled
 
 
-def scoring_config(network: GridNetwork) -> ScoringConfig:
-    """The scoring engine's settings from ``GridNetwork.spec`` (§2)."""
+def scoring_config(
+    network: GridNetwork, held: frozenset[tuple[str, str]] | None = None
+) -> ScoringConfig:
+    """The scoring engine's settings from ``GridNetwork.spec`` (§2, and §2a's policies).
+
+    ``held`` is the operator's stabilized-admission hold set
+    (`grid.core.routing.hysteresis`); ``grid render`` passes none.
+    """
     spec = network.spec
-    weights = spec.scoring.weights
-    admission = spec.admission
+    weights = spec.effective_weights
     return ScoringConfig(
         weights=ScoringWeights(
             locality=weights.locality,
@@ -161,12 +168,7 @@ def scoring_config(network: GridNetwork) -> ScoringConfig:
         ),
         latency_ceiling_ms=spec.scoring.latency_ceiling_ms,
         cost_ceiling_per_million_input_tokens=spec.scoring.cost_ceiling_per_million_input_tokens,
-        admission=AdmissionThresholds(
-            existing_only_queue_depth=admission.existing_only.queue_depth,
-            existing_only_kv_cache=admission.existing_only.kv_cache,
-            excluded_queue_depth=admission.excluded.queue_depth,
-            excluded_kv_cache=admission.excluded.kv_cache,
-        ),
+        admission=admission_thresholds(spec, held),
         enabled=spec.signal_mode != "poll",
     )
 
@@ -244,8 +246,12 @@ def evaluate_network(
     default_site: str,
     signals: SignalsDocument | None,
     candidates_max: int | None = CANDIDATES_MAX,
+    held: frozenset[tuple[str, str]] | None = None,
 ) -> Evaluated:
-    """Every candidate of ``network`` seen from ``local_site``, scored and ranked."""
+    """Every candidate of ``network`` seen from ``local_site``, scored and ranked.
+
+    ``held``: the stabilized-admission hold set, as for `scoring_config`.
+    """
     if signals is not None and signals.network != network.name:
         raise ValidationError(
             f"the signals document is for network {signals.network!r}, not {network.name!r}",
@@ -270,9 +276,9 @@ def evaluate_network(
         (p for p in inputs.providers if p.spec.grid_network_ref == name),
         key=lambda p: p.name,
     )
-    drafts = tuple([draft_for(p, view) for p in providers])
+    drafts = tuple([d for p in providers for d in drafts_for(p, view)])
     check_duplicates(drafts)
-    context = ScoringContext(local_site, geographies.get(local_site), scoring_config(network))
+    context = ScoringContext(local_site, geographies.get(local_site), scoring_config(network, held))
     # Each eligible draft is one group: its candidates share one evaluation.
     eligible = [d.candidates for d in drafts if d.exclusion is None]
     return Evaluated(drafts, order_candidates(eligible, context), context, candidates_max)
@@ -336,6 +342,8 @@ def _scoring_exclusion_detail(evaluation: Evaluation, context: ScoringContext) -
         return "the signals report healthy: false"
     limits = context.config.admission
     queue, kv = candidate.signals.queue_depth, candidate.signals.kv_cache_utilization
+    if limits.missing is AdmissionState.EXCLUDED and pressure_missing(candidate.signals, limits):
+        return "pressure signal missing (admissionPolicy.missingMetrics: excluded)"
     if queue is not None and queue >= limits.excluded_queue_depth:
         return f"queue_depth {queue:g} >= excluded threshold {limits.excluded_queue_depth:g}"
     return f"kv_cache_utilization {kv or 0:g} >= excluded threshold {limits.excluded_kv_cache:g}"
@@ -351,6 +359,7 @@ def render(
     signals: SignalsDocument | None = None,
     producer_version: str = __version__,
     candidates_max: int | None = CANDIDATES_MAX,
+    held: frozenset[tuple[str, str]] | None = None,
 ) -> Rendered:
     """Render the overlay and envelope for ``gateway`` (``grid render``).
 
@@ -359,12 +368,13 @@ def render(
     ``generated_at`` and ``rendered_at``; it never changes the revision.
     ``candidates_max`` keeps the top-ranked candidates only (default 1,024, the
     §5 limit, so the overlay always verifies); ``None`` keeps every candidate.
+    ``held`` is the operator's stabilized-admission hold set (none in ``grid render``).
     """
     network, local_site_name, resolved_namespace = select_gateway(
         inputs.networks, gateway, namespace
     )
     local_site = local_site_name or site
-    evaluated = evaluate_network(inputs, network, local_site, site, signals, candidates_max)
+    evaluated = evaluate_network(inputs, network, local_site, site, signals, candidates_max, held)
     scope = Scope(network.name, gateway, resolved_namespace, local_site)
     provenance = Provenance(
         producer_version=producer_version,

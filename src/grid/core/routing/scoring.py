@@ -94,6 +94,14 @@ class AdmissionThresholds:
     existing_only_kv_cache: float = 0.90
     excluded_queue_depth: float = 0.98
     excluded_kv_cache: float = 0.98
+    missing: AdmissionState | None = None
+    """upstream's ``admissionPolicy.missingMetrics``: the state of a self-hosted
+    candidate whose pressure ratios (those with a finite existing-only threshold)
+    are all missing. ``None`` is §4's rule: a missing ratio triggers nothing."""
+    held: frozenset[tuple[str, str]] | None = None
+    """Under ``admissionPolicy.mode: stabilized`` in the operator, the
+    ``(site, provider)`` groups the hysteresis holds in existing_only; when set, it
+    replaces the existing-only thresholds (the excluded ones still apply)."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +256,40 @@ def admission_state(signals: SignalValues, thresholds: AdmissionThresholds) -> A
     return AdmissionState.NEW_AND_EXISTING
 
 
+def pressure_missing(signals: SignalValues, thresholds: AdmissionThresholds) -> bool:
+    """Whether every pressure ratio (a finite existing-only threshold) is missing."""
+    watched = [
+        value
+        for value, limit in (
+            (signals.queue_depth, thresholds.existing_only_queue_depth),
+            (signals.kv_cache_utilization, thresholds.existing_only_kv_cache),
+        )
+        if math.isfinite(limit)
+    ]
+    return bool(watched) and all(value is None for value in watched)
+
+
+def candidate_admission(
+    candidate: CandidateInput, thresholds: AdmissionThresholds
+) -> AdmissionState:
+    """`admission_state`, with upstream's missing-metrics rule and stabilized hold."""
+    state = admission_state(candidate.signals, thresholds)
+    if thresholds.missing is None and thresholds.held is None:
+        return state  # §4 alone: the common case
+    if state is AdmissionState.EXCLUDED:
+        return state
+    if (
+        thresholds.missing is not None
+        and candidate.backend_kind.self_hosted
+        and pressure_missing(candidate.signals, thresholds)
+    ):
+        return thresholds.missing
+    if thresholds.held is not None:
+        held = (candidate.site, candidate.provider) in thresholds.held
+        return AdmissionState.EXISTING_ONLY if held else AdmissionState.NEW_AND_EXISTING
+    return state
+
+
 def _clamp(value: float) -> float:
     return min(1.0, max(0.0, value))
 
@@ -322,7 +364,7 @@ def evaluate(candidate: CandidateInput, context: ScoringContext) -> Evaluation:
     return Evaluation(
         candidate=candidate,
         signal_scores=scores,
-        admission=admission_state(candidate.signals, config.admission),
+        admission=candidate_admission(candidate, config.admission),
         tier=selection_tier(candidate, context),
         score=breakdown.total if breakdown else None,
         breakdown=breakdown,
