@@ -209,3 +209,28 @@ async def test_the_gateway_routes_by_pulled_signals_within_a_group(
         await gateway.stop()
         await busy.stop()
         await idle.stop()
+
+
+async def test_an_oversized_or_invalid_document_is_a_refused_ingest(
+    pki: Pki, operator: tuple[SignalsOperator, str]
+) -> None:
+    server, address = operator
+    ingests: list[bool] = []
+    small = GatewaySettings(signals_body_max_bytes=64)
+    poller = OperatorSignals(address, pki.site, small, on_ingest=ingests.append)
+    try:
+        assert await poller.poll_once() == "error"  # the document is over 64 bytes
+        assert poller.document is None and ingests == [False]
+        server.fail_status = 503
+        assert await poller.poll_once() == "error"  # nothing arrived: no ingest
+        assert ingests == [False]
+    finally:
+        await poller.close()
+    roomy = OperatorSignals(address, pki.site, FAST, on_ingest=ingests.append)
+    server.fail_status = None
+    try:
+        assert await roomy.poll_once() == "ok"
+        assert await roomy.poll_once() == "not_modified"  # nothing new ingested
+    finally:
+        await roomy.close()
+    assert ingests == [False, True]
