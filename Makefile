@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
-APT_PACKAGES := nats-server
+APT_PACKAGES := nats-server prometheus
 BENCH_APT_PACKAGES := serf
 # LiteLLM's proxy, the gateway bench's comparison, in its own virtualenv (never in .venv).
 BENCH_LITELLM := .bench/litellm
@@ -67,7 +67,8 @@ lock:
 	$(TOOLS)/lock/bin/pip freeze --exclude grid > deploy/container/requirements.lock
 	rm -rf $(TOOLS)/lock
 
-# Debian packages the test suite needs (nats-server for the JetStream backbone tests).
+# Debian packages the test suite needs (nats-server for the JetStream backbone tests,
+# prometheus for promtool, which checks the operator's /metrics).
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES)"
 

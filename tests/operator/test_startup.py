@@ -40,11 +40,10 @@ async def test_refuses_more_than_one_network_even_when_one_is_named() -> None:
             await select_network(store, wanted)
 
 
-async def test_refuses_poll_mode_it_does_not_serve() -> None:
+async def test_selects_a_poll_network_and_reads_its_mode() -> None:
     store = InMemoryStore()
     await store.create(_network("a", signalTransport={"mode": "poll"}))
-    with pytest.raises(StartupError, match="poll"):
-        await select_network(store, None)
+    assert (await select_network(store, None)).spec.signal_mode == "poll"
 
 
 async def test_selects_the_single_gossip_network() -> None:

@@ -31,9 +31,14 @@ DEFAULT_SITES = ("east", "west", "central")
 
 
 async def _run(
-    root: Path, sites: list[str], duration: float | None, traffic: float, console: Console
+    root: Path,
+    sites: list[str],
+    duration: float | None,
+    traffic: float,
+    transport: str,
+    console: Console,
 ) -> None:
-    mesh = DemoMesh(root, sites)
+    mesh = DemoMesh(root, sites, signal_transport=transport)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -46,20 +51,27 @@ async def _run(
         await mesh.start()
         path = mesh.write_description()
         console.print(f"mesh is up; reach it through {path}")
+        console.print(
+            f"signal transport: {transport}"
+            + ("; local scoring is off, candidates carry no score" if transport == "poll" else "")
+        )
         gateways = [a for a in map(mesh.gateway_address, mesh.plan.sites) if a is not None]
         if gateways:
             console.print(f"gateways: {', '.join(gateways)} (try the curl in the README)")
         load = asyncio.create_task(drive([pp.port for pp in mesh.plan.providers], MODEL))
         routed = asyncio.create_task(send_traffic(gateways, traffic, (MODEL, API_MODEL)))
         dirs = {name: s.overlay_dir for name, s in mesh.plan.sites.items()}
+        scoring = transport != "poll"
         deadline = None if duration is None else loop.time() + duration
+        view = mesh_view(dirs, scoring=scoring)
         async with aiohttp.ClientSession() as http:
-            with Live(mesh_view(dirs), console=console, refresh_per_second=2) as live:
+            with Live(view, console=console, refresh_per_second=2) as live:
                 while not stop.is_set() and (deadline is None or loop.time() < deadline):
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(1.0):
                             await stop.wait()
-                    live.update(mesh_view(dirs, await mesh.routed_counts(http)))
+                    counts = await mesh.routed_counts(http)
+                    live.update(mesh_view(dirs, counts, scoring=scoring))
     finally:
         for task in (load, routed):
             if task is not None:
@@ -110,16 +122,9 @@ def demo_cmd(
     site_count: int, duration: float | None, signal_transport: str, root: Path, traffic: float
 ) -> None:
     """Run a live local mesh: operators, mock providers and a live ranked table."""
-    if signal_transport == "poll":
-        click.echo(
-            "error: --signal-transport poll needs the signals listener, which this build "
-            "does not include; use gossip",
-            err=True,
-        )
-        sys.exit(2)
     names = [*DEFAULT_SITES, *(f"site-{i}" for i in range(4, 10))][:site_count]
     try:
-        asyncio.run(_run(root, names, duration, traffic, Console()))
+        asyncio.run(_run(root, names, duration, traffic, signal_transport, Console()))
     except TimeoutError as exc:
         click.echo(f"error: {exc}; see the logs under {root / 'logs'}", err=True)
         sys.exit(1)

@@ -43,8 +43,11 @@ def _click_type(field: FieldInfo) -> click.ParamType[Any]:
         return click.Path(path_type=Path, dir_okay=False, exists=True)
     if kind is Path:
         return click.Path(path_type=Path, file_okay=False)
+    bounds = [getattr(m, "ge", None) for m in field.metadata]
+    if kind is int:
+        int_floors = [int(b) for b in bounds if isinstance(b, int)]
+        return click.IntRange(min=int_floors[0]) if int_floors else click.INT
     if kind is float:
-        bounds = [getattr(m, "ge", None) for m in field.metadata]
         floors = [float(b) for b in bounds if isinstance(b, int | float)]
         return click.FloatRange(min=floors[0]) if floors else click.FLOAT
     return click.STRING

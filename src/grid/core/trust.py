@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -94,12 +94,45 @@ def spiffe_in_domain(spiffe_id: str, trust_domain: str) -> bool:
     return spiffe_id.startswith(prefix) and len(spiffe_id) > len(prefix)
 
 
+def uri_sans(cert: x509.Certificate) -> list[str]:
+    """Every URI SAN of a certificate, SPIFFE or not, in order."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return []
+    return list(san.value.get_values_for_type(x509.UniformResourceIdentifier))
+
+
+def is_ca(cert: x509.Certificate) -> bool:
+    """True when the certificate's basic constraints mark it as a CA."""
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints)
+    except x509.ExtensionNotFound:
+        return False
+    return bool(constraints.value.ca)
+
+
+def svid_id(cert: x509.Certificate, trust_domain: str) -> str | None:
+    """The SPIFFE ID of an X.509-SVID in ``trust_domain``, or None when it is not one.
+
+    An SVID has exactly one URI SAN, ``spiffe://{trustDomain}/...``, and is not a
+    CA: a certificate with a second URI SAN, or a signing certificate, asserts
+    no workload identity and is refused (SPEC-DECISIONS §2).
+    """
+    uris = uri_sans(cert)
+    if len(uris) != 1 or not spiffe_in_domain(uris[0], trust_domain) or is_ca(cert):
+        return None
+    return uris[0]
+
+
 @dataclass(frozen=True)
 class TrustPolicy:
     """The declared trust of one site: its own identity and its authorized peers.
 
     Under ``pin`` the identities are fingerprints; under ``spiffe`` the local
     identity is the site's SPIFFE ID and peers are any ID in ``trust_domain``.
+    Two policies are equal exactly when they authorize the same callers, which is
+    what a peer-trust change means (seed 000: a restart under poll).
     """
 
     mode: str
@@ -117,20 +150,66 @@ class TrustPolicy:
             peer_fingerprints=frozenset(normalize_fingerprint(p) for p in peers),
         )
 
+    @classmethod
+    def spiffe(cls, own_leaf_der: bytes, trust_domain: str) -> TrustPolicy:
+        """A spiffe-mode policy; Local is the SPIFFE ID of the site's own leaf.
+
+        The leaf's fingerprint is deliberately not kept: a rotated SVID with the
+        same SPIFFE ID is the same trust, not a trust change.
+        """
+        own = x509.load_der_x509_certificate(own_leaf_der)
+        return cls(
+            mode="spiffe",
+            local_fingerprint="",
+            trust_domain=trust_domain,
+            local_spiffe_id=svid_id(own, trust_domain),
+        )
+
     def classify(self, leaf_der: bytes) -> PeerClass:
-        """Classify a verified client leaf certificate as Local, peer or unknown."""
+        """Classify a verified client leaf certificate as Local, peer or unknown.
+
+        Bytes that do not parse as a certificate are unknown, never an error,
+        so a caller can pass whatever the TLS layer handed it.
+        """
         fp = fingerprint_der(leaf_der)
         if self.mode == "pin":
             if fp == self.local_fingerprint:
                 return PeerClass.LOCAL
             return PeerClass.PEER if fp in self.peer_fingerprints else PeerClass.UNKNOWN
-        cert = x509.load_der_x509_certificate(leaf_der)
-        ids = spiffe_ids(cert)
-        if len(ids) != 1 or self.trust_domain is None:
+        if self.trust_domain is None:
             return PeerClass.UNKNOWN
-        if ids[0] == self.local_spiffe_id:
+        try:
+            cert = x509.load_der_x509_certificate(leaf_der)
+        except ValueError:
+            return PeerClass.UNKNOWN
+        identity = svid_id(cert, self.trust_domain)
+        if identity is None:
+            return PeerClass.UNKNOWN
+        if identity == self.local_spiffe_id:
             return PeerClass.LOCAL
-        return PeerClass.PEER if spiffe_in_domain(ids[0], self.trust_domain) else PeerClass.UNKNOWN
+        return PeerClass.PEER
+
+
+def declared_trust(
+    mode: str,
+    trust_domain: str | None,
+    own_leaf_der: bytes,
+    own_site: str,
+    site_fingerprints: Mapping[str, str | None],
+) -> TrustPolicy:
+    """The policy a GridNetwork's ``tls.trust`` and its GridSites declare.
+
+    ``site_fingerprints`` maps each GridSite of the network to its
+    ``trust.certFingerprint`` (None when it pins none). Under pin every other
+    site's fingerprint is an authorized peer; the site's own GridSite adds
+    nothing, because Local is the certificate the operator actually holds.
+    """
+    if mode == "spiffe":
+        if trust_domain is None:
+            raise ValidationError("trustDomain is required when mode is spiffe", path="trust")
+        return TrustPolicy.spiffe(own_leaf_der, trust_domain)
+    peers = [fp for site, fp in site_fingerprints.items() if site != own_site and fp is not None]
+    return TrustPolicy.pin(fingerprint_der(own_leaf_der), peers)
 
 
 def contains_private_key(pem: bytes | str) -> bool:

@@ -33,7 +33,7 @@ import aiohttp
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.pki import DevPki, write_dev_pki
-from grid.errors import AlreadyExists
+from grid.errors import AlreadyExists, Conflict
 from grid.gateway.config import ConfigError, load_config
 from grid.gateway.settings import GatewaySettings
 
@@ -74,11 +74,16 @@ class DemoMesh:
         suspicion_timeout: str = "2s",
         scrape_interval: str = "1s",
         gateways: bool = True,
+        signal_transport: str = "gossip",
+        signals_poll_interval_s: float = 1.0,
     ) -> None:
         self.root = root
         self.gateways = gateways
         self.credentials = Path(tempfile.mkdtemp(prefix="grid-demo-credentials-"))
         """The Secret mount of the demo gateways (outside the demo directory)."""
+        self.signal_transport = signal_transport
+        """The mode the GridNetwork declares (demo.json's ``signals`` follows it)."""
+        self.signals_poll_interval_s = signals_poll_interval_s
         self.plan = p.plan_mesh(root, sites)
         self.probe_interval = probe_interval
         self.suspicion_timeout = suspicion_timeout
@@ -108,6 +113,7 @@ class DemoMesh:
             probe_interval=self.probe_interval,
             suspicion_timeout=self.suspicion_timeout,
             credential_base=self.credentials,
+            signal_transport=self.signal_transport,
         )
         name, key = CREDENTIAL_SECRET
         mounted = self.credentials / name / key
@@ -174,6 +180,10 @@ class DemoMesh:
             "1",
             "--site-probe-interval",
             "0.5",
+            "--signals-bind",
+            f"127.0.0.1:{site.signals_port}",
+            "--signals-poll-interval",
+            str(self.signals_poll_interval_s),
         )
 
     async def start(self) -> None:
@@ -278,6 +288,28 @@ class DemoMesh:
                         self.write_description()
             await asyncio.sleep(0.2)
 
+    async def declare_signal_transport(self, mode: str) -> None:
+        """Declare ``mode`` on every site's GridNetwork, as an administrator would.
+
+        The operators were started in the old mode, so each exits and the
+        supervisor restarts it into the declared one (seed 000); demo.json then
+        follows the declaration.
+        """
+        self.signal_transport = mode
+        for site in self.plan.sites.values():
+            store = await SqliteStore.open(site.store)
+            try:
+                for _attempt in range(20):
+                    network = await store.get("GridNetwork", p.NETWORK)
+                    network["spec"]["signalTransport"] = {"mode": mode}
+                    try:
+                        await store.replace(network)
+                        break
+                    except Conflict:
+                        continue  # the operator wrote its status meanwhile
+            finally:
+                await store.close()
+
     def kill_operator(self, site: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one operator and stop supervising it (tests restart it)."""
         child = self.children[f"operator-{site}"]
@@ -325,7 +357,9 @@ class DemoMesh:
             sites[name] = {
                 "pid": proc.pid if proc else None,
                 "swim": f"127.0.0.1:{site.swim_port}",
-                "signals": None,
+                "signals": (
+                    f"127.0.0.1:{site.signals_port}" if self.signal_transport == "poll" else None
+                ),
                 "metrics": f"127.0.0.1:{site.metrics_port}",
                 "store": str(site.store),
                 "overlay_dir": str(site.overlay_dir),

@@ -104,6 +104,8 @@ class SitePlan:
     gateway_admin_port: int = 0
     """The site gateway's admin listener (/ready, /metrics, /snapshot)."""
     providers: list[ProviderPlan] = field(default_factory=list)
+    signals_port: int = 0
+    """The mTLS signals listener's port (bound only under poll)."""
 
     @property
     def store(self) -> Path:
@@ -153,6 +155,7 @@ def plan_mesh(root: Path, site_names: list[str]) -> MeshPlan:
         region, zone = SITE_GEOGRAPHY.get(name, (f"region-{i}", f"region-{i}a"))
         site = SitePlan(name, region, zone, pick_port(), pick_port(), pick_port(), root / name)
         site.gateway_port, site.gateway_admin_port = pick_port(), pick_port()
+        site.signals_port = pick_port()
         count = 2 if i == 0 else 1
         for j in range(count):
             suffix = "" if count == 1 else f"-{'ab'[j]}"
@@ -193,10 +196,15 @@ def _meta(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def network_doc(
-    plan: MeshPlan, *, probe_interval: str, suspicion_timeout: str, credential_base: Path
+    plan: MeshPlan,
+    *,
+    probe_interval: str,
+    suspicion_timeout: str,
+    credential_base: Path,
+    signal_transport: str = "gossip",
 ) -> dict[str, Any]:
-    """The GridNetwork every site's store holds."""
-    return {
+    """The GridNetwork every site's store holds (``signalTransport`` only under poll)."""
+    doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "GridNetwork",
         "metadata": _meta(NETWORK),
@@ -224,6 +232,9 @@ def network_doc(
             "staleCandidateTtlSeconds": 10,
         },
     }
+    if signal_transport != "gossip":
+        doc["spec"]["signalTransport"] = {"mode": signal_transport}
+    return doc
 
 
 def site_doc(site: SitePlan, fingerprint: str) -> dict[str, Any]:

@@ -39,10 +39,18 @@ _COLUMNS = ("rank", "model", "site", "cluster", "tier", "admission", "score", "f
 
 
 def site_table(
-    site: str, overlay: dict[str, Any] | None, counts: dict[str, int] | None = None
+    site: str,
+    overlay: dict[str, Any] | None,
+    counts: dict[str, int] | None = None,
+    *,
+    scoring: bool = True,
 ) -> Table:
-    """One site's candidates in rank order, with the routed requests of each cluster."""
-    table = Table(title=f"site {site}", title_justify="left", expand=True)
+    """One site's candidates in rank order, with the routed requests of each cluster.
+
+    Under poll the title says local scoring is off (the score column stays empty).
+    """
+    title = f"site {site}" if scoring else f"site {site} (scoring off: signals polled)"
+    table = Table(title=title, title_justify="left", expand=True)
     for column in _COLUMNS:
         right = column in ("rank", "score", "reqs")
         table.add_column(column, justify="right" if right else "left")
@@ -66,6 +74,10 @@ def site_table(
     return table
 
 
-def mesh_view(overlay_dirs: dict[str, Path], counts: dict[str, int] | None = None) -> Group:
+def mesh_view(
+    overlay_dirs: dict[str, Path], counts: dict[str, int] | None = None, *, scoring: bool = True
+) -> Group:
     """A table per site, in site order."""
-    return Group(*(site_table(s, read_overlay(d), counts) for s, d in overlay_dirs.items()))
+    return Group(
+        *(site_table(s, read_overlay(d), counts, scoring=scoring) for s, d in overlay_dirs.items())
+    )

@@ -8,6 +8,8 @@ module reads and writes the store.
 
 The mode is read once at start, so a declared change is a restart, not a live
 flip (seed 000); so is a second GridNetwork in the store, or the deletion of ours.
+Whether a declaration of ours still matches what runs is judged by
+`grid.operator.lifecycle`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from grid.core.resources.network_status import rendered_patch, start_patch
 from grid.core.resources.phases import SitePhase
 from grid.core.resources.seed_fields import upstream_policy_patch
 from grid.core.routing.mesh_view import GRID_ID_LABEL, converged_grid_id
-from grid.operator.startup import StartupError, check_mode, new_grid_id
+from grid.operator.startup import StartupError, new_grid_id
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,8 @@ class ServedNetwork:
         self.site = site
         self.network: GridNetwork | None = None
         self.grid_id = ""
+        self.mode: str | None = None
+        """The signal mode this process fixed at start (named when another network appears)."""
 
     @property
     def name(self) -> str:
@@ -77,19 +81,24 @@ class ServedNetwork:
         return True
 
     def on_event(self, kind: EventType, obj: dict[str, Any]) -> None:
-        """Track our network; raise (for a restart) when another appears or the mode changes."""
+        """Track our network; raise (for a restart) when it goes or another one appears."""
         if kind is EventType.DELETED and obj["metadata"]["name"] == self.name:
             raise StartupError(f"GridNetwork {self.name!r} was deleted; stopping")
         if kind is EventType.DELETED:
             return
         if obj["metadata"]["name"] != self.name:
+            other = GridNetwork.model_validate(obj)
+            if self.mode is not None and other.spec.signal_mode != self.mode:
+                raise StartupError(
+                    f"GridNetwork {other.name!r} appeared declaring signalTransport.mode: "
+                    f"{other.spec.signal_mode}, this process serves {self.mode}; "
+                    "one operator serves one GridNetwork"
+                )
             raise StartupError(
                 f"a second GridNetwork {obj['metadata']['name']!r} appeared; "
                 "one operator serves one GridNetwork"
             )
-        network = GridNetwork.model_validate(obj)
-        check_mode(network)
-        self.network = network
+        self.network = GridNetwork.model_validate(obj)
 
     async def write_status(
         self,

@@ -8,6 +8,10 @@ gateway from it and writes an overlay only when its revision changed, and the
 ``praxis.yaml`` of each gateway whose ``consumerConfig`` is enabled when its
 text changed. The round's `overlay_entry` items and `consumer_status` feed the
 GridNetwork status.
+
+Signals come from the records themselves under gossip; under poll the caller
+passes a ``signals_view`` (own scrapes plus what was pulled from peers,
+`grid.operator.lifecycle`), and rendering has local scoring off.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ from grid.errors import GridError
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
 
 log = logging.getLogger(__name__)
+
+SignalsView = Callable[[list[OriginRecord], dt.datetime, float | None], SignalsDocument]
+"""Under poll: (live records, now, stale TTL) -> the signals document to render from."""
 
 VERIFIED = (SitePhase.ACTIVE, SitePhase.UNREACHABLE)
 """Site phases whose candidates are rendered: the site's egress was verified once."""
@@ -101,6 +108,7 @@ class OverlayLoop:
         secrets: list[Secret],
         replica: GridState,
         site_phases: Mapping[str, SitePhase],
+        signals_view: SignalsView | None = None,
     ) -> list[dict[str, Any]]:
         """Render every served gateway, write changed overlays; the status entries."""
         now = dt.datetime.now(dt.UTC)
@@ -114,10 +122,18 @@ class OverlayLoop:
             trusted,
         )
         inputs = mesh_inputs(network, sites, own, secrets, records, self.site)
-        self._sequence += 1
-        signals = signals_document(
-            network.name, self.site, records, now=now, epoch=self._epoch, sequence=self._sequence
-        )
+        if signals_view is not None:
+            signals = signals_view(records, now, float(ttl) if ttl is not None else None)
+        else:
+            self._sequence += 1
+            signals = signals_document(
+                network.name,
+                self.site,
+                records,
+                now=now,
+                epoch=self._epoch,
+                sequence=self._sequence,
+            )
         held = self.stabilized_holds(network, signals, now.timestamp())
         overlays = []
         consumers: list[dict[str, Any]] = []

@@ -12,17 +12,25 @@
   this site serves and writes the overlay only when its revision changed; then
   the GridNetwork status (`grid.operator.network`, which also initialises the
   network at start and converges the gridId);
+* the signal transport fixed at start (`grid.operator.lifecycle`): under
+  gossip the records carry their signals over SWIM and the signals listener is
+  never bound; under poll the operator serves its own signals on the mTLS
+  listener, polls every alive peer, renders from what it pulled with local
+  scoring off, and publishes records without signal values. A declared mode
+  other than the running one, or a peer-trust change under poll, stops the
+  process with one clear line so its supervisor restarts it;
+* certificate rotation, which follows the declared trust on every check;
 * the metrics/health endpoint.
 
-Only the mode read at start is served: ``signalTransport.mode: poll`` needs the
-signals listener, so this build refuses it with a clear error rather than pick
-another mode. SIGTERM leaves the SWIM mesh first, then stops.
+SIGTERM leaves the SWIM mesh first, then stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -35,7 +43,7 @@ from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
 from grid.adapters.udp import parse_address
 from grid.core.crdt.origin import AuthLimits
-from grid.core.crdt.record import ProviderRecord
+from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import (
     CertLaneValue,
@@ -54,14 +62,18 @@ from grid.core.resources import (
     pinned_to,
 )
 from grid.core.resources.secret import Secret
-from grid.core.routing.mesh_view import GRID_ID_LABEL
+from grid.core.routing.mesh_view import GRID_ID_LABEL, OriginRecord
+from grid.core.routing.signals import SignalsDocument
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.core.swim.members import MemberState
 from grid.core.trust import public_chain_pem
 from grid.core.wire.keyring import Keyring
 from grid.errors import NotFound, ValidationError
+from grid.operator.feedback_ingest import wire_ingest
+from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
 from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_for
+from grid.operator.lifecycle import SignalLifecycle
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
@@ -107,18 +119,39 @@ class Operator:
         self.providers = ProviderController(
             store, settings.site, self._on_record, settings.record_refresh_s
         )
+        self.signals = SignalLifecycle(settings, store, self.registry)
+        self.feedback: FeedbackWriter | None = None
         tls = None
         if settings.ca and settings.cert and settings.key:
             tls = client_context(settings.ca, settings.cert, settings.key)
+            self.signals.tls_contexts.append(tls)
         self.sites = SiteController(store, settings.site, tls)
 
     # -- lifecycle -----------------------------------------------------------
+
+    def _wire_feedback(self, network: GridNetwork) -> None:
+        """Under poll, add the ingest route: the single feedback writer, or 405 when off."""
+        transport = self.signals.transport
+        if transport is None:
+            return
+        s = self.settings
+        settings = None
+        if s.ingest_feedback:
+            settings = FeedbackSettings(
+                reporter_capacity=s.feedback_reporter_capacity,
+                write_attempts=s.feedback_write_attempts,
+            )
+        _events, self.feedback = wire_ingest(
+            transport.server, self.store, network.name, self.registry, settings
+        )
 
     async def run(self) -> None:
         """Start everything, serve until stopped, then shut down gracefully."""
         network = await select_network(self.store, self.settings.network)
         network = await self.served.initialize(network)
         await self._refresh_trust()
+        self.served.mode = await self.signals.fix(network, int(time.time()))
+        self._wire_feedback(network)
         await self._start_endpoints()
         await self._start_swim(network)
         await self.providers.start()
@@ -133,7 +166,18 @@ class Operator:
                 render_rounds(self._dirty, self.settings.render_interval_s, self._render_round),
                 name="render",
             ),
+            asyncio.create_task(
+                self.signals.rotation_loop(lambda: self.served.network, self._publish_site_lanes),
+                name="cert-rotation",
+            ),
         ]
+        transport = self.signals.transport
+        if transport is not None:
+            self._tasks.append(
+                asyncio.create_task(
+                    transport.run(self._poll_targets, self._dirty.set), name="signals-poll"
+                )
+            )
         await self._sync_providers()
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -157,12 +201,20 @@ class Operator:
                         await self.swim.leave()
             finally:
                 await self.swim.stop()
+        pending = set(self._tasks)
+        while pending:
+            # Re-sent each second: a cancellation some library swallowed is not the end.
+            for task in pending:
+                task.cancel()
+            _done, pending = await asyncio.wait(pending, timeout=1.0)
         for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+            if not task.cancelled():
+                task.exception()  # retrieved: the failure that ended the run is raised by run()
         await self.providers.stop()
         if self._egress is not None:
             await self._egress.stop()
+        if self.signals.transport is not None:
+            await self.signals.transport.stop()
         await self.health.stop()
         log.info("operator stopped", extra={"site": self.settings.site})
 
@@ -171,8 +223,14 @@ class Operator:
         bound = await self.health.start(host, port)
         self.addresses["metrics"] = f"{bound[0]}:{bound[1]}"
         s = self.settings
+        transport = self.signals.transport
+        if transport is not None:
+            self.addresses["signals"] = await transport.start(s.signals_bind)
+            log.info("signals listener bound", extra={"signals": self.addresses["signals"]})
         if s.egress_bind and s.ca and s.cert and s.key:
-            self._egress = EgressListener(server_context(s.ca, s.cert, s.key))
+            egress_context = server_context(s.ca, s.cert, s.key)
+            self.signals.tls_contexts.append(egress_context)
+            self._egress = EgressListener(egress_context)
             host, port = parse_address(s.egress_bind)
             e_host, e_port = await self._egress.start(host, port)
             self.addresses["egress"] = f"{e_host}:{e_port}"
@@ -249,7 +307,13 @@ class Operator:
             region=own.spec.region or "",
             zone=own.spec.zone or "",
             sovereignty_zone=own.spec.sovereignty_zone or "",
-            labels=sorted_pairs({**own.metadata.labels, GRID_ID_LABEL: self.served.grid_id}),
+            labels=sorted_pairs(
+                {
+                    **own.metadata.labels,
+                    GRID_ID_LABEL: self.served.grid_id,
+                    **self.signals.lane_labels(),
+                }
+            ),
         )
         gateway = GatewayLaneValue(
             egress_address=own.spec.egress.address if own.spec.egress else ""
@@ -273,8 +337,17 @@ class Operator:
             return ""
 
     async def _publish_records(self) -> None:
-        """Write changed own records into the local snapshot and disseminate them."""
+        """Write changed own records into the local snapshot and disseminate them.
+
+        Under poll the signal values travel by poll, not over SWIM, so the
+        records published carry none.
+        """
         records = dict(self._records)
+        if self.signals.transport is not None:
+            records = {
+                n: (None if r is None else dataclasses.replace(r, signals=RecordSignals()))
+                for n, r in records.items()
+            }
 
         def change(snap: GridStateSnapshot) -> GridStateSnapshot:
             held = snap.state.live_providers()
@@ -300,8 +373,10 @@ class Operator:
                     elif kind == "GridNetwork":
                         self.served.on_event(event.type, event.object)
                         await self._refresh_trust()
+                        await self.signals.judge(self.served.network)
                     elif kind == "GridSite":
                         await self._refresh_trust()
+                        await self.signals.judge(self.served.network)
                         # A GridSite's labels decide which providers a siteSelector hosts here.
                         await self._sync_providers()
                         if event.object["metadata"]["name"] == self.settings.site:
@@ -352,6 +427,12 @@ class Operator:
             if isinstance(event, Notify | Deliver):
                 self._dirty.set()
 
+    def _poll_targets(self) -> dict[str, str]:
+        """Every alive member at its SWIM host and advertised signals port."""
+        if self.swim is None:
+            return {}
+        return self.signals.poll_targets(self.swim.members(), self.replica)
+
     def member_states(self) -> dict[str, MemberState]:
         """SWIM's view of every member, by site name."""
         if self.swim is None:
@@ -394,8 +475,17 @@ class Operator:
         ]
         if await self.served.converge_grid_id(network, self.replica):
             await self._publish_site_lanes()
+        view = None
+        if self.signals.transport is not None:
+            records = dict(self._records)
+
+            def view(
+                live: list[OriginRecord], now: dt.datetime, ttl: float | None
+            ) -> SignalsDocument:
+                return self.signals.signals_view(live, records, now, ttl)
+
         overlays = await self.overlays.render(
-            network, sites, own, secrets, self.replica, self.sites.phases
+            network, sites, own, secrets, self.replica, self.sites.phases, view
         )
         self.ready = True
         await self.served.write_status(

@@ -19,6 +19,7 @@ from grid.core.crdt.origin import AuthLimits
 DEFAULT_STORE = "sqlite:.grid/store.db"
 DEFAULT_SWIM_BIND = "0.0.0.0:7946"
 DEFAULT_METRICS_BIND = "0.0.0.0:9090"
+DEFAULT_SIGNALS_BIND = "0.0.0.0:7947"
 
 
 class OperatorSettings(BaseModel):
@@ -110,6 +111,30 @@ class OperatorSettings(BaseModel):
             "closed anyway."
         ),
     )
+    signals_bind: str = Field(
+        DEFAULT_SIGNALS_BIND,
+        description=(
+            "host:port of the mTLS signals listener, bound only under signalTransport.mode: "
+            "poll. Peers poll a site at its SWIM-advertised host and this port (port 0 picks "
+            "a free one; the bound port is advertised to peers)."
+        ),
+    )
+    signals_poll_interval_s: float = Field(
+        2.0,
+        ge=0.05,
+        description=(
+            "Seconds between polls of each alive peer's signals under poll. Shorter spreads "
+            "load changes faster at the cost of one request per peer per interval."
+        ),
+    )
+    cert_check_interval_s: float = Field(
+        5.0,
+        ge=0.05,
+        description=(
+            "Seconds between checks of the site certificate files for rotation (spiffe trust "
+            "only). Shorter picks up a renewed SVID sooner at the cost of a file read."
+        ),
+    )
     pending_items_max: int = Field(
         AuthLimits().pending_items_max,
         ge=0,
@@ -118,6 +143,30 @@ class OperatorSettings(BaseModel):
             "all sites (one per site and lane). Beyond it they are dropped and come again by "
             "anti-entropy; more room means less waiting after a start, and more memory a peer "
             "can claim."
+        ),
+    )
+    ingest_feedback: bool = Field(
+        True,
+        description=(
+            "Serve POST /v1/site/signals/ingest under poll. Off (--no-ingest-feedback) the "
+            "POST answers 405 and nothing is acknowledged, as by an operator without "
+            "feedback; GET polling keeps working either way."
+        ),
+    )
+    feedback_reporter_capacity: int = Field(
+        64,
+        ge=1,
+        description=(
+            "Gateway reporters persisted per GridNetwork; a new identity past it gets 429 "
+            "reporter_capacity. More admits more gateway processes but grows the status."
+        ),
+    )
+    feedback_write_attempts: int = Field(
+        3,
+        ge=1,
+        description=(
+            "Attempts in all of the feedback status write when the store answers 409. More "
+            "rides out busier writers but spends more of the 5 s request budget."
         ),
     )
 

@@ -18,9 +18,6 @@ from grid.adapters.store.port import ResourceStore
 from grid.core.resources import GridNetwork
 from grid.errors import GridError, NotFound
 
-RUNNING_MODE = "gossip"
-"""The signal transport this process serves, fixed at start (seed 000)."""
-
 SWIM_KEY_DEFAULT_ITEM = "swim.key"
 """Key read from the swimKeyRef Secret when the reference names none."""
 
@@ -58,18 +55,7 @@ async def select_network(store: ResourceStore, wanted: str | None) -> GridNetwor
     network = networks[0]
     if wanted is not None and network.name != wanted:
         raise StartupError(f"GridNetwork {wanted!r} is not in the store (found {network.name!r})")
-    check_mode(network)
     return network
-
-
-def check_mode(network: GridNetwork) -> None:
-    """Refuse a signal transport this process does not serve."""
-    if network.spec.signal_mode != RUNNING_MODE:
-        raise StartupError(
-            f"GridNetwork {network.name!r} declares signalTransport.mode: "
-            f"{network.spec.signal_mode}, which needs the signals listener; this build serves "
-            f"{RUNNING_MODE} only"
-        )
 
 
 async def swim_key(store: ResourceStore, network: GridNetwork, key_file: Path | None) -> bytes:

@@ -406,3 +406,12 @@ def test_one_step_digest_is_the_jcs_digest(
     content = {k: overlay[k] for k in ("candidates", "local_site", "network")}
     assert envelope["revision"]["value"] == hashlib.sha256(rfc8785.dumps(content)).hexdigest()
     assert envelope == build_envelope(overlay, scope, provenance)
+
+
+@pytest.mark.parametrize("number", [float("inf"), float("-inf"), float("nan")])
+def test_a_number_json_cannot_represent_is_malformed_not_an_error(number: float) -> None:
+    envelope = _envelope()
+    envelope["overlay"]["candidates"][0]["score"] = number
+    assert verify(envelope).reason == "malformed_structure"
+    bare = copy.deepcopy(envelope["overlay"])
+    assert verify(bare).reason == "malformed_structure"

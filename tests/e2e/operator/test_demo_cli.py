@@ -66,7 +66,7 @@ def _alive(proc: Proc) -> bool:
     return stat is not None and stat[2] == proc[1] and stat[1] != "Z"
 
 
-def _check_description(doc: dict[str, Any], pids: set[int]) -> None:
+def _check_description(doc: dict[str, Any], pids: set[int], transport: str) -> None:
     assert set(doc) == {"sites", "ca", "gateway"}
     assert set(doc["sites"]) == SITES
     assert Path(doc["ca"]).read_text().startswith("-----BEGIN CERTIFICATE-----")
@@ -75,7 +75,10 @@ def _check_description(doc: dict[str, Any], pids: set[int]) -> None:
     for name, site in doc["sites"].items():
         assert set(site) == SITE_KEYS, name
         assert isinstance(site["pid"], int) and site["pid"] in pids, name
-        assert site["signals"] is None  # gossip: the signals listener is not bound
+        if transport == "gossip":
+            assert site["signals"] is None  # gossip: the signals listener is not bound
+        else:
+            assert ADDRESS.match(site["signals"]), site
         assert ADDRESS.match(site["swim"]) and ADDRESS.match(site["metrics"]), site
         assert ADDRESS.match(site["gateway"]), site
         assert Path(site["store"]).is_file()
@@ -96,7 +99,10 @@ async def _chat_through(gateway: str) -> None:
     assert answer["model"] == MODEL and answer["usage"]["total_tokens"] > 0
 
 
-async def test_demo_runs_and_leaves_nothing_behind(tmp_path: Path, tools: Any) -> None:
+@pytest.mark.parametrize("transport", ["gossip", "poll"])
+async def test_demo_runs_and_leaves_nothing_behind(
+    tmp_path: Path, tools: Any, transport: str
+) -> None:
     """Exit 0, the §9 demo.json, three verified overlays, no child left, no token leaked."""
     root = tmp_path / "demo"
     with open(tmp_path / "demo.out", "wb") as out:
@@ -109,6 +115,8 @@ async def test_demo_runs_and_leaves_nothing_behind(tmp_path: Path, tools: Any) -
             str(DURATION_S),
             "--dir",
             str(root),
+            "--signal-transport",
+            transport,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -123,7 +131,7 @@ async def test_demo_runs_and_leaves_nothing_behind(tmp_path: Path, tools: Any) -
         await eventually(written, "demo.json written", timeout_s=60.0, interval_s=0.1)
         seen = _descendants(proc.pid)
         doc = json.loads((root / "demo.json").read_text())
-        _check_description(doc, {pid for pid, _ in seen})
+        _check_description(doc, {pid for pid, _ in seen}, transport)
         assert len(seen) >= 3 + 6 + 3, "three operators, six mock providers, three gateways"
         await _chat_through(doc["gateway"])
         async with asyncio.timeout(60):
@@ -151,6 +159,8 @@ async def test_demo_runs_and_leaves_nothing_behind(tmp_path: Path, tools: Any) -
         scope = {"network": NETWORK, "namespace": NAMESPACE, "local_site": name}
         assert verify(overlay.envelope, scope).verdict == "accept"
         assert (root / name / "praxis.yaml").is_file(), "the operator rendered praxis.yaml"
+        scored = ["score" in c for c in overlay.candidates]
+        assert all(scored) if transport == "gossip" else not any(scored), (name, transport)
     secrets = await tools.store_list(root / "east" / "store.db", "Secret")
     encoded = next(s for s in secrets if s["metadata"]["name"] == "openai-credentials")
     token = base64.b64decode(encoded["data"]["token"])

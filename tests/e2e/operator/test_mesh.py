@@ -120,6 +120,21 @@ async def _site_phases(look: Any, store_site: str) -> dict[str, tuple[str, str]]
     }
 
 
+def _port_open(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((host, int(port))) == 0
+
+
+async def test_gossip_mesh_leaves_every_signals_port_closed(mesh: DemoMesh, look: Any) -> None:
+    """Gossip is the default: no operator binds the mTLS signals listener (seed 000)."""
+    await eventually(lambda: look.ready("east"), "east is ready", timeout_s=CONVERGE_TIMEOUT_S)
+    for name, site in mesh.plan.sites.items():
+        assert not _port_open(f"127.0.0.1:{site.signals_port}"), name
+        assert mesh.describe()["sites"][name]["signals"] is None
+
+
 async def test_wrong_fingerprint_never_active(mesh: DemoMesh, look: Any) -> None:
     """Central's mispinned GridSite west stays Connecting; every correct pin goes Active."""
 

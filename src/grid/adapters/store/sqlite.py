@@ -328,8 +328,11 @@ class SqliteStore:
                     continue
             last = max(last, head)
             if not events:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                # cancellation that arrives as the event fires, and the watch never ends.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), self._poll_s)
+                    async with asyncio.timeout(self._poll_s):
+                        await changed.wait()
 
     def _events_sync(self, kind: str, after: int) -> tuple[_Events, int, int]:
         """Events of a kind after a version, plus the store head and trim point,

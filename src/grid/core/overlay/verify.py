@@ -98,7 +98,10 @@ def verify(
         problem = check_overlay_structure(document, "")
         if problem is not None:
             return _reject("malformed_structure", problem)
-        return Verdict(ACCEPT_LEGACY, None, canonical_digest(document), "bare overlay")
+        legacy_digest = _digest(document)
+        if legacy_digest is None:
+            return _reject("malformed_structure", _UNREPRESENTABLE)
+        return Verdict(ACCEPT_LEGACY, None, legacy_digest, "bare overlay")
     problem = check_envelope_structure(document)
     if problem is not None:
         return _reject("malformed_structure", problem)
@@ -107,7 +110,9 @@ def verify(
     if not _is_supported_version(document["schema_version"]):
         return _reject("unsupported_schema_version", "only schema_version 1.x is supported")
     overlay = document["overlay"]
-    digest = canonical_digest(overlay)
+    digest = _digest(overlay)
+    if digest is None:
+        return _reject("malformed_structure", _UNREPRESENTABLE)
     if document["content_digest"]["value"] != digest:
         return _reject("digest_mismatch", "content_digest does not match the overlay")
     if document["revision"]["value"] != digest:
@@ -116,3 +121,18 @@ def verify(
     if problem is not None:
         return _reject("scope_mismatch", problem)
     return Verdict(ACCEPT, None, digest, "envelope verified")
+
+
+_UNREPRESENTABLE = "the overlay holds a number JSON cannot represent (NaN, infinity, too large)"
+
+
+def _digest(overlay: dict[str, Any]) -> str | None:
+    """The canonical digest, or None when the overlay has no JCS form.
+
+    A decoder that accepts ``Infinity`` or ``NaN`` (Python's does by default)
+    can hand over such a document; it is malformed, not a reason to raise.
+    """
+    try:
+        return canonical_digest(overlay)
+    except ValueError:  # rfc8785's CanonicalizationError, for one
+        return None

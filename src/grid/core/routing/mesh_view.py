@@ -38,10 +38,9 @@ from grid.core.resources.provider_spec import PROVIDER_KINDS
 from grid.core.resources.secret import Secret
 from grid.core.routing.candidate import SignalValues
 from grid.core.routing.render import RenderInputs
+from grid.core.routing.signals import SCHEMA_VERSION as SIGNALS_SCHEMA_VERSION
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
 from grid.errors import ValidationError
-
-SIGNALS_SCHEMA_VERSION = "1.0.0"
 
 
 @dataclass(frozen=True)
@@ -180,7 +179,8 @@ def converged_grid_id(own: str, gossiped: Iterable[str]) -> str:
     return min((i for i in (own, *gossiped) if i), default=own)
 
 
-def _entry(record: ProviderRecord) -> ProviderSignals:
+def signals_entry(record: ProviderRecord) -> ProviderSignals:
+    """A provider record as a signals-document entry (missing signals stay absent)."""
     s = record.signals
     return ProviderSignals(
         name=record.name,
@@ -210,7 +210,7 @@ def signals_document(
     sequence: int,
 ) -> SignalsDocument:
     """A ``scope=grid`` signals document (§6) of every live record."""
-    entries = sorted((_entry(r.record) for r in records), key=lambda e: (e.site, e.name))
+    entries = sorted((signals_entry(r.record) for r in records), key=lambda e: (e.site, e.name))
     return SignalsDocument(
         schema_version=SIGNALS_SCHEMA_VERSION,
         network=network,

@@ -13,16 +13,27 @@ A site publishes the provider load it observes as one JSON document::
 signal key means the signal is missing (neutral in scoring), never zero.
 Freshness is judged against the document's own ``generated_at``, so it does
 not depend on the reader's clock.
+
+The serving side lives here too, pure: `encode_signals` writes a document with
+absent keys for missing signals; a `SignalsFeed` is one scope's published series
+(``epoch`` fixed for the process, ``sequence`` rising with each change of
+content, a strong ``ETag`` over the exact bytes served); `merge_pulled` builds
+the ``scope=grid`` view from the site's own entries and what it pulled from
+peers, evicting entries older than ``staleCandidateTtlSeconds``.
 """
 
 from __future__ import annotations
 
+import enum
+import hashlib
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from grid.core.overlay.envelope import format_timestamp
 from grid.core.routing.candidate import BackendKind, SignalValues
 from grid.errors import ValidationError
 
@@ -32,6 +43,9 @@ FRESHNESS_MAX_AGE_S = 60.0
 but mark healthy providers stale across a slow poll interval."""
 
 U64_MAX = 2**64 - 1
+
+SCHEMA_VERSION = "1.0.0"
+"""The signals document schema version this site writes."""
 
 _RATIO_SIGNALS = ("queue_depth", "kv_cache_utilization", "prefix_cache_hit_ratio")
 _MAGNITUDE_SIGNALS = ("p99_latency_ms", "cost_per_million_input_tokens")
@@ -215,3 +229,163 @@ def merge_entries(*groups: Iterable[ProviderSignals]) -> tuple[ProviderSignals, 
             if held is None or entry.observed_at > held.observed_at:
                 newest[key] = entry
     return tuple(newest[key] for key in sorted(newest))
+
+
+class SignalsScope(enum.StrEnum):
+    """``?scope=`` of ``GET /v1/site/signals``: own providers, or everything held."""
+
+    SITE = "site"
+    GRID = "grid"
+
+
+def parse_scope(value: str | None) -> SignalsScope:
+    """The requested scope (``site`` when absent); `ValidationError` for anything else."""
+    if value is None:
+        return SignalsScope.SITE
+    try:
+        return SignalsScope(value)
+    except ValueError as exc:
+        raise _fail("scope", "must be site or grid") from exc
+
+
+def encode_entry(entry: ProviderSignals) -> dict[str, Any]:
+    """One provider entry as JSON: a missing signal (or health) is an absent key."""
+    out: dict[str, Any] = {
+        "name": entry.name,
+        "cluster": entry.cluster,
+        "site": entry.site,
+        "backend_kind": entry.backend_kind.value,
+        "models": list(entry.models),
+    }
+    if entry.healthy is not None:
+        out["healthy"] = entry.healthy
+    out["observed_at"] = format_timestamp(entry.observed_at)
+    values = entry.signals
+    out["signals"] = {
+        key: getattr(values, key) for key in _SIGNAL_ORDER if getattr(values, key) is not None
+    }
+    return out
+
+
+_SIGNAL_ORDER = (*_RATIO_SIGNALS, *_MAGNITUDE_SIGNALS)
+
+
+def encode_signals(document: SignalsDocument) -> dict[str, Any]:
+    """A document as the JSON object §6 fixes (the inverse of `parse_signals`)."""
+    return {
+        "schema_version": document.schema_version,
+        "network": document.network,
+        "site": document.site,
+        "epoch": document.epoch,
+        "sequence": document.sequence,
+        "generated_at": format_timestamp(document.generated_at),
+        "providers": [encode_entry(e) for e in document.providers],
+    }
+
+
+def _dump(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+
+
+@dataclass(frozen=True)
+class Published:
+    """One published version of a scope: the document, its exact bytes and its ETag."""
+
+    document: SignalsDocument
+    body: bytes
+    etag: str
+
+
+def strong_etag(body: bytes) -> str:
+    """A strong entity tag: the quoted SHA-256 prefix of the exact bytes served."""
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """True when an ``If-None-Match`` header names ``etag`` (or is ``*``).
+
+    Strong comparison: a weak tag (``W/"..."``) never matches a strong one.
+    """
+    if not if_none_match:
+        return False
+    tags = [t.strip() for t in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
+class SignalsFeed:
+    """One scope's series of documents, as ``GET /v1/site/signals`` serves it.
+
+    ``epoch`` is fixed for the operator process. `update` bumps ``sequence`` and
+    re-stamps ``generated_at`` only when the providers' encoded content changed,
+    so an unchanged document keeps its exact bytes and its ETag, and a poller's
+    ``If-None-Match`` gets 304. ``generated_at`` is therefore the moment of the
+    last change; entry ages are judged from ``observed_at``.
+    """
+
+    def __init__(self, network: str, site: str, epoch: int, now: datetime) -> None:
+        if not 0 <= epoch <= U64_MAX:
+            raise ValueError("epoch must be a u64")
+        self.network = network
+        self.site = site
+        self.epoch = epoch
+        self._content = _dump([])
+        self.current = self._publish((), 0, now)
+
+    def _publish(
+        self, providers: tuple[ProviderSignals, ...], sequence: int, now: datetime
+    ) -> Published:
+        document = SignalsDocument(
+            schema_version=SCHEMA_VERSION,
+            network=self.network,
+            site=self.site,
+            epoch=self.epoch,
+            sequence=sequence,
+            generated_at=now,
+            providers=providers,
+        )
+        body = _dump(encode_signals(document))
+        return Published(document, body, strong_etag(body))
+
+    def update(self, providers: Iterable[ProviderSignals], now: datetime) -> bool:
+        """Publish ``providers`` (sorted by site and name); True when content changed."""
+        entries = tuple(sorted(providers, key=lambda e: (e.site, e.name)))
+        content = _dump([encode_entry(e) for e in entries])
+        if content == self._content:
+            return False
+        self._content = content
+        self.current = self._publish(entries, self.current.document.sequence + 1, now)
+        return True
+
+
+def entry_age_s(entry: ProviderSignals, now: datetime) -> float:
+    """Seconds since the entry was observed (negative for a clock ahead of ours)."""
+    return (now - entry.observed_at).total_seconds()
+
+
+def merge_pulled(
+    own: Iterable[ProviderSignals],
+    pulled: Mapping[str, SignalsDocument],
+    now: datetime,
+    stale_ttl_s: float | None,
+) -> tuple[ProviderSignals, ...]:
+    """The ``scope=grid`` entries: own ones, plus each peer's own entries while fresh enough.
+
+    ``pulled`` maps a peer site to the last document pulled from it, kept after
+    the peer stops answering. Only entries naming that peer as their ``site``
+    are taken, so a peer cannot speak for another site, and an entry whose age
+    exceeds ``stale_ttl_s`` is evicted (None keeps every entry, as an absent
+    ``staleCandidateTtlSeconds`` does). Own entries win over pulled ones.
+    """
+    own_entries = list(own)
+    own_sites = {e.site for e in own_entries}
+    remote = []
+    for peer, document in sorted(pulled.items()):
+        if peer in own_sites:
+            continue
+        for entry in document.providers:
+            if entry.site != peer:
+                continue
+            if stale_ttl_s is not None and entry_age_s(entry, now) > stale_ttl_s:
+                continue
+            remote.append(entry)
+    return merge_entries(own_entries, remote)
