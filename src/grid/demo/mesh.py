@@ -213,7 +213,7 @@ class DemoMesh:
         if self.gateways:
             await self._wait_praxis()
             for site in self.plan.sites.values():
-                argv = self._grid("gateway", "--config", str(site.praxis))
+                argv = self._grid("gateway", "--config", str(site.praxis), *self._poll_flags(site))
                 name = f"gateway-{site.name}"
                 await self._spawn(Child(name, argv, self._log(name), {}))
             await self._wait_http(
@@ -240,6 +240,22 @@ class DemoMesh:
                 log.warning("starting gateways before every praxis.yaml lists every cluster")
                 return
             await asyncio.sleep(0.2)
+
+    def _poll_flags(self, site: p.SitePlan) -> list[str]:
+        """Under poll a site's gateway ranks by its operator's signals and reports feedback."""
+        if self.signal_transport != "poll" or self.pki is None:
+            return []
+        certs = self.pki.sites[site.name]
+        return [
+            "--operator",
+            f"127.0.0.1:{site.signals_port}",
+            "--cert",
+            str(certs.cert),
+            "--key",
+            str(certs.key),
+            "--ca",
+            str(self.pki.ca),
+        ]
 
     def _log(self, name: str) -> Path:
         return self.root / "logs" / f"{name}.log"
