@@ -68,7 +68,7 @@ lock:
 	rm -rf $(TOOLS)/lock
 
 # Debian packages the test suite needs (nats-server for the JetStream backbone tests,
-# prometheus for promtool, which checks the operator's /metrics).
+# prometheus for `promtool check metrics` on the operator's /metrics).
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES)"
 

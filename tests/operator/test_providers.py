@@ -23,10 +23,10 @@ from grid.core.resources.phases import ProviderPhase
 from grid.demo.mock_provider import KV_BASELINE, MockProvider, MockSettings
 from grid.operator.providers import (
     ProviderController,
-    check_interval_s,
     phase_reason,
     record_health,
 )
+from grid.operator.schedule import provider_jobs
 from grid.testing.poll import eventually
 
 MODEL = "llama"
@@ -339,12 +339,13 @@ async def test_removing_a_provider_stops_its_loop_and_withdraws_its_record(
     assert loop.cancelled()
 
 
-def test_the_loop_paces_at_the_shortest_interval_capped_by_the_refresh() -> None:
+def test_each_declared_check_is_its_own_job_beside_the_refresh() -> None:
     with_checks = InferenceProvider.model_validate(provider_doc("p", "http://127.0.0.1:1"))
     without = InferenceProvider.model_validate(provider_doc("p", None, checks=False))
-    assert check_interval_s(with_checks, 5.0) == pytest.approx(0.25)
-    assert check_interval_s(without, 5.0) == 5.0
-    assert check_interval_s(without, 0.0) == 0.05
+    jobs = {j.name: (j.interval_s, j.timeout_s) for j in provider_jobs(with_checks, 5.0)}
+    assert set(jobs) == {"health", "scrape", "publish"}
+    assert jobs["publish"] == (5.0, 5.0)
+    assert [j.name for j in provider_jobs(without, 5.0)] == ["publish"]
 
 
 def _with_secret_ref(doc: dict[str, Any]) -> dict[str, Any]:

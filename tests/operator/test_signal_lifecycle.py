@@ -257,7 +257,10 @@ async def test_rotation_reads_declared_trust_under_gossip_a_switch_to_pin_stops_
         await _ready(site)
         rotated = _rotate(site)
         await eventually(lambda: _lane_fingerprint(site) == rotated, "the SVID is reloaded")
-        assert site.operator.registry.get_sample_value("grid_cert_rotations_total") == 1
+        await eventually(
+            lambda: site.operator.registry.get_sample_value("grid_cert_rotations_total") == 1,
+            "the rotation is counted",
+        )
         await _edit(site.store, "GridNetwork", NETWORK, _set_trust({"mode": "pin"}))
         await eventually(
             lambda: (

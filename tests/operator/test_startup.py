@@ -13,7 +13,8 @@ import pytest
 
 from grid.adapters.store.sqlite import SqliteStore
 from grid.core.resources import GridNetwork
-from grid.operator.startup import StartupError, select_network, swim_key
+from grid.operator.startup import StartupError, select_network
+from grid.operator.swim_keys import SwimKeys
 from grid.testing.store import InMemoryStore
 
 
@@ -57,6 +58,11 @@ async def test_selects_the_single_gossip_network() -> None:
 def _keyed_network(store_key: str = "swim.key") -> GridNetwork:
     ref = {"name": "swim", "namespace": "grid-system", "key": store_key}
     return GridNetwork.model_validate(_network("a", tls={"swimKeyRef": ref}))
+
+
+async def swim_key(store: InMemoryStore, network: GridNetwork, key_file: Path | None) -> bytes:
+    """The primary key the operator starts with."""
+    return (await SwimKeys(store, key_file).load(network)).primary
 
 
 async def _store_with_key(raw: bytes) -> InMemoryStore:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from grid.demo.pki import DEFAULT_TRUST_DOMAIN, write_dev_pki
+from grid.demo.pki import DEFAULT_TRUST_DOMAIN, issue_dev_site, write_dev_pki
 
 _SITE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _TRUST_DOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9._]{0,253}[a-z0-9])?$")
@@ -66,6 +66,31 @@ def init(directory: Path, sites: str, trust_domain: str, force: bool) -> None:
         click.echo(f"site {name}: {paths.cert}, {paths.key} (mode 0600)")
         click.echo(f"  spiffe id    spiffe://{trust_domain}/site/{name}")
         click.echo(f"  fingerprint  {paths.fingerprint}")
+
+
+@certs.command("issue")
+@click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--site", required=True, help="The new site's name (a DNS label).")
+@click.option(
+    "--trust-domain",
+    default=DEFAULT_TRUST_DOMAIN,
+    show_default=True,
+    help="SPIFFE trust domain of the site certificate.",
+)
+def issue(directory: Path, site: str, trust_domain: str) -> None:
+    """Issue a certificate for one more site from the dev CA in DIRECTORY (ca-key.pem)."""
+    names = _site_names(site)
+    if len(names) != 1:
+        raise click.BadParameter("name exactly one site", param_hint="--site")
+    name = names[0]
+    if (directory / f"{name}.pem").exists():
+        raise click.ClickException(f"{directory / (name + '.pem')} already exists")
+    if not (directory / "ca-key.pem").exists():
+        raise click.ClickException(f"{directory / 'ca-key.pem'} is missing: not a dev PKI")
+    paths = issue_dev_site(directory, name, trust_domain)
+    click.echo(f"site {name}: {paths.cert}, {paths.key} (mode 0600)")
+    click.echo(f"  spiffe id    spiffe://{trust_domain}/site/{name}")
+    click.echo(f"  fingerprint  {paths.fingerprint}")
 
 
 def register(main: click.Group) -> None:

@@ -81,8 +81,16 @@ def _signals(path: str | None) -> SignalsDocument | None:
 @click.option("--gateway", required=True, help="Gateway name listed in spec.gatewayRefs.")
 @click.option("--namespace", default=None, help="Gateway namespace (default: the gatewayRef's).")
 @click.option("--signals", "signals_path", default=None, help="Signals document (§6, scope=grid).")
+@click.option(
+    "--capability", default=None, help="Only candidates whose model declares this capability."
+)
 def render_command(
-    path: str, site: str, gateway: str, namespace: str | None, signals_path: str | None
+    path: str,
+    site: str,
+    gateway: str,
+    namespace: str | None,
+    signals_path: str | None,
+    capability: str | None,
 ) -> None:
     """Render the overlay envelope (grid-overlay.json) for one gateway to stdout."""
     inputs = _inputs(path)
@@ -95,6 +103,7 @@ def render_command(
             namespace=namespace,
             signals=signals,
             now=datetime.now(UTC),
+            capability=capability,
         )
     except ValidationError as exc:
         _fail([exc.message])
@@ -126,8 +135,11 @@ def _signal_cell(row: ExplainRow, value_key: str | None, score_key: str) -> str:
 
 def _table(result: Explanation) -> Table:
     scoring = "on" if result.scoring_enabled else "off (poll)"
+    subject = result.model or f"models with {result.capability}"
+    if result.model and result.capability:
+        subject += f" ({result.capability})"
     table = Table(
-        title=f"{result.model} seen from site {result.local_site} "
+        title=f"{subject} seen from site {result.local_site} "
         f"(network {result.network}, scoring {scoring})",
         caption="signal cells: raw value → score; * missing (neutral 0.5)",
     )
@@ -158,7 +170,10 @@ def _print_table(result: Explanation) -> None:
     # A pipe or a file has no width; use one wide enough that rows stay on one line.
     console = Console(file=sys.stdout, width=probe.width if probe.is_terminal else EXPLAIN_WIDTH)
     if not result.rows:
-        console.print(f"no candidates serve model {result.model!r}")
+        what = f"model {result.model!r}" if result.model else "any model"
+        if result.capability:
+            what += f" with capability {result.capability!r}"
+        console.print(f"no candidates serve {what}")
         return
     console.print(_table(result))
     for row in result.rows:
@@ -177,7 +192,12 @@ def _print_table(result: Explanation) -> None:
 @click.command("explain")
 @click.option("-f", "--filename", "path", required=True, help="CR YAML file or directory.")
 @click.option("--site", required=True, help="The site whose point of view is explained.")
-@click.option("--model", required=True, help="The model to explain.")
+@click.option("--model", default=None, help="The model to explain (needs this or --capability).")
+@click.option(
+    "--capability",
+    default=None,
+    help="Only models declaring this capability (all of them without --model).",
+)
 @click.option("--signals", "signals_path", default=None, help="Signals document (§6, scope=grid).")
 @click.option("--gateway", default=None, help="Explain for this gateway's local site instead.")
 @click.option(
@@ -186,16 +206,26 @@ def _print_table(result: Explanation) -> None:
 def explain_command(
     path: str,
     site: str,
-    model: str,
+    model: str | None,
+    capability: str | None,
     signals_path: str | None,
     gateway: str | None,
     output: str,
 ) -> None:
     """Show every candidate for MODEL, excluded ones too, and why each ranks where it does."""
+    if model is None and capability is None:
+        _fail(["give --model, --capability or both"])
     inputs = _inputs(path)
     signals = _signals(signals_path)
     try:
-        result = explain(inputs, site=site, model=model, signals=signals, gateway=gateway)
+        result = explain(
+            inputs,
+            site=site,
+            model=model,
+            signals=signals,
+            gateway=gateway,
+            capability=capability,
+        )
     except ValidationError as exc:
         _fail([exc.message])
     if output == "json":

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
@@ -104,7 +105,12 @@ class DemoMesh:
         fingerprints and ports no longer match this run.
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        for stale in (self.plan.pki_dir, self.root / "logs", *self._site_dirs()):
+        for stale in (
+            self.plan.pki_dir,
+            self.root / "logs",
+            self.root / "join",
+            *self._site_dirs(),
+        ):
             shutil.rmtree(stale, ignore_errors=True)
         (self.root / "demo.json").unlink(missing_ok=True)
         self.pki = write_dev_pki(self.plan.pki_dir, list(self.plan.sites))
@@ -127,6 +133,7 @@ class DemoMesh:
             p.secret_doc("grid-ca", {"ca.crt": self.pki.ca.read_bytes()}),
             p.secret_doc(CREDENTIAL_SECRET[0], {CREDENTIAL_SECRET[1]: DEMO_TOKEN}),
         ]
+        self._write_join_manifests(network, secrets[:2])
         first = next(iter(self.plan.sites))
         for site in self.plan.sites.values():
             site.root.mkdir(parents=True, exist_ok=True)
@@ -134,6 +141,19 @@ class DemoMesh:
             if site.name == first:
                 providers += p.third_party_docs(site.name)
             await self._fill_store(site.store, [network, *sites, *providers, *secrets])
+
+    def _write_join_manifests(self, network: dict[str, Any], secrets: list[dict[str, Any]]) -> None:
+        """``DIR/join/``: what a site started by hand needs in its store (docs/operator.md).
+
+        ``network.yaml`` is the demo's GridNetwork; ``secrets.yaml`` (mode 0600)
+        the SWIM key and CA Secrets it references.
+        """
+        join = self.root / "join"
+        join.mkdir(parents=True, exist_ok=True)
+        (join / "network.yaml").write_text(yaml.safe_dump(network, sort_keys=False))
+        fd = os.open(join / "secrets.yaml", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(yaml.safe_dump_all(secrets, sort_keys=False))
 
     def _site_dirs(self) -> list[Path]:
         return [site.root for site in self.plan.sites.values()]
@@ -263,13 +283,23 @@ class DemoMesh:
     async def start_operator(self, site: str) -> None:
         """Start (or restart) one site's operator."""
         child = self.children.get(f"operator-{site}")
-        if child is None:
+        if child is None:  # one of the demo's own sites (one started by hand already exists)
             argv = self.operator_argv(self.plan.sites[site])
             child = Child(f"operator-{site}", argv, self._log(f"operator-{site}"), {})
         await self._spawn(child)
         child.supervised = True
         if self._described:
             self.write_description()
+
+    async def start_child(self, name: str, argv: list[str]) -> None:
+        """Start one more supervised process, such as a site's ``grid operator`` started by hand.
+
+        Named ``operator-{site}``, it is killed and restarted like the demo's own
+        (`kill_operator`, `start_operator`) and stopped with the mesh.
+        """
+        child = Child(name, argv, self._log(name), {})
+        await self._spawn(child)
+        child.supervised = True
 
     async def _spawn(self, child: Child) -> None:
         child.log_path.parent.mkdir(parents=True, exist_ok=True)

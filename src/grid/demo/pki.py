@@ -121,6 +121,30 @@ class DevCA:
             else self._rng.getrandbits(62) | 1 << 62
         )
 
+    @classmethod
+    def load(
+        cls, cert_pem: bytes, key_pem: bytes, trust_domain: str = DEFAULT_TRUST_DOMAIN
+    ) -> DevCA:
+        """The CA whose certificate and private key `write_dev_pki` wrote, to issue more."""
+        ca = cls.__new__(cls)
+        ca.trust_domain = trust_domain
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey):
+            raise ValueError("the dev CA key must be an EC P-256 or Ed25519 key")
+        ca._key = key
+        ca._rng = None
+        ca._cert = x509.load_pem_x509_certificate(cert_pem)
+        return ca
+
+    @property
+    def key_pem(self) -> bytes:
+        """The CA's private key, PEM-encoded (a dev CA: kept next to it, mode 0600)."""
+        return self._key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+
     @property
     def cert_pem(self) -> bytes:
         """The CA certificate, PEM-encoded."""
@@ -218,17 +242,31 @@ def write_dev_pki(
 ) -> DevPki:
     """Write ``ca.pem``, ``swim.key`` and ``{site}.pem``/``{site}-key.pem`` into a directory.
 
-    Private keys and the SWIM key are written with mode 0600.
+    The CA's key goes to ``ca-key.pem`` so that `issue_dev_site` can add sites
+    later. Private keys and the SWIM key are written with mode 0600.
     """
     directory.mkdir(parents=True, exist_ok=True)
     ca = DevCA(trust_domain=trust_domain)
     (directory / "ca.pem").write_bytes(ca.cert_pem)
+    _write_private(directory / "ca-key.pem", ca.key_pem)
     _write_private(directory / "swim.key", new_swim_key())
-    written: dict[str, SitePaths] = {}
-    for site in sites:
-        issued = ca.issue_site(site)
-        cert_path, key_path = directory / f"{site}.pem", directory / f"{site}-key.pem"
-        cert_path.write_bytes(issued.cert_pem)
-        _write_private(key_path, issued.key_pem)
-        written[site] = SitePaths(cert_path, key_path, issued.fingerprint)
+    written = {site: _write_site(directory, ca, site) for site in sites}
     return DevPki(ca=directory / "ca.pem", swim_key=directory / "swim.key", sites=written)
+
+
+def _write_site(directory: Path, ca: DevCA, site: str) -> SitePaths:
+    issued = ca.issue_site(site)
+    cert_path, key_path = directory / f"{site}.pem", directory / f"{site}-key.pem"
+    cert_path.write_bytes(issued.cert_pem)
+    _write_private(key_path, issued.key_pem)
+    return SitePaths(cert_path, key_path, issued.fingerprint)
+
+
+def issue_dev_site(
+    directory: Path, site: str, trust_domain: str = DEFAULT_TRUST_DOMAIN
+) -> SitePaths:
+    """Issue one more site certificate from the dev CA `write_dev_pki` left in ``directory``."""
+    ca = DevCA.load(
+        (directory / "ca.pem").read_bytes(), (directory / "ca-key.pem").read_bytes(), trust_domain
+    )
+    return _write_site(directory, ca, site)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from grid.core.resources import API_VERSION, AUTO_DISCOVER_LABEL, SITE_LABEL
+from grid.core.resources.discovery import AUTO_DISCOVER_SITES
 
 NETWORK = "grid-demo"
 NAMESPACE = "grid-system"
@@ -207,7 +208,8 @@ def network_doc(
     doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "GridNetwork",
-        "metadata": _meta(NETWORK),
+        # A site started by hand against the demo appears as an auto-discovered GridSite.
+        "metadata": _meta(NETWORK, {AUTO_DISCOVER_SITES: "true"}),
         "spec": {
             "seeds": [f"127.0.0.1:{s.swim_port}" for s in plan.sites.values()],
             "gatewayRefs": [

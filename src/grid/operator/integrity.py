@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 from grid.core.crdt.origin import AuthLimits, ItemSigner, OriginAuth, OriginRefused, OriginTrust
 from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork, GridSite
+from grid.core.resources.discovery import member_of
 from grid.errors import GridError
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,9 @@ def trust_for(ca_pem: bytes, network: GridNetwork | None, sites: Iterable[GridSi
     pins: dict[str, list[str]] = {}
     for site in sites:
         if site.spec.trust is not None:
-            # Any of the site's pins (certFingerprint and canonicalFingerprints, §2a).
-            pins.setdefault(site.name, []).extend(site.spec.accepted_fingerprints)
+            # Any of the site's pins (certFingerprint and canonicalFingerprints, §2a),
+            # keyed by the member the site stands for (an auto-discovered one's differs).
+            pins.setdefault(member_of(site), []).extend(site.spec.accepted_fingerprints)
     if config is not None and config.mode == "spiffe":
         return OriginTrust.from_pem(ca_pem, "spiffe", pins, config.trust_domain)
     return OriginTrust.from_pem(ca_pem, "pin", pins)

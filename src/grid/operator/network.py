@@ -22,7 +22,7 @@ from typing import Any
 from grid.adapters.store.port import EventType, ResourceStore
 from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork
-from grid.core.resources.network_status import rendered_patch, start_patch
+from grid.core.resources.network_status import RoundOutcome, rendered_patch, start_patch
 from grid.core.resources.phases import SitePhase
 from grid.core.resources.seed_fields import upstream_policy_patch
 from grid.core.routing.mesh_view import GRID_ID_LABEL, converged_grid_id
@@ -105,11 +105,13 @@ class ServedNetwork:
         name: str,
         overlays: Sequence[Mapping[str, Any]],
         site_phases: Mapping[str, SitePhase],
+        outcome: RoundOutcome,
         consumers: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """Write what a render round changed in network ``name``'s status, if anything."""
         fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", name))
-        patch = rendered_patch(fresh, overlays, site_phases, consumers)
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        patch = rendered_patch(fresh, overlays, site_phases, outcome, now, consumers)
         if patch:
             obj = await self.store.patch_status("GridNetwork", name, patch)
             self.network = fresh = GridNetwork.model_validate(obj)

@@ -79,6 +79,12 @@ class OverlayLoop:
         """The last round's ``consumerConfigStatus`` items."""
         self._sequence = 0
         self._epoch = int(time.time())
+        self.render_failed: list[str] = []
+        """Gateways whose overlay failed to render in the last round."""
+        self.write_failed: list[str] = []
+        """Gateways whose overlay failed to be written in the last round."""
+        self.served = 0
+        """Gateways served in the last round."""
         self._hysteresis: Hysteresis | None = None
 
     def stabilized_holds(
@@ -138,6 +144,8 @@ class OverlayLoop:
         overlays = []
         consumers: list[dict[str, Any]] = []
         served = served_gateways(network, self.site)
+        self.served = len(served)
+        self.render_failed, self.write_failed = [], []
         self.writer.per_gateway = len(served) > 1
         for ref in served:
             try:
@@ -152,9 +160,19 @@ class OverlayLoop:
                 )
             except GridError as exc:
                 self.renders.inc("failed")
+                self.render_failed.append(ref.name)
                 log.warning("render failed", extra={"gateway": ref.name, "code": exc.code})
                 continue
-            written = await self.writer.write(rendered)
+            try:
+                written = await self.writer.write(rendered)
+            except (GridError, OSError) as exc:
+                # The store or the disk refused; the next round retries this revision.
+                self.renders.inc("failed")
+                self.write_failed.append(ref.name)
+                log.warning(
+                    "overlay write failed", extra={"gateway": ref.name, "error": type(exc).__name__}
+                )
+                continue
             self.renders.inc("written" if written else "unchanged")
             revision = rendered.envelope["revision"]["value"]
             candidates = len(rendered.overlay["candidates"])

@@ -1,8 +1,11 @@
 """The InferenceProvider controller: health checks, metric scrapes and phases.
 
-For every InferenceProvider this site holds, one task checks health per
-``healthCheck`` and scrapes per ``metricsConfig`` (the shorter interval paces
-the loop), then:
+For every InferenceProvider this site holds, one task runs that provider's
+jobs (`grid.operator.schedule`), each on its own interval and timeout with
+jitter: the health check per ``healthCheck``, the scrape per ``metricsConfig``,
+and the re-publication of its record every ``record_refresh_s``. A slow
+endpoint only ever holds up its own job: other jobs and other providers keep
+their pace. After each job, once every declared check has run once, it:
 
 * moves the provider's phase with `grid.core.resources.lifecycle.next_provider_phase`
   and writes status only when the phase or reason changed;
@@ -21,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -33,27 +37,24 @@ from grid.adapters.scrape import ProviderScraper, ScrapeError, check_health
 from grid.adapters.store.port import ResourceStore
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import InferenceProvider
-from grid.core.resources.duration import parse_duration
 from grid.core.resources.lifecycle import ProviderObservation, next_provider_phase
 from grid.core.resources.phases import ProviderPhase
 from grid.core.resources.provider_spec import ProviderTls
 from grid.core.resources.status import InferenceProviderStatus
 from grid.core.routing.mesh_view import record_for
-from grid.core.routing.metrics_mapping import carried_sample
+from grid.core.routing.metrics_mapping import ScrapedSignals, carried_sample
 from grid.errors import GridError, NotFound
+from grid.operator.schedule import Job, provider_jobs, run_every
 
 log = logging.getLogger(__name__)
 
 CREDENTIAL_CONDITION = "CredentialsResolved"
 """Condition type reporting whether the provider's auth Secret and key exist."""
 
-DEFAULT_CHECK_INTERVAL_S = 15.0
-"""Pace of a provider without a health check or metrics (re-publishing only)."""
-
 
 @dataclass
 class ProviderState:
-    """What the controller remembers about one provider between rounds."""
+    """What the controller remembers about one provider between jobs."""
 
     provider: InferenceProvider
     failures: int = 0
@@ -61,27 +62,26 @@ class ProviderState:
     scraper: ProviderScraper | None = None
     credentials: tuple[bool, str] | None = None
     """Whether the referenced Secret and key exist, and the condition reason."""
+    health_ok: bool | None = None
+    health_ran: bool = False
+    metrics_ok: bool | None = None
+    metric_healthy: bool | None = None
+    signals: RecordSignals = field(default_factory=RecordSignals)
+    scrape_ran: bool = False
+    observed_at: float | None = None
+    """The time of a carried sample (staleMetricsSeconds) standing in; None: now."""
     last_good: tuple[float, RecordSignals] | None = None
     """The last successful scrape's time and signals (for staleMetricsSeconds)."""
     tls: dict[str, ssl.SSLContext] = field(default_factory=dict)
     """TLS contexts of ``healthCheck.tls`` and ``metricsConfig.tls``, built once."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
-def check_interval_s(
-    provider: InferenceProvider, refresh_s: float, metrics_default_s: float | None = None
-) -> float:
-    """The loop period: the shorter of the health and scrape intervals, capped by refresh.
-
-    ``metrics_default_s`` is the GridNetwork's metricsRefreshInterval, the scrape
-    interval of a metricsConfig that sets none.
-    """
-    intervals = [refresh_s]
-    if provider.spec.health_check is not None:
-        intervals.append(parse_duration(provider.spec.health_check.interval))
-    if provider.spec.metrics_config is not None:
-        intervals.append(provider.spec.metrics_config.interval_s(metrics_default_s))
-    return max(0.05, min(intervals))
+HealthProbe = Callable[[ProviderState], Awaitable[bool]]
+"""Checks one provider's health (raises nothing; a timeout is the caller's)."""
+ScrapeProbe = Callable[[ProviderState], Awaitable[ScrapedSignals]]
+"""Scrapes one provider; raises `ScrapeError`."""
 
 
 class ProviderController:
@@ -93,6 +93,10 @@ class ProviderController:
         site: str,
         on_record: Callable[[str, ProviderRecord | None], None],
         refresh_s: float,
+        *,
+        health: HealthProbe | None = None,
+        scrape: ScrapeProbe | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._store = store
         self._site = site
@@ -100,6 +104,9 @@ class ProviderController:
         self._refresh_s = refresh_s
         self._states: dict[str, ProviderState] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._health = health or self._http_health
+        self._scrape = scrape or self._http_scrape
+        self._rng = rng or random.Random()
         self.metrics_default_s: float | None = None
         """The served GridNetwork's metricsRefreshInterval in seconds, if set."""
 
@@ -140,82 +147,57 @@ class ProviderController:
             state.task.cancel()
 
     async def stop(self) -> None:
-        """Stop every loop and close the session."""
+        """Stop every loop, wait for them to end, and close the session."""
+        tasks = [s.task for s in self._states.values() if s.task is not None]
         for name in list(self._states):
             self._stop(name)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 
     async def _loop(self, name: str) -> None:
-        while True:
+        """Run the provider's jobs side by side until cancelled."""
+        state = self._states.get(name)
+        if state is None:
+            return
+        jobs = provider_jobs(state.provider, self._refresh_s, self.metrics_default_s)
+        async with asyncio.TaskGroup() as group:
+            for job in jobs:
+                group.create_task(run_every(job, self._job(name, job), self._rng))
+
+    def _job(self, name: str, job: Job) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
             state = self._states.get(name)
             if state is None:
                 return
             try:
-                await self._round(state)
-            except asyncio.CancelledError:
-                raise
+                if job.name == "health":
+                    await self._run_health(state, job.timeout_s)
+                elif job.name == "scrape":
+                    await self._run_scrape(state, job.timeout_s)
+                await self._publish(state)
             except GridError as exc:
                 log.warning("provider check failed", extra={"provider": name, "code": exc.code})
-            await asyncio.sleep(
-                check_interval_s(state.provider, self._refresh_s, self.metrics_default_s)
-            )
 
-    async def _round(self, state: ProviderState) -> None:
+        return run
+
+    async def _http_health(self, state: ProviderState) -> bool:
         assert self._session is not None
-        provider = state.provider
-        spec = provider.spec
-        health_ok: bool | None = None
+        spec = state.provider.spec
         health = spec.health_check
-        if health is not None and (health.endpoint or spec.endpoint):
-            tls = await self._tls(state, "health", health.tls)
-            result = await check_health(self._session, spec.endpoint or "", health, tls)
-            health_ok = result.healthy
-        signals, metrics_ok, metric_healthy = RecordSignals(), None, None
-        observed_at = time.time()
-        metrics = spec.metrics_config
-        if metrics is not None and (metrics.base_url or spec.endpoint):
-            if state.scraper is None:
-                tls = await self._tls(state, "metrics", metrics.tls)
-                state.scraper = ProviderScraper(self._session, spec.endpoint or "", metrics, tls)
-            try:
-                scraped = await state.scraper.scrape()
-                v = scraped.values
-                signals = RecordSignals(
-                    queue_depth=v.queue_depth,
-                    kv_cache_utilization=v.kv_cache_utilization,
-                    prefix_cache_hit_ratio=v.prefix_cache_hit_ratio,
-                    p99_latency_ms=v.p99_latency_ms,
-                )
-                metrics_ok, metric_healthy = True, scraped.healthy
-                state.last_good = (observed_at, signals)
-            except ScrapeError as exc:
-                metrics_ok = False
-                log.info("scrape failed", extra={"provider": provider.name, "reason": exc.reason})
-                last = state.last_good
-                if last is not None and carried_sample(
-                    last[0], observed_at, metrics.stale_metrics_seconds
-                ):
-                    # staleMetricsSeconds: the last good sample stands in, with its own time.
-                    observed_at, signals = last
-        await self._check_credentials(state)
-        state.failures = state.failures + 1 if health_ok is False else 0
-        seen = ProviderObservation(health_ok, metrics_ok, state.failures)
-        phase = await self._update_phase(state, seen)
-        healthy = record_health(phase, health_ok, metric_healthy)
-        if not self.credentials_ok(provider.name):
-            healthy = False  # no site may route to it until its Secret resolves
-        state.provider = provider.model_copy(
-            update={
-                "status": (provider.status or InferenceProviderStatus()).model_copy(
-                    update={"phase": phase, "reason": phase_reason(phase, seen)}
-                )
-            }
-        )
-        state.record = record_for(
-            state.provider, self._site, signals=signals, healthy=healthy, observed_at_s=observed_at
-        )
-        self._on_record(provider.name, state.record)
+        tls = await self._tls(state, "health", health.tls if health else None)
+        result = await check_health(self._session, spec.endpoint or "", health, tls)
+        return result.healthy
+
+    async def _http_scrape(self, state: ProviderState) -> ScrapedSignals:
+        assert self._session is not None
+        spec = state.provider.spec
+        if state.scraper is None:
+            metrics = spec.metrics_config
+            assert metrics is not None
+            tls = await self._tls(state, "metrics", metrics.tls)
+            state.scraper = ProviderScraper(self._session, spec.endpoint or "", metrics, tls)
+        return await state.scraper.scrape()
 
     async def _tls(
         self, state: ProviderState, use: str, tls: ProviderTls | None
@@ -227,10 +209,97 @@ class ProviderController:
             state.tls[use] = await provider_ssl_context(self._store, tls)
         return state.tls[use]
 
+    async def _run_health(self, state: ProviderState, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                ok = await self._health(state)
+        except TimeoutError:
+            ok = False
+        state.health_ok, state.health_ran = ok, True
+        state.failures = state.failures + 1 if not ok else 0
+
+    async def _run_scrape(self, state: ProviderState, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                scraped = await self._scrape(state)
+        except (ScrapeError, TimeoutError) as exc:
+            state.metrics_ok = False
+            reason = exc.reason if isinstance(exc, ScrapeError) else "timeout"
+            log.info("scrape failed", extra={"provider": state.provider.name, "reason": reason})
+            metrics = state.provider.spec.metrics_config
+            last, now = state.last_good, time.time()
+            stale_s = metrics.stale_metrics_seconds if metrics is not None else None
+            if last is not None and carried_sample(last[0], now, stale_s):
+                # staleMetricsSeconds: the last good sample stands in, with its own time.
+                state.observed_at, state.signals = last
+            else:
+                state.observed_at, state.signals = None, RecordSignals()
+        else:
+            v = scraped.values
+            state.signals = RecordSignals(
+                queue_depth=v.queue_depth,
+                kv_cache_utilization=v.kv_cache_utilization,
+                prefix_cache_hit_ratio=v.prefix_cache_hit_ratio,
+                p99_latency_ms=v.p99_latency_ms,
+            )
+            state.metrics_ok, state.metric_healthy = True, scraped.healthy
+            state.observed_at = None
+            state.last_good = (time.time(), state.signals)
+        state.scrape_ran = True
+
+    def _checked(self, state: ProviderState) -> bool:
+        """Whether every declared check has run once (before that, nothing is judged)."""
+        jobs = {
+            j.name for j in provider_jobs(state.provider, self._refresh_s, self.metrics_default_s)
+        }
+        return ("health" not in jobs or state.health_ran) and (
+            "scrape" not in jobs or state.scrape_ran
+        )
+
+    async def _publish(self, state: ProviderState) -> None:
+        """Judge the phase from the latest results and hand the record on."""
+        if not self._checked(state):
+            return
+        async with state.lock:
+            provider = state.provider
+            await self._check_credentials(state)
+            metrics_ok = state.metrics_ok if state.scrape_ran else None
+            health_ok = state.health_ok if state.health_ran else None
+            seen = ProviderObservation(health_ok, metrics_ok, state.failures)
+            phase = await self._update_phase(state, seen)
+            healthy = record_health(phase, health_ok, state.metric_healthy)
+            if not self.credentials_ok(provider.name):
+                healthy = False  # no site may route to it until its Secret resolves
+            state.provider = state.provider.model_copy(
+                update={
+                    "status": (state.provider.status or InferenceProviderStatus()).model_copy(
+                        update={"phase": phase, "reason": phase_reason(phase, seen)}
+                    )
+                }
+            )
+            state.record = record_for(
+                state.provider,
+                self._site,
+                signals=state.signals,
+                healthy=healthy,
+                observed_at_s=state.observed_at or time.time(),
+            )
+            self._on_record(provider.name, state.record)
+
     def credentials_ok(self, name: str) -> bool:
         """False when the provider's auth Secret or key is missing: it is not routed."""
         state = self._states.get(name)
         return state is None or state.credentials is None or state.credentials[0]
+
+    def unresolved_secrets(self) -> list[str]:
+        """``namespace/name`` of each referenced auth Secret that does not resolve."""
+        names = []
+        for state in self._states.values():
+            auth = state.provider.spec.auth
+            ref = auth.secret_ref if auth is not None else None
+            if ref is not None and state.credentials is not None and not state.credentials[0]:
+                names.append(f"{ref.namespace}/{ref.name}")
+        return sorted(set(names))
 
     async def _check_credentials(self, state: ProviderState) -> None:
         """Check that the referenced Secret and key exist; never read the value.

@@ -29,30 +29,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from grid.adapters.health_server import HealthServer
 from grid.adapters.store.port import Expired, ResourceStore
+from grid.adapters.swim_metrics import SwimCollector
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
 from grid.adapters.udp import parse_address
 from grid.core.crdt.origin import AuthLimits
-from grid.core.crdt.record import ProviderRecord, RecordSignals
+from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
-from grid.core.crdt.snapshot import (
-    CertLaneValue,
-    GatewayLaneValue,
-    GridStateSnapshot,
-    Lane,
-    MetadataLaneValue,
-    sorted_pairs,
-)
 from grid.core.resources import (
     GridNetwork,
     GridSite,
@@ -61,31 +52,40 @@ from grid.core.resources import (
     hosts_here,
     pinned_to,
 )
+from grid.core.resources.discovery import as_member
+from grid.core.resources.network_status import RoundOutcome
 from grid.core.resources.secret import Secret
-from grid.core.routing.mesh_view import GRID_ID_LABEL, OriginRecord
+from grid.core.resources.site_offers import member_certs, member_offers
+from grid.core.routing.mesh_view import OriginRecord
 from grid.core.routing.signals import SignalsDocument
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.core.swim.members import MemberState
-from grid.core.trust import public_chain_pem
-from grid.core.wire.keyring import Keyring
-from grid.errors import NotFound, ValidationError
+from grid.operator.discovery import SiteDiscovery
 from grid.operator.feedback_ingest import wire_ingest
 from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
 from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_for
 from grid.operator.lifecycle import SignalLifecycle
+from grid.operator.local_lanes import LocalLanes
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
 from grid.operator.sites import SiteController
-from grid.operator.startup import select_network, swim_key
+from grid.operator.startup import StartupError, select_network
+from grid.operator.swim_keys import SwimKeys, tuning_change
 
 log = logging.getLogger(__name__)
 
+RECONCILE_LOOPS = ("sites", "render")
+"""The loops whose round durations are exported (a closed label set)."""
+RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Histogram buckets of a round, in seconds: a quiet round takes milliseconds; a
+round that waits on probe timeouts takes seconds."""
 
-class Operator:
+
+class Operator(LocalLanes):
     """One site's operator; `run` until `stop` is called or a task fails."""
 
     def __init__(self, settings: OperatorSettings, store: ResourceStore) -> None:
@@ -94,6 +94,20 @@ class Operator:
         self.registry = CollectorRegistry()
         self.members_gauge = Gauge(
             "grid_swim_members", "SWIM members by state.", ["state"], registry=self.registry
+        )
+        self.reconcile_seconds = Histogram(
+            "grid_reconcile_duration_seconds",
+            "Duration of one reconcile round, by loop.",
+            ["loop"],
+            registry=self.registry,
+            buckets=RECONCILE_BUCKETS_S,
+        )
+        for loop_name in RECONCILE_LOOPS:
+            self.reconcile_seconds.labels(loop_name)
+        self.registry.register(
+            SwimCollector(
+                lambda: (self.swim.counters if self.swim else None, self.replica.counters)
+            )
         )
         self.health = HealthServer(self.registry, ready=lambda: self.ready)
         self.ready = False
@@ -112,6 +126,8 @@ class Operator:
         self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
         self._dirty = asyncio.Event()
         self._stop = asyncio.Event()
+        self._round_lock = asyncio.Lock()
+        self._site_lock = asyncio.Lock()
         self._records: dict[str, ProviderRecord | None] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._egress: EgressListener | None = None
@@ -126,6 +142,8 @@ class Operator:
             tls = client_context(settings.ca, settings.cert, settings.key)
             self.signals.tls_contexts.append(tls)
         self.sites = SiteController(store, settings.site, tls)
+        self.discovery = SiteDiscovery(store, settings.site)
+        self.swim_keys = SwimKeys(store, settings.swim_key_file)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -157,7 +175,7 @@ class Operator:
         await self.providers.start()
         self._tasks = [
             asyncio.create_task(self._watch(kind), name=f"watch-{kind}")
-            for kind in ("GridNetwork", "GridSite", "InferenceProvider")
+            for kind in ("GridNetwork", "GridSite", "InferenceProvider", "Secret")
         ]
         self._tasks += [
             asyncio.create_task(self._events(), name="swim-events"),
@@ -236,7 +254,7 @@ class Operator:
             self.addresses["egress"] = f"{e_host}:{e_port}"
 
     async def _start_swim(self, network: GridNetwork) -> None:
-        key = await swim_key(self.store, network, self.settings.swim_key_file)
+        keyring = await self.swim_keys.load(network)
         swim = network.spec.swim
         config = SwimConfig.from_spec(
             gossip_nodes=swim.gossip_nodes,
@@ -246,7 +264,7 @@ class Operator:
         self.swim = await SwimNode.start(
             self.settings.site,
             self.settings.swim_bind,
-            Keyring(key),
+            keyring,
             config=config,
             seeds=list(network.spec.seeds),
             advertise=self.settings.swim_advertise,
@@ -261,23 +279,6 @@ class Operator:
     def _on_record(self, provider: str, record: ProviderRecord | None) -> None:
         self._records[provider] = record
         self._dirty.set()
-
-    async def _write_local(self, change: Callable[[GridStateSnapshot], GridStateSnapshot]) -> bool:
-        """Apply ``change`` to our snapshot and disseminate it; True when published.
-
-        The change runs in the SWIM node's task (`SwimNode.write_local`), so it
-        always builds on the newest revision of our lanes, re-assertions
-        included. A refusal (a change that breaks a snapshot rule) is logged by
-        its code and retried on the next render round.
-        """
-        assert self.swim is not None
-        try:
-            await self.swim.write_local(change)
-        except ValidationError as exc:
-            log.warning("local state write refused; retrying", extra={"code": exc.code})
-            self._dirty.set()
-            return False
-        return True
 
     async def _refresh_trust(self) -> None:
         """Re-read which certificates may speak for which site (network trust, GridSite pins).
@@ -295,74 +296,6 @@ class Operator:
             if self.swim is not None:
                 await self.swim.forget_origin(origin)
 
-    async def _publish_site_lanes(self) -> None:
-        """Publish our cert lane, and the metadata and gateway lanes from our GridSite."""
-        cert = CertLaneValue(pem=self._public_cert_pem())
-        try:
-            own = GridSite.model_validate(await self.store.get("GridSite", self.settings.site))
-        except NotFound:
-            await self._write_local(lambda snap: snap.set_lane(Lane.CERT, cert))
-            return
-        metadata = MetadataLaneValue(
-            region=own.spec.region or "",
-            zone=own.spec.zone or "",
-            sovereignty_zone=own.spec.sovereignty_zone or "",
-            labels=sorted_pairs(
-                {
-                    **own.metadata.labels,
-                    GRID_ID_LABEL: self.served.grid_id,
-                    **self.signals.lane_labels(),
-                }
-            ),
-        )
-        gateway = GatewayLaneValue(
-            egress_address=own.spec.egress.address if own.spec.egress else ""
-        )
-        await self._write_local(
-            lambda snap: (
-                snap.set_lane(Lane.METADATA, metadata)
-                .set_lane(Lane.GATEWAY, gateway)
-                .set_lane(Lane.CERT, cert)
-            )
-        )
-
-    def _public_cert_pem(self) -> str:
-        """This site's public certificate chain for the cert lane ("" without --cert)."""
-        if self.settings.cert is None:
-            return ""
-        try:
-            return public_chain_pem(self.settings.cert.read_bytes())
-        except (OSError, ValueError):
-            log.warning("site certificate unreadable; cert lane left empty")
-            return ""
-
-    async def _publish_records(self) -> None:
-        """Write changed own records into the local snapshot and disseminate them.
-
-        Under poll the signal values travel by poll, not over SWIM, so the
-        records published carry none.
-        """
-        records = dict(self._records)
-        if self.signals.transport is not None:
-            records = {
-                n: (None if r is None else dataclasses.replace(r, signals=RecordSignals()))
-                for n, r in records.items()
-            }
-
-        def change(snap: GridStateSnapshot) -> GridStateSnapshot:
-            held = snap.state.live_providers()
-            for name, record in records.items():
-                if record is None:
-                    snap = snap.remove_provider(name)
-                elif held.get(name) != record:
-                    snap = snap.put_provider(name, record)
-            return snap
-
-        if await self._write_local(change):
-            for name, record in records.items():
-                if record is None and self._records.get(name) is None:
-                    self._records.pop(name, None)
-
     async def _watch(self, kind: str) -> None:
         """Follow one kind's changes; after `Expired`, start over from a fresh list."""
         while True:
@@ -371,9 +304,13 @@ class Operator:
                     if kind == "InferenceProvider":
                         await self._sync_providers()
                     elif kind == "GridNetwork":
+                        before = self.served.network
                         self.served.on_event(event.type, event.object)
+                        self._check_tuning(before)
                         await self._refresh_trust()
                         await self.signals.judge(self.served.network)
+                    elif kind == "Secret":
+                        await self._reload_keys()
                     elif kind == "GridSite":
                         await self._refresh_trust()
                         await self.signals.judge(self.served.network)
@@ -385,6 +322,21 @@ class Operator:
                 return
             except Expired:
                 log.info("watch expired; listing again", extra={"kind": kind})
+
+    def _check_tuning(self, before: GridNetwork | None) -> None:
+        """Stop for a clean restart when ``spec.swim`` or ``spec.seeds`` changed."""
+        changed = tuning_change(before, self.served.network)
+        if changed is not None:
+            raise StartupError(f"GridNetwork {changed} changed; restarting to apply it")
+
+    async def _reload_keys(self) -> None:
+        """Install the swimKeyRef Secret's keyring when it changed (no restart)."""
+        network = self.served.network
+        if self.swim is None or network is None:
+            return
+        keyring = await self.swim_keys.reload(network, self.swim.keyring)
+        if keyring is not None:
+            self.swim.set_keyring(keyring)
 
     async def _own_providers(self) -> list[InferenceProvider]:
         """The providers this site serves (§2a: its label, or a siteSelector selecting it),
@@ -443,23 +395,47 @@ class Operator:
 
     async def _site_loop(self) -> None:
         while True:
-            sites = await self._sites()
-            members = self.member_states()
-            for state in MemberState:
-                self.members_gauge.labels(state.value).set(
-                    sum(1 for s in members.values() if s is state)
-                )
-            if await self.sites.reconcile(sites, members):
-                self._dirty.set()
+            with self.reconcile_seconds.labels("sites").time():
+                await self._site_round()
             await asyncio.sleep(self.settings.site_probe_interval_s)
+
+    async def _site_round(self) -> None:
+        """One site round; rounds never overlap, whoever starts one."""
+        async with self._site_lock:
+            await self._reconcile_sites()
+
+    async def _reconcile_sites(self) -> None:
+        """Discover sites, then move every site's phase; marks the view dirty on change."""
+        sites = await self._sites()
+        members = self.member_states()
+        for state in MemberState:
+            self.members_gauge.labels(state.value).set(
+                sum(1 for s in members.values() if s is state)
+            )
+        network = self.served.network
+        assert network is not None
+        if await self.discovery.reconcile(network, sites, members, self.replica):
+            sites = await self._sites()
+        ttl = network.spec.stale_candidate_ttl_seconds
+        if await self.sites.reconcile(
+            sites,
+            members,
+            left_after_s=None if ttl is None else float(ttl),
+            certs=member_certs(self.replica, members),
+            offers=member_offers(self.replica, sites),
+        ):
+            self._dirty.set()
 
     async def _sites(self) -> list[GridSite]:
         sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
         return [s for s in sites if s.spec.grid_network_ref == self.served.name]
 
     async def _render_round(self) -> None:
-        await self._publish_records()
-        await self.reconcile_overlays()
+        # Rounds never overlap, whoever starts one: two would race on the same writes.
+        async with self._round_lock:
+            with self.reconcile_seconds.labels("render").time():
+                await self._publish_records()
+                await self.reconcile_overlays()
 
     async def reconcile_overlays(self) -> None:
         """Render every gateway this site serves; write changed overlays and status."""
@@ -485,9 +461,28 @@ class Operator:
                 return self.signals.signals_view(live, records, now, ttl)
 
         overlays = await self.overlays.render(
-            network, sites, own, secrets, self.replica, self.sites.phases, view
+            network,
+            [as_member(s) for s in sites],
+            own,
+            secrets,
+            self.replica,
+            self.sites.phases,
+            view,
         )
         self.ready = True
+        outcome = RoundOutcome(
+            served=self.overlays.served,
+            render_failed=tuple(self.overlays.render_failed),
+            write_failed=tuple(self.overlays.write_failed),
+            unreadable_secrets=tuple(
+                sorted(
+                    {
+                        *self.providers.unresolved_secrets(),
+                        *filter(None, [self.swim_keys.unreadable]),
+                    }
+                )
+            ),
+        )
         await self.served.write_status(
-            network.name, overlays, self.sites.phases, self.overlays.consumer_status
+            network.name, overlays, self.sites.phases, outcome, self.overlays.consumer_status
         )

@@ -5,7 +5,15 @@ Each round, for every GridSite of the network, the controller gathers a
 the site carry the auto-discover label, is its egress known, and, once
 Connecting or beyond, did an mTLS probe of ``egress.address`` present the
 pinned certificate), asks `grid.core.resources.lifecycle.next_site_phase` for the next
-phase, and writes status only when the phase or reason changed.
+phase, and writes status only when the phase, the reason or a shown field changed.
+
+A member counts as departed when it left gracefully (at once) or has been
+declared dead for the network's ``staleCandidateTtlSeconds`` (300 s unset); the
+controller measures "dead for" on its own clock from the round it first saw the
+member dead. Phases are keyed by the member's site name (`member_of`), which for
+an auto-discovered GridSite differs from the object's name. Before any probe
+has shown the site's certificate, ``status.publicCertPem`` holds the chain its
+cert lane gossips, so a person can pin a site nobody probed yet.
 """
 
 from __future__ import annotations
@@ -14,12 +22,15 @@ import asyncio
 import datetime as dt
 import logging
 import ssl
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from grid.adapters.store.port import ResourceStore
 from grid.adapters.tls_probe import PROBE_TIMEOUT_S, probe
 from grid.core.resources import GridSite
-from grid.core.resources.lifecycle import Probe, SiteObservation, next_site_phase
+from grid.core.resources.discovery import discovery_enabled, member_of
+from grid.core.resources.lifecycle import Probe, SiteObservation, departed, next_site_phase
 from grid.core.resources.phases import SitePhase
 from grid.core.resources.status import GridSiteStatus
 from grid.core.swim.members import MemberState
@@ -49,29 +60,62 @@ class SiteController:
         own_site: str,
         tls: ssl.SSLContext | None,
         probe_timeout_s: float = PROBE_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._own_site = own_site
         self._tls = tls
         self._probe_timeout_s = probe_timeout_s
+        self._clock = clock
+        self._dead_since: dict[str, float] = {}
         self.phases: dict[str, SitePhase] = {}
+        """Each site's phase, keyed by its member's site name."""
         self._probed: dict[str, tuple[str, str | None]] = {}
         """Per site, the last egress probe's time and the leaf PEM it was shown."""
 
-    async def reconcile(self, sites: list[GridSite], members: dict[str, MemberState]) -> bool:
+    async def reconcile(
+        self,
+        sites: list[GridSite],
+        members: dict[str, MemberState],
+        *,
+        left_after_s: float | None = None,
+        certs: Mapping[str, str] | None = None,
+        offers: Mapping[str, list[dict[str, Any]]] | None = None,
+    ) -> bool:
         """One round over every site; True when any phase changed.
 
-        Sites are reconciled concurrently, so a round takes one probe timeout at
-        most however many peers are black-holed.
+        ``left_after_s`` is the network's ``staleCandidateTtlSeconds`` (None: the
+        300 s default); ``certs`` each member's gossiped certificate PEM and
+        ``offers`` what its records offer, both shown in the site's status.
+        Sites are reconciled concurrently, so a round takes one probe timeout
+        at most however many peers are black-holed.
         """
+        now = self._clock()
+        for member, state in members.items():
+            if state is MemberState.DEAD:
+                self._dead_since.setdefault(member, now)
+            else:
+                self._dead_since.pop(member, None)
+        for gone in set(self._dead_since) - set(members):
+            del self._dead_since[gone]
         changed = False
-        phases = await asyncio.gather(*(self._reconcile_one(site, members) for site in sites))
+        phases = await asyncio.gather(
+            *(
+                self._reconcile_one(site, members, left_after_s, certs or {}, offers)
+                for site in sites
+            )
+        )
         for site, phase in zip(sites, phases, strict=True):
-            changed |= self.phases.get(site.name) is not phase
-            self.phases[site.name] = phase
-        for gone in set(self.phases) - {s.name for s in sites}:
+            name = member_of(site)
+            changed |= self.phases.get(name) is not phase
+            self.phases[name] = phase
+        for gone in set(self.phases) - {member_of(s) for s in sites}:
             del self.phases[gone]
         return changed
+
+    def _departed(self, member: str, state: MemberState | None, ttl: float | None) -> bool:
+        since = self._dead_since.get(member)
+        return departed(state, None if since is None else self._clock() - since, ttl)
 
     async def _probe(self, site: GridSite) -> Probe:
         egress = site.spec.egress
@@ -87,28 +131,39 @@ class SiteController:
         accepted = site.spec.accepted_fingerprints
         return Probe.PASSED if result.fingerprint in accepted else Probe.FINGERPRINT_MISMATCH
 
-    async def _reconcile_one(self, site: GridSite, members: dict[str, MemberState]) -> SitePhase:
-        current = self.phases.get(site.name, site.phase)
-        state = MemberState.ALIVE if site.name == self._own_site else members.get(site.name)
+    async def _reconcile_one(
+        self,
+        site: GridSite,
+        members: dict[str, MemberState],
+        left_after_s: float | None,
+        certs: Mapping[str, str],
+        offers: Mapping[str, list[dict[str, Any]]] | None,
+    ) -> SitePhase:
+        member = member_of(site)
+        current = self.phases.get(member, site.phase)
+        state = MemberState.ALIVE if member == self._own_site else members.get(member)
         egress = site.spec.egress
         result = Probe.NOT_RUN
         if current in (SitePhase.CONNECTING, SitePhase.ACTIVE, SitePhase.UNREACHABLE):
             result = await self._probe(site)
         seen = SiteObservation(
-            auto_discover=site.auto_discover,
+            auto_discover=discovery_enabled(site),
             swim_alive=state is MemberState.ALIVE or state is MemberState.SUSPECT,
-            swim_left=state is MemberState.LEFT,
+            swim_left=self._departed(member, state, left_after_s),
             egress_known=egress is not None and bool(egress.address),
             probe=result,
         )
         phase = next_site_phase(current, seen)
         reason = _REASONS.get(phase, "Pending")
-        if result is Probe.FINGERPRINT_MISMATCH:
+        if result is Probe.FINGERPRINT_MISMATCH and phase is not SitePhase.LEFT:
             reason = "FingerprintMismatch"
+        if phase is SitePhase.LEFT:
+            reason = "LeftMesh" if state is MemberState.LEFT else "MemberDead"
         status = site.status
         probed = self._probed.pop(site.name, None) if result is not Probe.NOT_RUN else None
         moved = status is None or status.phase is not phase or status.reason != reason
         patch = _probe_fields(status, probed, moved)
+        patch.update(_shown_fields(status, certs.get(member), probed, offers, member))
         if moved:
             patch.update(
                 phase=phase.value, reason=reason, observedGeneration=site.metadata.generation
@@ -121,6 +176,33 @@ class SiteController:
         if patch:
             await self._store.patch_status("GridSite", site.name, patch)
         return phase
+
+
+def _offered(status: GridSiteStatus | None) -> list[dict[str, Any]]:
+    if status is None:
+        return []
+    return [c.model_dump(by_alias=True, exclude_none=True) for c in status.capabilities]
+
+
+def _shown_fields(
+    status: GridSiteStatus | None,
+    lane_pem: str | None,
+    probed: tuple[str, str | None] | None,
+    offers: Mapping[str, list[dict[str, Any]]] | None,
+    member: str,
+) -> dict[str, Any]:
+    """The gossiped certificate (until a probe shows one) and the site's offer, when changed."""
+    patch: dict[str, Any] = {}
+    probe_pem = probed[1] if probed is not None else None
+    shown = status.public_cert_pem if status is not None else None
+    # The probe's leaf wins once seen; the lane's chain only fills an empty field, so
+    # the two never take turns.
+    if lane_pem and probe_pem is None and not shown:
+        patch["publicCertPem"] = lane_pem
+    offer = None if offers is None else offers.get(member, [])
+    if offer is not None and _offered(status) != offer:
+        patch["capabilities"] = offer
+    return patch
 
 
 def _probe_fields(

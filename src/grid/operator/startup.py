@@ -7,16 +7,13 @@ clear message and a non-zero exit, never a half-started process.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 import time
 import uuid
-from pathlib import Path
 
 from grid.adapters.store.port import ResourceStore
 from grid.core.resources import GridNetwork
-from grid.errors import GridError, NotFound
+from grid.errors import GridError
 
 SWIM_KEY_DEFAULT_ITEM = "swim.key"
 """Key read from the swimKeyRef Secret when the reference names none."""
@@ -56,23 +53,3 @@ async def select_network(store: ResourceStore, wanted: str | None) -> GridNetwor
     if wanted is not None and network.name != wanted:
         raise StartupError(f"GridNetwork {wanted!r} is not in the store (found {network.name!r})")
     return network
-
-
-async def swim_key(store: ResourceStore, network: GridNetwork, key_file: Path | None) -> bytes:
-    """The 32-byte SWIM key: from the swimKeyRef Secret, else ``--swim-key-file``."""
-    ref = network.spec.tls.swim_key_ref if network.spec.tls else None
-    raw: bytes | None = None
-    if ref is not None:
-        try:
-            obj = await store.get("Secret", ref.name, namespace=ref.namespace)
-            encoded = obj.get("data", {}).get(ref.key or SWIM_KEY_DEFAULT_ITEM)
-            raw = base64.b64decode(encoded, validate=True) if encoded else None
-        except (NotFound, binascii.Error, ValueError):
-            raw = None
-    if raw is None and key_file is not None:
-        raw = key_file.read_bytes()
-    if raw is None:
-        raise StartupError("no SWIM key: create the swimKeyRef Secret or pass --swim-key-file")
-    if len(raw) != 32:
-        raise StartupError("the SWIM key must be exactly 32 bytes")
-    return raw

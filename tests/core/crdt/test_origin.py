@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from grid.core.crdt.origin import (
     SIGNING_TAG,
+    OriginAuth,
     OriginRefused,
     OriginTrust,
     PendingItems,
@@ -200,3 +201,56 @@ def test_a_forged_item_about_ourselves_is_not_reasserted() -> None:
     assert west.admit(forged) == []
     assert west.local.revision(Lane.STATE) == before
     assert west.counters.dropped["bad_signature"] == 1
+
+
+def _unpinned_north() -> tuple[SitePki, GridState, GridState]:
+    """East trusts the CA but pins only west; north holds a CA-issued certificate."""
+    pki = SitePki.create(["west", "east", "north"])
+    pins = {"west": [pki.issued["west"].fingerprint], "east": [pki.issued["east"].fingerprint]}
+    east = GridState(
+        "east",
+        auth=OriginAuth(
+            OriginTrust.from_pem(pki.ca.cert_pem, "pin", pins), pki.clock, pki.signer("east")
+        ),
+    )
+    return pki, pki.replica("north"), east
+
+
+def test_an_unpinned_ca_certificate_introduces_its_site_without_being_believed() -> None:
+    from grid.core.crdt.record import ProviderRecord
+    from grid.core.crdt.snapshot import MetadataLaneValue
+
+    pki, north, east = _unpinned_north()
+    items = north.update_local(
+        north.local.set_lane(Lane.GATEWAY, GatewayLaneValue("n:1"))
+        .set_lane(Lane.METADATA, MetadataLaneValue(region="eu"))
+        .put_provider(
+            "p", ProviderRecord(name="p", cluster="p", site="north", backend_kind="local")
+        )
+    )
+    for item in [*items, north.item("north", Lane.CERT)]:
+        east.admit(item)
+    assert not east.trusted("north") and east.snapshot("north") is None
+    assert list(east.providers()) == []
+    assert east.counters.dropped["cert_wrong_origin"] == 1
+    seen = east.introduced("north")
+    assert seen is not None
+    cert, gateway, metadata = seen
+    assert cert == pki.cert_lane("north")
+    assert gateway.egress_address == "n:1" and metadata.region == "eu"
+
+
+def test_an_introduction_shows_no_lane_signed_by_another_key_nor_a_foreign_ca() -> None:
+    pki, north, east = _unpinned_north()
+    east.admit(north.item("north", Lane.CERT))
+    forged = pki.signer("west").sign_item(
+        BroadcastItem(Lane.GATEWAY, "north", 5, encode_lane(GatewayLaneValue("evil:1")))
+    )
+    east.admit(forged)
+    seen = east.introduced("north")
+    assert seen is not None and seen[1].egress_address == ""
+    # A certificate from another CA introduces nobody.
+    other = SitePki.create(["south"])
+    stranger = other.replica("south")
+    east.admit(stranger.item("south", Lane.CERT))
+    assert east.introduced("south") is None

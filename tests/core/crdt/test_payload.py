@@ -23,6 +23,7 @@ from grid.core.crdt.payload import (
     encode_lane,
     encode_snapshot,
 )
+from grid.core.crdt.record import ModelInfo
 from grid.errors import ProtocolError
 from grid.proto_gen.grid.swim.v1 import state_pb2 as pb
 
@@ -38,6 +39,7 @@ def _snapshot() -> GridStateSnapshot:
         observed_at=1_700_000_000.5,
         signals=RecordSignals(queue_depth=0.0, p99_latency_ms=120.0),
         phase="Degraded",
+        model_info=(ModelInfo("qwen", ("tools", "chat"), 32768), ModelInfo("llama", ("chat",))),
     )
     snap = GridStateSnapshot.empty("east").put_provider("vllm-a", rec)
     snap = snap.put_provider("gone", rec).remove_provider("gone")
@@ -172,3 +174,14 @@ def test_unknown_lane_is_refused() -> None:
     with pytest.raises(PayloadError) as info:
         decode_lane("weather", b"", "east")
     assert info.value.code == "unknown_lane"
+
+
+def test_model_capabilities_and_context_window_round_trip_and_are_bounded() -> None:
+    state = decode_lane(Lane.STATE, encode_lane(_snapshot().state), "east")
+    record = state.live_providers()["vllm-a"]  # type: ignore[union-attr]
+    assert record.info("qwen") == ModelInfo("qwen", ("chat", "tools"), 32768)
+    assert record.info("llama").context_window is None
+    with pytest.raises(PayloadError):
+        decode_lane(
+            Lane.STATE, encode_lane(_snapshot().state), "east", PayloadLimits(capabilities_max=1)
+        )

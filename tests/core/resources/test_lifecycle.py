@@ -11,15 +11,24 @@ import itertools
 import pytest
 
 from grid.core.resources.lifecycle import (
+    LEFT_AFTER_DEAD_S,
     UNAVAILABLE_AFTER_FAILURES,
     Probe,
     ProviderObservation,
     SiteObservation,
+    departed,
     next_network_phase,
     next_provider_phase,
     next_site_phase,
 )
-from grid.core.resources.phases import NetworkPhase, ProviderPhase, SitePhase, can_transition
+from grid.core.resources.phases import (
+    SITE_TRANSITIONS,
+    NetworkPhase,
+    ProviderPhase,
+    SitePhase,
+    can_transition,
+)
+from grid.core.swim.members import MemberState
 
 # -- providers -----------------------------------------------------------------------
 
@@ -267,3 +276,54 @@ def test_every_network_decision_is_a_legal_step(current: NetworkPhase) -> None:
             current, started=started, rendered=rendered, unreachable_sites=unreachable
         )
         assert can_transition("GridNetwork", current, target), (current, target)
+
+
+# -- departure: Left after a graceful leave, or dead for the TTL ------------------
+
+
+@pytest.mark.parametrize(
+    "current",
+    [SitePhase.DISCOVERED, SitePhase.CONNECTING, SitePhase.ACTIVE, SitePhase.UNREACHABLE],
+)
+def test_every_phase_of_a_seen_site_moves_to_left_when_the_member_departed(
+    current: SitePhase,
+) -> None:
+    assert next_site_phase(current, site(alive=False, left=True)) is SitePhase.LEFT
+
+
+def test_a_left_site_that_rejoins_alive_returns_through_discovered() -> None:
+    assert next_site_phase(SitePhase.LEFT, site()) is SitePhase.DISCOVERED
+    assert next_site_phase(SitePhase.DISCOVERED, site()) is SitePhase.CONNECTING
+
+
+def test_every_edge_of_the_site_table_is_reached_by_some_observation() -> None:
+    observations = [
+        SiteObservation(auto, alive, left, egress, probe)
+        for auto, alive, left, egress in itertools.product((True, False), repeat=4)
+        for probe in Probe
+    ]
+    reached = {
+        (current, next_site_phase(current, seen)) for current in SitePhase for seen in observations
+    }
+    edges = {(src, dst) for src, targets in SITE_TRANSITIONS.items() for dst in targets}
+    # Unreachable -> Connecting is the table's edge for a changed egress, taken by a
+    # person's edit (the status writer), not by an observation.
+    assert edges - reached == {(SitePhase.UNREACHABLE, SitePhase.CONNECTING)}
+    assert {(a, b) for a, b in reached if a is not b} <= edges
+
+
+def test_a_graceful_leave_departs_at_once() -> None:
+    assert departed(MemberState.LEFT, None, None)
+    assert departed(MemberState.LEFT, None, 3600)
+
+
+def test_a_dead_member_departs_after_the_ttl_or_300_seconds_when_unset() -> None:
+    assert not departed(MemberState.DEAD, 299.9, None)
+    assert departed(MemberState.DEAD, LEFT_AFTER_DEAD_S, None)
+    assert not departed(MemberState.DEAD, 29.0, 30)
+    assert departed(MemberState.DEAD, 30.0, 30)
+
+
+@pytest.mark.parametrize("state", [MemberState.ALIVE, MemberState.SUSPECT, None])
+def test_a_suspect_alive_or_unknown_member_never_departs(state: MemberState | None) -> None:
+    assert not departed(state, 10_000.0, 1)

@@ -11,6 +11,7 @@ import pytest
 
 from grid.core.resources import API_VERSION, GridNetwork
 from grid.core.resources.network_status import (
+    RoundOutcome,
     overlay_entry,
     rendered_patch,
     served_gateways,
@@ -104,42 +105,104 @@ def test_a_pending_network_with_a_grid_id_only_moves_its_phase() -> None:
 
 # -- after a render round --------------------------------------------------------------
 
+NOW = "2026-01-01T00:00:00Z"
+LATER = "2026-01-01T00:05:00Z"
+ONE = RoundOutcome(served=1)
 
-def test_the_first_render_activates_and_lists_overlays_and_sites() -> None:
+
+def steady(net: GridNetwork, overlays: list[dict[str, Any]], phases: Any, outcome: Any) -> Any:
+    """The network after its patch was applied (as the store would merge it)."""
+    patch = rendered_patch(net, overlays, phases, outcome, NOW)
+    status = net.status.model_dump(by_alias=True, exclude_none=True) if net.status else {}
+    status.update(patch)
+    return network(status)
+
+
+def conditions(patch: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in patch["conditions"]}
+
+
+def test_the_first_render_activates_and_lists_overlays_sites_and_conditions() -> None:
     net = network({"phase": "Initializing", "gridId": "g"})
     phases = {"east": SitePhase.ACTIVE, "west": SitePhase.ACTIVE, "far": SitePhase.CONNECTING}
-    assert rendered_patch(net, [entry()], phases) == {
+    patch = rendered_patch(net, [entry()], phases, ONE, NOW)
+    assert {k: v for k, v in patch.items() if k != "conditions"} == {
         "phase": "Active",
         "reason": "Rendered",
         "connectedSites": 2,
         "overlays": [entry()],
         "observedGeneration": 4,
     }
+    assert conditions(patch) == {
+        "OverlaysDistributed": ("True", "Rendered"),
+        "SitesReachable": ("True", "AllReachable"),
+        "SecretsResolved": ("True", "Resolved"),
+        "Ready": ("True", "Active"),
+    }
+    assert all(c["lastTransitionTime"] == NOW for c in patch["conditions"])
 
 
-def test_a_steady_state_writes_nothing() -> None:
-    net = network({"phase": "Active", "gridId": "g", "connectedSites": 1, "overlays": [entry()]})
-    assert rendered_patch(net, [entry()], {"east": SitePhase.ACTIVE}) == {}
+def test_a_steady_state_writes_nothing_even_later() -> None:
+    net = steady(network({"phase": "Active", "gridId": "g"}), [entry()], {}, ONE)
+    assert rendered_patch(net, [entry()], {"east": SitePhase.ACTIVE}, ONE, LATER) == {
+        "connectedSites": 1,
+        "observedGeneration": 4,
+    }
+    net = steady(net, [entry()], {"east": SitePhase.ACTIVE}, ONE)
+    assert rendered_patch(net, [entry()], {"east": SitePhase.ACTIVE}, ONE, LATER) == {}
+
+
+def test_no_gateway_or_a_failed_render_never_activates_the_network() -> None:
+    net = network({"phase": "Initializing", "gridId": "g"})
+    for outcome, reason in [
+        (RoundOutcome(served=0), "NoGateway"),
+        (RoundOutcome(served=1, render_failed=("edge",)), "RenderFailed"),
+        (RoundOutcome(served=1, write_failed=("edge",)), "WriteFailed"),
+    ]:
+        patch = rendered_patch(net, [], {}, outcome, NOW)
+        assert "phase" not in patch
+        assert conditions(patch)["OverlaysDistributed"] == ("False", reason)
+        assert conditions(patch)["Ready"] == ("False", reason)
 
 
 @pytest.mark.parametrize(
-    ("phase", "phases", "wanted"),
+    ("outcome", "phases", "reason", "condition"),
     [
-        ("Active", {"east": SitePhase.ACTIVE, "west": SitePhase.UNREACHABLE}, "Degraded"),
-        ("Degraded", {"east": SitePhase.ACTIVE}, "Active"),
+        (ONE, {"west": SitePhase.UNREACHABLE}, "SitesUnreachable", "SitesReachable"),
+        (
+            RoundOutcome(served=1, render_failed=("edge",)),
+            {},
+            "RenderFailed",
+            "OverlaysDistributed",
+        ),
+        (RoundOutcome(served=1, write_failed=("edge",)), {}, "WriteFailed", "OverlaysDistributed"),
+        (
+            RoundOutcome(served=1, unreadable_secrets=("ns/key",)),
+            {},
+            "SecretUnreadable",
+            "SecretsResolved",
+        ),
     ],
 )
-def test_unreachable_sites_degrade_and_their_return_restores(
-    phase: str, phases: dict[str, SitePhase], wanted: str
+def test_each_fault_degrades_with_its_reason_and_its_clearing_restores(
+    outcome: RoundOutcome, phases: dict[str, SitePhase], reason: str, condition: str
 ) -> None:
-    net = network({"phase": phase, "connectedSites": 1, "overlays": [entry()]})
-    patch = rendered_patch(net, [entry()], phases)
-    reason = "SitesUnreachable" if wanted == "Degraded" else "Rendered"
-    assert patch == {"phase": wanted, "reason": reason, "observedGeneration": 4}
+    net = steady(network({"phase": "Active", "gridId": "g"}), [entry()], {}, ONE)
+    patch = rendered_patch(net, [entry()], phases, outcome, LATER)
+    assert (patch["phase"], patch["reason"]) == ("Degraded", reason)
+    flipped = {c["type"]: c for c in patch["conditions"]}
+    assert (flipped[condition]["status"], flipped[condition]["reason"]) == ("False", reason)
+    assert flipped[condition]["lastTransitionTime"] == LATER
+    assert flipped["Ready"]["status"] == "False"
+    degraded = steady(net, [entry()], phases, outcome)
+    assert rendered_patch(degraded, [entry()], phases, outcome, LATER) == {}
+    back = rendered_patch(degraded, [entry()], {}, ONE, LATER)
+    assert (back["phase"], back["reason"]) == ("Active", "Rendered")
 
 
 def test_only_a_changed_overlay_list_is_written() -> None:
-    net = network({"phase": "Active", "connectedSites": 0, "overlays": [entry()]})
+    net = steady(network({"phase": "Active", "connectedSites": 0}), [entry()], {}, ONE)
     changed = [entry(revision="cd" * 32), entry("second")]
-    assert rendered_patch(net, changed, {}) == {"overlays": changed, "observedGeneration": 4}
-    assert rendered_patch(net, [], {}) == {"overlays": [], "observedGeneration": 4}
+    patch = rendered_patch(net, changed, {}, RoundOutcome(served=2), NOW)
+    assert patch["overlays"] == changed
+    assert "phase" not in patch

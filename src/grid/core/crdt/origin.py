@@ -195,8 +195,15 @@ class OriginTrust:
         held = {site: frozenset(fps) for site, fps in (pins or {}).items()}
         return cls(roots=roots, mode=mode, pins=held, trust_domain=trust_domain)
 
-    def check(self, origin: str, chain_pem: str, now: float) -> VerifiedOrigin:
-        """Verify a cert-lane chain for ``origin`` at Unix time ``now``; raises `OriginRefused`."""
+    def check(
+        self, origin: str, chain_pem: str, now: float, *, named: bool = True
+    ) -> VerifiedOrigin:
+        """Verify a cert-lane chain for ``origin`` at Unix time ``now``; raises `OriginRefused`.
+
+        With ``named=False`` the chain must still reach the grid CA, but need not
+        be named by a pin or SPIFFE ID: an *introduction*, which lets a site be
+        shown and discovered, never believed (`GridState.introduced`).
+        """
         try:
             chain = x509.load_pem_x509_certificates(chain_pem.encode("ascii"))
         except (ValueError, UnicodeEncodeError) as exc:
@@ -206,7 +213,7 @@ class OriginTrust:
         not_after = self._chain_valid(chain, now)
         leaf = chain[0]
         fingerprint = fingerprint_der(leaf.public_bytes(Encoding.DER))
-        if not self._names(origin, leaf, fingerprint):
+        if named and not self._names(origin, leaf, fingerprint):
             raise OriginRefused("certificate does not name the origin", code="cert_wrong_origin")
         key = leaf.public_key()
         if not isinstance(key, ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey):
@@ -295,6 +302,10 @@ class PendingItems:
             return False
         self._items[key] = item
         return True
+
+    def peek(self, origin: str, lane: Lane) -> BroadcastItem | None:
+        """The item waiting for ``origin`` on ``lane``, left in place."""
+        return self._items.get((origin, lane))
 
     def release(self, origin: str) -> list[BroadcastItem]:
         """Take every item waiting for ``origin``, in lane order."""

@@ -25,6 +25,7 @@ from grid.core.crdt.lww import LwwRegister
 from grid.core.crdt.orset import ORSet, Tag
 from grid.core.crdt.record import (
     PROVIDER_PHASES,
+    ModelInfo,
     ProviderRecord,
     RecordSignals,
 )
@@ -101,6 +102,9 @@ class PayloadLimits:
     """Access-policy match labels per provider record. A selector is a handful of
     labels; a bound keeps one record from costing a lane's worth of memory."""
 
+    capabilities_max: int = 64
+    """Capability tags per model of a provider record; a model declares a few."""
+
 
 DEFAULT_LIMITS = PayloadLimits()
 
@@ -154,6 +158,10 @@ def _record_pb(record: ProviderRecord) -> pb.ProviderRecord:
         provider_kind=PROVIDER_KINDS.index(record.provider_kind) + 1,  # type: ignore[arg-type]
         access_match_labels=_pairs_pb(record.access_match_labels),
     )
+    for info in record.model_info:
+        entry = msg.model_info.add(name=info.name, capabilities=list(info.capabilities))
+        if info.context_window is not None:
+            entry.context_window = info.context_window
     if record.healthy is not None:
         msg.healthy = record.healthy
     msg.signals.SetInParent()
@@ -277,7 +285,18 @@ def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
         phase=PROVIDER_PHASES[phase - 1],
         provider_kind=PROVIDER_KINDS[provider_kind - 1],
         access_match_labels=tuple((kv.key, kv.value) for kv in msg.access_match_labels),
+        model_info=_model_info(msg, limits),
     )
+
+
+def _model_info(msg: pb.ProviderRecord, limits: PayloadLimits) -> tuple[ModelInfo, ...]:
+    _check_count("model infos", len(msg.model_info), limits.models_max)
+    infos = []
+    for entry in msg.model_info:
+        _check_count("capabilities", len(entry.capabilities), limits.capabilities_max)
+        window = entry.context_window if entry.HasField("context_window") else None
+        infos.append(ModelInfo(entry.name, tuple(entry.capabilities), window))
+    return tuple(infos)
 
 
 def _tags(tags: Iterable[pb.Tag], origin: str) -> list[Tag]:

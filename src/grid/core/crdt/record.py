@@ -4,8 +4,9 @@ A record is the value of a provider's LWW register in a `GridStateSnapshot`. It
 carries exactly what a consuming site needs to render the provider: identity
 (name, cluster, site), the ``backend_kind`` and ``provider_kind``, the served
 models, health, the InferenceProvider ``phase``, when the sample was observed,
-the five scraped signals, and the access policy's ``siteSelector.matchLabels``
-(which the consuming site enforces). A signal that is ``None`` is *missing*
+the five scraped signals, the access policy's ``siteSelector.matchLabels``
+(which the consuming site enforces), and each model's capabilities and
+``contextWindow`` (`ModelInfo`). A signal that is ``None`` is *missing*
 (scoring treats it as neutral), never zero.
 
 Records are immutable, validated on construction, and have a deterministic
@@ -72,6 +73,25 @@ class RecordSignals:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """One model's capabilities (sorted, unique) and context window in tokens."""
+
+    name: str
+    capabilities: tuple[str, ...] = ()
+    context_window: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValidationError("model names must be non-empty", path="model_info")
+        if any(not isinstance(c, str) or not c for c in self.capabilities):
+            raise ValidationError("capabilities must be non-empty text", path="model_info")
+        window = self.context_window
+        if window is not None and (isinstance(window, bool) or window < 1):
+            raise ValidationError("context_window must be a positive integer", path="model_info")
+        object.__setattr__(self, "capabilities", tuple(sorted(set(self.capabilities))))
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderRecord:
     """One provider as advertised by its origin site, with its latest signals.
 
@@ -92,6 +112,8 @@ class ProviderRecord:
     phase: str = "Available"
     provider_kind: str = "self_hosted"
     access_match_labels: tuple[tuple[str, str], ...] = ()
+    model_info: tuple[ModelInfo, ...] = ()
+    """Capabilities and context window of models that declare any, by model name."""
 
     def __post_init__(self) -> None:
         for attr in ("name", "cluster", "site"):
@@ -118,7 +140,17 @@ class ProviderRecord:
         if any(not model for model in self.models):
             raise ValidationError("model names must be non-empty", path="models")
         object.__setattr__(self, "models", tuple(sorted(set(self.models))))
+        names = [info.name for info in self.model_info]
+        if len(set(names)) != len(names) or not set(names) <= set(self.models):
+            raise ValidationError(
+                "model_info names each served model at most once", path="model_info"
+            )
+        object.__setattr__(self, "model_info", tuple(sorted(self.model_info, key=lambda i: i.name)))
         object.__setattr__(self, "access_match_labels", _match_labels(self.access_match_labels))
+
+    def info(self, model: str) -> ModelInfo:
+        """The capabilities and context window of one model (empty when it declares none)."""
+        return next((i for i in self.model_info if i.name == model), ModelInfo(model))
 
     @property
     def observed_at_utc(self) -> datetime:

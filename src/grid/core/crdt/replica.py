@@ -46,7 +46,14 @@ from grid.core.crdt.origin import (
 from grid.core.crdt.payload import DEFAULT_LIMITS, PayloadError, PayloadLimits, decode_lane
 from grid.core.crdt.payload import encode_lane as _encode
 from grid.core.crdt.record import ProviderRecord
-from grid.core.crdt.snapshot import CertLaneValue, GridStateSnapshot, LaneValue, PrivateKeyRefused
+from grid.core.crdt.snapshot import (
+    CertLaneValue,
+    GatewayLaneValue,
+    GridStateSnapshot,
+    LaneValue,
+    MetadataLaneValue,
+    PrivateKeyRefused,
+)
 from grid.core.swim.messages import BroadcastItem, Lane
 from grid.errors import ProtocolError
 
@@ -104,6 +111,7 @@ class GridState:
             local_origin: GridStateSnapshot.empty(local_origin, base_revision)
         }
         self._verified: dict[str, VerifiedOrigin] = {}
+        self._introduced: dict[str, tuple[VerifiedOrigin, CertLaneValue]] = {}
         self._pending = PendingItems(auth.limits.pending_items_max if auth else 0)
 
     @property
@@ -189,6 +197,7 @@ class GridState:
         if origin != self.local_origin:
             self._snapshots.pop(origin, None)
             self._verified.pop(origin, None)
+            self._introduced.pop(origin, None)
 
     def admit(self, item: BroadcastItem) -> list[BroadcastItem]:
         """Merge a received item; return what the machine may hold and relay.
@@ -275,12 +284,64 @@ class GridState:
             if signer is None or not item_signature_valid(signer.public_key, item):
                 raise OriginRefused("not signed by this site's key", code="bad_signature")
             return None
-        verified = self.auth.trust.check(item.origin, value.pem, self.auth.clock())
+        try:
+            verified = self.auth.trust.check(item.origin, value.pem, self.auth.clock())
+        except OriginRefused as exc:
+            if exc.code == "cert_wrong_origin":
+                self._introduce(item, value)
+            raise
         if not item.signature:
             raise OriginRefused("cert item carries no signature", code="unsigned")
         if not item_signature_valid(verified.public_key, item):
             raise OriginRefused("cert item not signed by its key", code="bad_signature")
         return verified
+
+    def _introduce(self, item: BroadcastItem, value: CertLaneValue) -> None:
+        """Remember a CA-issued certificate no pin names yet, if its item is signed by it."""
+        assert self.auth is not None
+        known = item.origin in self._introduced
+        if not known and len(self._introduced) >= self.auth.limits.pending_items_max:
+            return  # bounded like the pending queue; the origin is introduced again later
+        try:
+            seen = self.auth.trust.check(item.origin, value.pem, self.auth.clock(), named=False)
+        except OriginRefused:
+            return
+        if item_signature_valid(seen.public_key, item):
+            self._introduced[item.origin] = (seen, value)
+
+    def introduced(
+        self, origin: str
+    ) -> tuple[CertLaneValue, GatewayLaneValue, MetadataLaneValue] | None:
+        """What an origin says about itself, for display and discovery only, never routing.
+
+        A trusted origin's own lanes; else, for an origin whose cert-lane chain
+        reaches the grid CA but that no pin names yet, that certificate and its
+        waiting gateway and metadata items, each only when signed by that
+        certificate's key. None when the origin is neither.
+        """
+        if self.trusted(origin):
+            snap = self._snapshots.get(origin)
+            return None if snap is None else (snap.cert, snap.gateway, snap.metadata)
+        found = self._introduced.get(origin)
+        if found is None:
+            return None
+        seen, cert = found
+        lanes: list[LaneValue] = []
+        for lane, empty in (
+            (Lane.GATEWAY, GatewayLaneValue()),
+            (Lane.METADATA, MetadataLaneValue()),
+        ):
+            item = self._pending.peek(origin, lane)
+            value: LaneValue = empty
+            if item is not None and item_signature_valid(seen.public_key, item):
+                try:
+                    value = decode_lane(lane, item.payload, origin, self.limits)
+                except ProtocolError:
+                    value = empty
+            lanes.append(value)
+        gateway, metadata = lanes
+        assert isinstance(gateway, GatewayLaneValue) and isinstance(metadata, MetadataLaneValue)
+        return cert, gateway, metadata
 
     def _wait(self, item: BroadcastItem) -> MergeOutcome:
         if self._pending.hold(item):

@@ -260,6 +260,21 @@ class GridStateSnapshot:
         updated = current.remove(element)
         return self._next_state(self.state.with_capability(kind, updated), revision)
 
+    def sync_capability(self, kind: str, wanted: Iterable[str]) -> GridStateSnapshot:
+        """Add the missing elements of ``wanted`` and remove the others (an OR-Set each).
+
+        A no-op when the set already holds exactly ``wanted``, so a steady site
+        bumps no revision.
+        """
+        target = set(wanted)
+        snap = self
+        present = self.state.capability(kind).elements
+        for element in sorted(target - present):
+            snap = snap.add_capability(kind, element)
+        for element in sorted(present - target):
+            snap = snap.remove_capability(kind, element)
+        return snap
+
     def add_spend(self, tenant: str, amount: int) -> GridStateSnapshot:
         """Increment the origin's own slot of a tenant's spend counter."""
         counter = self.state.spend.get(tenant, GCounter())

@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass
 
 from grid.core.resources.phases import NetworkPhase, ProviderPhase, SitePhase, transition
+from grid.core.swim.members import MemberState
 
 UNAVAILABLE_AFTER_FAILURES = 2
 """Consecutive failed health checks before a provider is Unavailable. One failure
@@ -65,9 +66,33 @@ class Probe(enum.StrEnum):
     FINGERPRINT_MISMATCH = "fingerprint_mismatch"
 
 
+LEFT_AFTER_DEAD_S = 300.0
+"""Seconds a member must stay dead before its site is Left, when the network sets
+no ``staleCandidateTtlSeconds``. Long enough that a restart or a network blip
+keeps the GridSite's history; short enough that the grid forgets a crashed site."""
+
+
+def departed(state: MemberState | None, dead_for_s: float | None, ttl_s: float | None) -> bool:
+    """Whether a site's member is gone: it left gracefully, or was dead for the TTL.
+
+    ``dead_for_s`` is how long the member has been declared dead (None when it is
+    not dead); a suspect member is never departed. ``ttl_s`` is the network's
+    ``staleCandidateTtlSeconds`` (None: `LEFT_AFTER_DEAD_S`).
+    """
+    if state is MemberState.LEFT:
+        return True
+    if state is not MemberState.DEAD or dead_for_s is None:
+        return False
+    return dead_for_s >= (LEFT_AFTER_DEAD_S if ttl_s is None else ttl_s)
+
+
 @dataclass(frozen=True)
 class SiteObservation:
-    """What an operator knows about one peer site right now."""
+    """What an operator knows about one peer site right now.
+
+    ``swim_left`` means the member departed (`departed`): it left gracefully, or
+    it has been dead for the TTL.
+    """
 
     auto_discover: bool
     swim_alive: bool
@@ -76,10 +101,13 @@ class SiteObservation:
     probe: Probe = Probe.NOT_RUN
 
 
+_DEPARTABLE = (SitePhase.DISCOVERED, SitePhase.CONNECTING, SitePhase.ACTIVE, SitePhase.UNREACHABLE)
+
+
 def next_site_phase(current: SitePhase, seen: SiteObservation) -> SitePhase:
     """The GridSite phase the observation calls for, by one legal step at most."""
-    if seen.swim_left and current in (SitePhase.ACTIVE, SitePhase.UNREACHABLE):
-        return SitePhase.LEFT
+    if seen.swim_left and current in _DEPARTABLE:
+        return SitePhase(transition("GridSite", current, SitePhase.LEFT))
     wanted = current
     if current in (SitePhase.PENDING, SitePhase.LEFT):
         if seen.swim_alive and seen.auto_discover and not seen.swim_left:
@@ -99,17 +127,24 @@ def next_site_phase(current: SitePhase, seen: SiteObservation) -> SitePhase:
 
 
 def next_network_phase(
-    current: NetworkPhase, *, started: bool, rendered: bool, unreachable_sites: int
+    current: NetworkPhase,
+    *,
+    started: bool,
+    rendered: bool,
+    unreachable_sites: int,
+    faults: int = 0,
 ) -> NetworkPhase:
-    """Pending -> Initializing once the mesh starts, Active once an overlay is
-    rendered, Degraded while any peer site is Unreachable."""
+    """Pending -> Initializing once the mesh starts, Active once every served
+    gateway's overlay is rendered and written, Degraded while an overlay fails,
+    a peer site is Unreachable or another fault (an unreadable Secret) holds."""
     wanted = current
+    trouble = not rendered or unreachable_sites > 0 or faults > 0
     if current is NetworkPhase.PENDING and started:
         wanted = NetworkPhase.INITIALIZING
     elif current is NetworkPhase.INITIALIZING and rendered:
         wanted = NetworkPhase.ACTIVE
-    elif current is NetworkPhase.ACTIVE and unreachable_sites > 0:
+    elif current is NetworkPhase.ACTIVE and trouble:
         wanted = NetworkPhase.DEGRADED
-    elif current is NetworkPhase.DEGRADED and unreachable_sites == 0:
+    elif current is NetworkPhase.DEGRADED and not trouble:
         wanted = NetworkPhase.ACTIVE
     return NetworkPhase(transition("GridNetwork", current, wanted))

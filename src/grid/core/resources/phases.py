@@ -63,11 +63,11 @@ NETWORK_TRANSITIONS: Final[Mapping[NetworkPhase, frozenset[NetworkPhase]]] = {
 SITE_TRANSITIONS: Final[Mapping[SitePhase, frozenset[SitePhase]]] = {
     # SWIM saw the peer alive and the site carries the auto-discover label.
     SitePhase.PENDING: frozenset({SitePhase.DISCOVERED}),
-    # The egress address is known.
-    SitePhase.DISCOVERED: frozenset({SitePhase.CONNECTING}),
-    # TCP probe passed and the certificate fingerprint matched.
-    SitePhase.CONNECTING: frozenset({SitePhase.ACTIVE}),
-    # Active -> Unreachable on probe failure; Active -> Left on a graceful SWIM leave.
+    # The egress address is known; or the member departed (dead for the TTL, or left).
+    SitePhase.DISCOVERED: frozenset({SitePhase.CONNECTING, SitePhase.LEFT}),
+    # TCP probe passed and the certificate fingerprint matched; or the member departed.
+    SitePhase.CONNECTING: frozenset({SitePhase.ACTIVE, SitePhase.LEFT}),
+    # Active -> Unreachable on probe failure; Active -> Left when the member departed.
     SitePhase.ACTIVE: frozenset({SitePhase.UNREACHABLE, SitePhase.LEFT}),
     # Recovery: the probe passes again (fingerprint still pinned) or is re-attempted
     # after a changed egress; or SWIM declares the member gone for good.

@@ -160,6 +160,15 @@ class GridNetworkStatus(_StatusBase):
         self.phase = NetworkPhase(transition("GridNetwork", self.phase, target))
 
 
+class SiteCapability(WireModel):
+    """One model a site offers, as its provider records gossip it."""
+
+    model: Text
+    capabilities: list[Text] = Field(default_factory=list)
+    context_window: int | None = Field(default=None, ge=0)
+    providers: list[Text] = Field(default_factory=list)
+
+
 class BudgetStatus(WireModel):
     """One tracked tenant's spend (§12)."""
 
@@ -173,10 +182,13 @@ class GridSiteStatus(_StatusBase):
     """Observed state of a GridSite."""
 
     phase: SitePhase = Field(default=SitePhase.PENDING, strict=False)
-    public_cert_pem: str | None = Field(default=None, max_length=16384)
-    """The leaf certificate (PEM, public part only) the last egress probe was shown."""
+    public_cert_pem: str | None = Field(default=None, max_length=65536)
+    """The leaf certificate (PEM, public part only) the last egress probe was shown;
+    before any probe, the chain the site's cert lane gossips (never a key)."""
     last_probe_time: Timestamp | None = None
     """When the operator last probed the site's egress."""
+    capabilities: list[SiteCapability] = Field(default_factory=list)
+    """What the site offers: each model with its capabilities and context window."""
 
     def transition_to(self, target: str) -> None:
         """Move to `target` if the GridSite phase table allows it, else raise unchanged."""

@@ -25,6 +25,7 @@ from grid.core.routing.render import (
 )
 from grid.core.routing.scoring import SIGNAL_NAMES, Evaluation
 from grid.core.routing.signals import SignalsDocument
+from grid.errors import ValidationError
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,10 @@ class Explanation:
     network: str
     local_site: str
     model: str
+    """The model explained ("" when every model declaring ``capability`` is)."""
     scoring_enabled: bool
     rows: tuple[ExplainRow, ...]
+    capability: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping."""
@@ -92,6 +95,7 @@ class Explanation:
             "network": self.network,
             "local_site": self.local_site,
             "model": self.model,
+            "capability": self.capability,
             "scoring_enabled": self.scoring_enabled,
             "candidates": [row.as_dict() for row in self.rows],
         }
@@ -185,15 +189,21 @@ def explain(
     inputs: RenderInputs,
     *,
     site: str,
-    model: str,
+    model: str | None = None,
     signals: SignalsDocument | None = None,
     gateway: str | None = None,
     namespace: str | None = None,
+    capability: str | None = None,
 ) -> Explanation:
     """Every candidate of ``model`` seen from ``site`` (or from ``gateway``'s site).
 
-    Ranked candidates come first in rank order, then excluded ones by provider.
+    With ``capability``, only models declaring it are candidates; without
+    ``model`` every such model is explained. Ranked candidates come first in
+    rank order, then excluded ones by provider.
     """
+    if model is None and capability is None:
+        raise ValidationError("explain needs a model or a capability", path="model")
+    inputs = inputs.restricted(capability)
     if gateway is not None:
         network, local_name, _ = select_gateway(inputs.networks, gateway, namespace)
         local_site = local_name or site
@@ -202,7 +212,7 @@ def explain(
         local_site = site
     evaluated = evaluate_network(inputs, network, local_site, site, signals)
     context = evaluated.context
-    mine = [r for r in evaluated.rows if r.evaluation.candidate.name == model]
+    mine = [r for r in evaluated.rows if model is None or r.evaluation.candidate.name == model]
     ranked = sorted((r for r in mine if r.exclusion is None), key=lambda r: r.rank or 0)
     excluded = sorted(
         (r for r in mine if r.exclusion is not None),
@@ -210,4 +220,6 @@ def explain(
     )
     out = [_row(r, _rank_reason(ranked, i)) for i, r in enumerate(ranked)]
     out += [_row(r, f"excluded ({r.exclusion}): {r.exclusion_detail}") for r in excluded]
-    return Explanation(network.name, local_site, model, context.config.enabled, tuple(out))
+    return Explanation(
+        network.name, local_site, model or "", context.config.enabled, tuple(out), capability
+    )

@@ -26,7 +26,7 @@ from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from grid.core.crdt.record import ProviderRecord, RecordSignals
+from grid.core.crdt.record import ModelInfo, ProviderRecord, RecordSignals
 from grid.core.resources import (
     API_VERSION,
     SITE_LABEL,
@@ -89,6 +89,13 @@ def record_for(
             else "self_hosted"
         ),
         access_match_labels=tuple(sorted(match_labels.items())),
+        model_info=tuple(
+            {
+                m.name: ModelInfo(m.name, tuple(m.capabilities), m.context_window)
+                for m in reversed(provider.spec.models)
+                if m.capabilities or m.context_window is not None
+            }.values()
+        ),
     )
 
 
@@ -106,7 +113,7 @@ def remote_provider(record: ProviderRecord, network: str) -> InferenceProvider:
         "gridNetworkRef": network,
         "backendKind": record.backend_kind,
         "providerKind": record.provider_kind,
-        "models": [{"name": m} for m in record.models],
+        "models": [_model_spec(record.info(m)) for m in record.models],
         "routingClusterRef": record.cluster,
     }
     if record.access_match_labels:
@@ -120,6 +127,15 @@ def remote_provider(record: ProviderRecord, network: str) -> InferenceProvider:
             "status": {"phase": record.phase},
         }
     )
+
+
+def _model_spec(info: ModelInfo) -> dict[str, object]:
+    spec: dict[str, object] = {"name": info.name}
+    if info.capabilities:
+        spec["capabilities"] = list(info.capabilities)
+    if info.context_window is not None:
+        spec["contextWindow"] = info.context_window
+    return spec
 
 
 @functools.lru_cache(maxsize=REMOTE_PROVIDER_CACHE_MAX)

@@ -36,6 +36,7 @@ from grid.core.routing.candidate_draft import (
     check_duplicates,
     drafts_for,
 )
+from grid.core.routing.capability import provider_with_capability
 from grid.core.routing.ranking import Ordering, RankedCandidate, Ranking, order_candidates
 from grid.core.routing.rerank import RerankContext
 from grid.core.routing.scoring import (
@@ -78,6 +79,13 @@ class RenderInputs:
     sites: Sequence[GridSite] = ()
     providers: Sequence[InferenceProvider] = ()
     secrets: Sequence[Secret] = ()
+
+    def restricted(self, capability: str | None) -> RenderInputs:
+        """These inputs with every model lacking ``capability`` removed (same for None)."""
+        if capability is None:
+            return self
+        kept = [provider_with_capability(p, capability) for p in self.providers]
+        return replace(self, providers=tuple(p for p in kept if p is not None))
 
 
 @dataclass(frozen=True)
@@ -360,6 +368,7 @@ def render(
     producer_version: str = __version__,
     candidates_max: int | None = CANDIDATES_MAX,
     held: frozenset[tuple[str, str]] | None = None,
+    capability: str | None = None,
 ) -> Rendered:
     """Render the overlay and envelope for ``gateway`` (``grid render``).
 
@@ -369,7 +378,9 @@ def render(
     ``candidates_max`` keeps the top-ranked candidates only (default 1,024, the
     §5 limit, so the overlay always verifies); ``None`` keeps every candidate.
     ``held`` is the operator's stabilized-admission hold set (none in ``grid render``).
+    ``capability`` keeps only models that declare it (`RenderInputs.restricted`).
     """
+    inputs = inputs.restricted(capability)
     network, local_site_name, resolved_namespace = select_gateway(
         inputs.networks, gateway, namespace
     )

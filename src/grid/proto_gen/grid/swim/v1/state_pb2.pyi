@@ -148,6 +148,37 @@ class ProviderSignals(_message.Message):
 Global___ProviderSignals: _TypeAlias = ProviderSignals  # noqa: Y015
 
 @_typing.final
+class ModelInfo(_message.Message):
+    """What a record says about one of its models: its capabilities and context window."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
+    CONTEXT_WINDOW_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    context_window: _builtins.int
+    """Tokens; absent when the spec declares none."""
+    @_builtins.property
+    def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        capabilities: _abc.Iterable[_builtins.str] | None = ...,
+        context_window: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_context_window", b"_context_window", "context_window", b"context_window"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_window", b"_context_window", "capabilities", b"capabilities", "context_window", b"context_window", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__context_window: _TypeAlias = _typing.Literal["context_window"]  # noqa: Y015
+    _WhichOneofArgType__context_window: _TypeAlias = _typing.Literal["_context_window", b"_context_window"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__context_window) -> _WhichOneofReturnType__context_window | None: ...
+
+Global___ModelInfo: _TypeAlias = ModelInfo  # noqa: Y015
+
+@_typing.final
 class ProviderRecord(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -162,6 +193,7 @@ class ProviderRecord(_message.Message):
     PHASE_FIELD_NUMBER: _builtins.int
     PROVIDER_KIND_FIELD_NUMBER: _builtins.int
     ACCESS_MATCH_LABELS_FIELD_NUMBER: _builtins.int
+    MODEL_INFO_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     cluster: _builtins.str
     site: _builtins.str
@@ -181,6 +213,12 @@ class ProviderRecord(_message.Message):
         enforces them against its own GridSite labels. Empty admits every site.
         """
 
+    @_builtins.property
+    def model_info(self) -> _containers.RepeatedCompositeFieldContainer[Global___ModelInfo]:
+        """Per model: capabilities and context window, sorted by model name. A model
+        without an entry declares neither.
+        """
+
     def __init__(
         self,
         *,
@@ -195,10 +233,11 @@ class ProviderRecord(_message.Message):
         phase: Global___ProviderPhase.ValueType = ...,
         provider_kind: Global___ProviderKind.ValueType = ...,
         access_match_labels: _abc.Iterable[Global___KeyValue] | None = ...,
+        model_info: _abc.Iterable[Global___ModelInfo] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_healthy", b"_healthy", "healthy", b"healthy", "signals", b"signals"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_healthy", b"_healthy", "access_match_labels", b"access_match_labels", "backend_kind", b"backend_kind", "cluster", b"cluster", "healthy", b"healthy", "models", b"models", "name", b"name", "observed_at", b"observed_at", "phase", b"phase", "provider_kind", b"provider_kind", "signals", b"signals", "site", b"site"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_healthy", b"_healthy", "access_match_labels", b"access_match_labels", "backend_kind", b"backend_kind", "cluster", b"cluster", "healthy", b"healthy", "model_info", b"model_info", "models", b"models", "name", b"name", "observed_at", b"observed_at", "phase", b"phase", "provider_kind", b"provider_kind", "signals", b"signals", "site", b"site"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__healthy: _TypeAlias = _typing.Literal["healthy"]  # noqa: Y015
     _WhichOneofArgType__healthy: _TypeAlias = _typing.Literal["_healthy", b"_healthy"]  # noqa: Y015

@@ -1,0 +1,64 @@
+"""A changed spec.swim or seed list stops the operator for a clean restart, never ignored."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from grid.adapters.store.sqlite import SqliteStore
+from grid.demo import plan as p
+from grid.demo.mesh import DemoMesh
+from grid.errors import Conflict
+from grid.operator.runtime import Operator
+from grid.operator.settings import OperatorSettings
+from grid.operator.startup import StartupError
+from grid.testing.poll import eventually
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("swim", {"gossipNodes": 2, "probeInterval": "1s", "suspicionTimeout": "3s"}),
+        ("seeds", ["127.0.0.1:1"]),
+    ],
+)
+async def test_a_tuning_change_ends_the_run_naming_it(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    mesh = DemoMesh(tmp_path, ["east"])
+    await mesh.prepare()
+    assert mesh.pki is not None
+    site, certs = mesh.plan.sites["east"], mesh.pki.sites["east"]
+    store = await SqliteStore.open(site.store, watch_poll_interval_s=0.02)
+    settings = OperatorSettings(
+        site="east",
+        store=f"sqlite:{site.store}",
+        swim_bind="127.0.0.1:0",
+        metrics_bind="127.0.0.1:0",
+        overlay_dir=site.overlay_dir,
+        ca=mesh.pki.ca,
+        cert=certs.cert,
+        key=certs.key,
+    )
+    operator = Operator(settings, store)
+    task = asyncio.create_task(operator.run())
+    try:
+        await eventually(lambda: operator.ready or task.done(), "ready", timeout_s=20)
+        assert not task.done()
+        for _attempt in range(20):
+            network = await store.get("GridNetwork", p.NETWORK)
+            network["spec"][field] = value
+            try:
+                await store.replace(network)
+                break
+            except Conflict:
+                continue
+        with pytest.raises(StartupError, match=f"spec.{field} changed"):
+            await asyncio.wait_for(task, 15)
+    finally:
+        if not task.done():
+            operator.stop()
+            await asyncio.wait_for(task, 15)
+        await store.close()
