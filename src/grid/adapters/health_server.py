@@ -83,6 +83,8 @@ class HealthServer:
         self.role: str | None = None
         """With leader election, ``leader`` or ``follower``: /readyz names it."""
         self.policy = policy
+        self.mounts: list[Callable[[web.Application], None]] = []
+        """More read-only routes served on this listener (the live view's `add_to`)."""
         self._listener: HttpListener | None = None
 
     def app(self) -> web.Application:
@@ -91,6 +93,8 @@ class HealthServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        for mount in self.mounts:
+            mount(app)
         return app
 
     async def _metrics(self, _request: web.Request) -> web.Response:

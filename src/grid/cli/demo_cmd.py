@@ -18,13 +18,14 @@ from pathlib import Path
 
 import aiohttp
 import click
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 
+from grid.demo.live import DemoLiveView, site_addresses
 from grid.demo.load import drive
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import API_MODEL, MODEL
-from grid.demo.table import mesh_view
+from grid.demo.table import budget_table, mesh_view
 from grid.demo.traffic import DEFAULT_RATE, send_traffic
 
 DEFAULT_SITES = ("east", "west", "central")
@@ -44,13 +45,17 @@ async def _run(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     load: asyncio.Task[None] | None = None
+    web_view: DemoLiveView | None = None
     routed: asyncio.Task[None] | None = None
     try:
         console.print(f"[bold]grid demo[/]: preparing {len(sites)} sites under {root}")
         await mesh.prepare()
         await mesh.start()
+        web_view = DemoLiveView(site_addresses(mesh.describe()), mesh.routed_counts)
+        mesh.ui_url = await web_view.start()
         path = mesh.write_description()
         console.print(f"mesh is up; reach it through {path}")
+        console.print(f"live view: {mesh.ui_url}")
         console.print(
             f"signal transport: {transport}"
             + ("; local scoring is off, candidates carry no score" if transport == "poll" else "")
@@ -71,7 +76,8 @@ async def _run(
                         async with asyncio.timeout(1.0):
                             await stop.wait()
                     counts = await mesh.routed_counts(http)
-                    live.update(mesh_view(dirs, counts, scoring=scoring))
+                    view = mesh_view(dirs, counts, scoring=scoring)
+                    live.update(Group(view, budget_table(await mesh.budget_status())))
     finally:
         for task in (load, routed):
             if task is not None:
@@ -79,6 +85,8 @@ async def _run(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         console.print("stopping every process of the demo...")
+        if web_view is not None:
+            await web_view.stop()
         await mesh.stop()
 
 

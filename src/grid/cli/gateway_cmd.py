@@ -72,12 +72,34 @@ async def _serve(gateway: Gateway) -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Grid CA PEM that signs the operator's certificate (poll mode).",
 )
+@click.option(
+    "--tenant-header",
+    default="x-grid-tenant",
+    show_default=True,
+    envvar="GRID_GATEWAY_TENANT_HEADER",
+    help="Request header naming the tenant whose budget a request spends.",
+)
+@click.option(
+    "--budgets",
+    "budgets_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The budget view to enforce (default: grid-budgets.json beside the overlay file).",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    envvar="GRID_GATEWAY_STATE_DIR",
+    help="Directory where a graceful stop saves the tenant token counters for the next start.",
+)
 def gateway_cmd(
     config_path: Path,
     operator: str | None,
     cert: Path | None,
     key: Path | None,
     ca: Path | None,
+    tenant_header: str,
+    budgets_file: Path | None,
+    state_dir: Path | None,
 ) -> None:
     """Route OpenAI-compatible requests by the overlay, as praxis.yaml describes."""
     credentials = None
@@ -93,7 +115,11 @@ def gateway_cmd(
         click.echo("error: --cert, --key and --ca are for poll mode; add --operator", err=True)
         sys.exit(2)
     configure_logs("info")
-    settings = GatewaySettings()
+    settings = GatewaySettings(
+        tenant_header=tenant_header,
+        budgets_file=str(budgets_file) if budgets_file is not None else None,
+        state_dir=str(state_dir) if state_dir is not None else None,
+    )
     try:
         config = load_config(config_path, settings.config_max_bytes)
         gateway = Gateway(config, settings, config_path, operator, credentials)

@@ -69,6 +69,16 @@ def _setting_options(fn: F) -> F:
                 help=field.description,
             )(fn)
             continue
+        if field.annotation == list[str]:  # repeatable: --flag A --flag B
+            fn = click.option(
+                flag_name(name),
+                name,
+                envvar=env_name(name),
+                show_envvar=True,
+                multiple=True,
+                help=field.description,
+            )(fn)
+            continue
         fn = click.option(
             flag_name(name),
             name,

@@ -34,7 +34,7 @@ import yaml
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.pki import DevPki, write_dev_pki
-from grid.errors import AlreadyExists, Conflict
+from grid.errors import AlreadyExists, Conflict, GridError
 from grid.gateway.config import ConfigError, load_config
 from grid.gateway.settings import GatewaySettings
 
@@ -94,6 +94,8 @@ class DemoMesh:
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
         self._described = False
+        self.ui_url: str | None = None
+        """The aggregated live view's URL once `grid demo` serves it (demo.json ``ui``)."""
 
     # -- preparation -----------------------------------------------------------
 
@@ -204,6 +206,13 @@ class DemoMesh:
             f"127.0.0.1:{site.signals_port}",
             "--signals-poll-interval",
             str(self.signals_poll_interval_s),
+            *(
+                ("--gateway-metrics", f"http://127.0.0.1:{site.gateway_admin_port}/metrics")
+                if self.gateways
+                else ()
+            ),
+            "--budget-scrape-interval",
+            "0.5",
         )
 
     async def start(self) -> None:
@@ -233,9 +242,7 @@ class DemoMesh:
         if self.gateways:
             await self._wait_praxis()
             for site in self.plan.sites.values():
-                argv = self._grid("gateway", "--config", str(site.praxis), *self._poll_flags(site))
-                name = f"gateway-{site.name}"
-                await self._spawn(Child(name, argv, self._log(name), {}))
+                await self.start_gateway(site.name)
             await self._wait_http(
                 {
                     s: f"127.0.0.1:{p_.gateway_admin_port}/ready"
@@ -265,17 +272,19 @@ class DemoMesh:
         """Under poll a site's gateway ranks by its operator's signals and reports feedback."""
         if self.signal_transport != "poll" or self.pki is None:
             return []
-        certs = self.pki.sites[site.name]
-        return [
-            "--operator",
-            f"127.0.0.1:{site.signals_port}",
-            "--cert",
-            str(certs.cert),
-            "--key",
-            str(certs.key),
-            "--ca",
-            str(self.pki.ca),
-        ]
+        c = self.pki.sites[site.name]
+        return ["--operator", f"127.0.0.1:{site.signals_port}", "--cert", str(c.cert),
+                "--key", str(c.key), "--ca", str(self.pki.ca)]  # fmt: skip
+
+    async def start_gateway(self, site: str) -> None:
+        """Start (or restart) one site's gateway; its counters survive a graceful stop."""
+        plan = self.plan.sites[site]
+        argv = self._grid(
+            "gateway", "--config", str(plan.praxis), "--state-dir", str(plan.root / "gateway"),
+            *self._poll_flags(plan),
+        )  # fmt: skip
+        name = f"gateway-{site}"
+        await self._spawn(Child(name, argv, self._log(name), {}))
 
     def _log(self, name: str) -> Path:
         return self.root / "logs" / f"{name}.log"
@@ -415,7 +424,7 @@ class DemoMesh:
             }
         first = next(iter(self.plan.sites), None)
         top = self.gateway_address(first) if first is not None else None
-        return {"sites": sites, "ca": str(self.pki.ca), "gateway": top}
+        return {"sites": sites, "ca": str(self.pki.ca), "gateway": top, "ui": self.ui_url}
 
     def gateway_address(self, site: str) -> str | None:
         """The site gateway's public ``host:port``, or None when it is not running."""
@@ -432,6 +441,20 @@ class DemoMesh:
                 async with session.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
                     counts[provider.name] = int((await r.json())["routed"])
         return counts
+
+    async def budget_status(self) -> dict[str, list[dict[str, Any]]]:
+        """Each site's ``status.budgetStatus[]``, read from its store (empty when unreadable)."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        for name, site in self.plan.sites.items():
+            found[name] = []
+            with contextlib.suppress(GridError, OSError):
+                store = await SqliteStore.open(site.store)
+                try:
+                    network = await store.get("GridNetwork", p.NETWORK)
+                finally:
+                    await store.close()
+                found[name] = list((network.get("status") or {}).get("budgetStatus") or [])
+        return found
 
     def write_description(self) -> Path:
         """Write demo.json atomically and return its path."""

@@ -31,6 +31,9 @@ MODEL = "llama-3.1-8b-instruct"
 API_MODEL = "gpt-4o-mini"
 """The model of the third-party API provider (played by a stand-in mock)."""
 CONSUMER_CONFIG_MAP = "praxis-consumer-config"
+DEMO_BUDGETS = {"acme": 0.05, "globex": 50.0}
+"""The demo's budgetPolicy (USD): acme's small cap runs out within a minute of
+``--traffic 2`` (about 50 s); globex's never does; untagged requests count as ``other``."""
 SITE_GEOGRAPHY: dict[str, tuple[str, str]] = {
     "east": ("us-east-1", "us-east-1a"),
     "west": ("us-west-2", "us-west-2a"),
@@ -232,6 +235,9 @@ def network_doc(
                 "trust": {"mode": "pin"},
             },
             "staleCandidateTtlSeconds": 10,
+            "budgetPolicy": {
+                "tenants": [{"tenantId": t, "capUsd": cap} for t, cap in DEMO_BUDGETS.items()]
+            },
         },
     }
     if signal_transport != "gossip":

@@ -2,6 +2,9 @@
 
 The ``reqs`` column counts the requests each candidate's cluster received
 through any site's gateway, so traffic can be seen following the ranking.
+Below them, `budget_table` shows each policy tenant's spend and ratio as every
+site sees it (``status.budgetStatus``): a lower bound of the grid's spend that
+the sites agree on once gossip has caught up.
 """
 
 from __future__ import annotations
@@ -81,3 +84,27 @@ def mesh_view(
     return Group(
         *(site_table(s, read_overlay(d), counts, scoring=scoring) for s, d in overlay_dirs.items())
     )
+
+
+def budget_table(per_site: dict[str, list[dict[str, Any]]]) -> Table:
+    """Each tenant's spend, cap and ratio at every site; ``429`` marks an exhausted tenant."""
+    table = Table(title="tenant budgets (spend USD / cap, ratio)", title_justify="left")
+    table.add_column("tenant")
+    for site in per_site:
+        table.add_column(site, justify="right")
+    tenants = sorted({str(i.get("tenantId")) for items in per_site.values() for i in items})
+    for tenant in tenants:
+        cells = []
+        for items in per_site.values():
+            item = next((i for i in items if i.get("tenantId") == tenant), None)
+            if item is None:
+                cells.append("-")
+                continue
+            ratio = float(item.get("spendRatio", 0))
+            mark = " 429" if ratio >= 1 else ""
+            cells.append(
+                f"{float(item.get('spendUsd', 0)):.2f} / {float(item.get('capUsd', 0)):.2f}, "
+                f"{ratio:.2f}{mark}"
+            )
+        table.add_row(tenant, *cells)
+    return table

@@ -4,7 +4,10 @@ R requests a second, spread over every site's gateway in turn, half of them
 streaming. Each carries an ``x-grid-session`` from a small pool, so sessions
 stick to their candidate while new ones follow the ranking. Most ask for the
 self-hosted model; some for the API provider's, which the gateway sends with
-the mounted credential.
+the mounted credential. Requests carry an ``x-grid-tenant`` in turn from
+`TENANTS` (the demo budgetPolicy's tenants, and none), with prompts of a few
+thousand tokens so the small demo cap runs out within a minute; once it has, that
+tenant's requests get 429 ``budget_exhausted`` while the others carry on.
 """
 
 from __future__ import annotations
@@ -24,12 +27,21 @@ SESSIONS = 16
 STREAM_SHARE = 0.5
 API_SHARE = 0.1
 """Share of requests asking for the API provider's model."""
+TENANTS: tuple[str | None, ...] = ("acme", "globex", None)
+"""The ``x-grid-tenant`` of successive requests; None sends none (counted as other)."""
+PROMPT_CHARS = 32_000
+"""Prompt length in characters (about 8,000 tokens: a long chat context)."""
+
+
+def _prompt(n: int) -> str:
+    head = f"hello grid, request {n}. "
+    return head + "context " * ((PROMPT_CHARS - len(head)) // 8)
 
 
 def _body(model: str, stream: bool, n: int) -> dict[str, object]:
     body: dict[str, object] = {
         "model": model,
-        "messages": [{"role": "user", "content": f"hello grid, request {n}"}],
+        "messages": [{"role": "user", "content": _prompt(n)}],
     }
     if stream:
         body["stream"] = True
@@ -71,6 +83,10 @@ async def send_traffic(
                 model = models[1] if rng.random() < API_SHARE else models[0]
                 body = _body(model, rng.random() < STREAM_SHARE, n)
                 headers = {"x-grid-session": f"demo-{rng.randrange(SESSIONS)}"}
+                # Tenants turn per round of gateways, so every gateway sees every tenant.
+                tenant = TENANTS[(n // len(gateways)) % len(TENANTS)]
+                if tenant is not None:
+                    headers["x-grid-tenant"] = tenant
                 task = asyncio.create_task(
                     _one(session, f"http://{gateway}/v1/chat/completions", body, headers)
                 )

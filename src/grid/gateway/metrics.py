@@ -22,6 +22,7 @@ OUTCOMES = (
     "not_found",
     "upstream_unavailable",
     "stream_broken",
+    "budget_exhausted",
 )
 """Every value of ``grid_gateway_requests_total{outcome}``."""
 

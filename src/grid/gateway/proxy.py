@@ -7,6 +7,12 @@ credential, or a 502/503 before any byte reached the client move on to the
 next candidate; once the client has received bytes nothing is retried.
 Event streams are relayed chunk by chunk as they arrive.
 
+Budgets (§12): a request whose ``x-grid-tenant`` is exhausted in the budget
+view is answered 429 ``budget_exhausted`` before anything is routed. Every
+answer's ``usage`` is counted for its tenant and cluster; a stream is made to
+carry its usage chunk (``stream_options.include_usage``), which is removed
+again when the client did not ask for it.
+
 Outgoing requests lose the client's ``Authorization``, ``x-api-key`` and
 ``x-ai-routing-*`` headers and the hop-by-hop ones; they gain the candidate's
 credential and the provider-hop headers ``x-ai-routing-candidate``,
@@ -27,9 +33,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from grid.core.usage import StreamUsage, answer_usage, ask_for_usage
 from grid.gateway.affinity import AffinityTable
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
+from grid.gateway.metering import TenantMeter
 from grid.gateway.metrics import GatewayMetrics
 from grid.gateway.routing import KIND, attempts
 from grid.gateway.settings import GatewaySettings
@@ -84,8 +92,10 @@ class Proxy:
         snapshot: Callable[[], Snapshot],
         upstreams: Mapping[str, Upstream],
         metrics: GatewayMetrics,
+        meter: TenantMeter | None = None,
     ) -> None:
         self.config = config
+        self.meter = meter or TenantMeter(None)
         self.settings = settings
         self._snapshot = snapshot
         self.upstreams = upstreams
@@ -117,6 +127,10 @@ class Proxy:
         if request.method != "POST" or not request.path.startswith("/v1/"):
             requests["not_found"].inc()
             return error(404, "not_found", "only POST requests under /v1/ are routed")
+        tenant = request.headers.get(self.settings.tenant_header)
+        if self.meter.is_exhausted(tenant):
+            requests["budget_exhausted"].inc()
+            return error(429, "budget_exhausted", "the tenant's budget is spent")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -124,7 +138,8 @@ class Proxy:
             return error(
                 413, "body_too_large", f"the body exceeds {self.settings.body_max_bytes} bytes"
             )
-        model = self._model(body)
+        document = self._document(body)
+        model = self._model(document)
         if model is None:
             requests["bad_request"].inc()
             return error(
@@ -142,6 +157,10 @@ class Proxy:
         if not tries:
             requests["no_candidate"].inc()
             return error(404, "no_candidate", "no candidate admits new requests for this model")
+        assert isinstance(document, dict)
+        strip = ask_for_usage(document)
+        if strip:
+            body = json.dumps(document, separators=(",", ":")).encode()
         base = self._outgoing_headers(request, model, snapshot)
         last = len(tries) - 1
         for index, candidate in enumerate(tries):
@@ -152,15 +171,19 @@ class Proxy:
                 continue
             if session is not None:
                 self.affinity.bind(session, candidate.stable_id)
-            return await self._relay(request, response)
+            metered = (self.meter.label(tenant), candidate.cluster)
+            return await self._relay(request, response, metered, strip)
         requests["upstream_unavailable"].inc()
         return error(502, "upstream_unavailable", "no candidate could be reached")
 
-    def _model(self, body: bytes) -> str | None:
+    @staticmethod
+    def _document(body: bytes) -> object:
         try:
-            document = json.loads(body)
+            return json.loads(body)
         except (ValueError, RecursionError):
             return None
+
+    def _model(self, document: object) -> str | None:
         if not isinstance(document, dict):
             return None
         model = document.get(self.config.model_field)
@@ -233,7 +256,11 @@ class Proxy:
         return response
 
     async def _relay(
-        self, request: web.Request, response: aiohttp.ClientResponse
+        self,
+        request: web.Request,
+        response: aiohttp.ClientResponse,
+        metered: tuple[str, str],
+        strip: bool,
     ) -> web.StreamResponse:
         headers = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP}
         length = response.content_length
@@ -247,19 +274,39 @@ class Proxy:
                     requests["upstream_unavailable"].inc()
                     return error(502, "upstream_unavailable", "the cluster's answer broke off")
                 requests["routed"].inc()
+                self._meter_answer(data, metered)
                 return web.Response(status=response.status, body=data, headers=headers)
-            return await self._stream(request, response, headers)
+            usage = StreamUsage(strip) if streaming else None
+            out = await self._stream(request, response, headers, usage)
+            if usage is not None and usage.usage is not None:
+                self.meter.add(*metered, usage.usage)
+            return out
         finally:
             response.release()
 
+    def _meter_answer(self, data: bytes, metered: tuple[str, str]) -> None:
+        usage = answer_usage(data)
+        if usage is not None:
+            self.meter.add(*metered, usage)
+
     async def _stream(
-        self, request: web.Request, response: aiohttp.ClientResponse, headers: dict[str, Any]
+        self,
+        request: web.Request,
+        response: aiohttp.ClientResponse,
+        headers: dict[str, Any],
+        usage: StreamUsage | None,
     ) -> web.StreamResponse:
         out = web.StreamResponse(status=response.status, headers=headers)
         await out.prepare(request)
         try:
             async for chunk in response.content.iter_any():
+                if usage is not None:
+                    chunk = usage.feed(chunk)
+                    if not chunk:
+                        continue
                 await out.write(chunk)
+            if usage is not None and (rest := usage.finish()):
+                await out.write(rest)
         except (aiohttp.ClientError, TimeoutError, ConnectionError):
             # Bytes already reached the client: never retried; the connection is cut
             # so the client sees an incomplete answer rather than a clean end.

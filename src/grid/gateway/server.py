@@ -5,7 +5,8 @@ which must verify at cold start), opens one pooled client per cluster, and
 serves the public listener and the admin listener (``/ready``, ``/metrics``,
 ``/snapshot``). In overlay-file mode a background task checks the file every
 ``overlay_poll_interval_s`` and swaps in a new snapshot only once it
-verifies. `stop` (SIGTERM) closes the listener at once and lets in-flight
+verifies; the same task takes up a changed budget view (``grid-budgets.json``,
+`grid.gateway.metering`). `stop` (SIGTERM) closes the listener at once and lets in-flight
 requests, streams included, finish within ``shutdown_timeout_secs``.
 """
 
@@ -27,6 +28,7 @@ from grid.core.routing.signals import SignalsDocument
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
 from grid.gateway.feedback import FeedbackReporter, HttpIngestTransport
 from grid.gateway.ingest_reports import IngestReports
+from grid.gateway.metering import BUDGETS_FILE, TenantMeter
 from grid.gateway.metrics import GatewayMetrics, Tally
 from grid.gateway.proxy import Proxy
 from grid.gateway.settings import GatewaySettings
@@ -106,7 +108,11 @@ class Gateway:
         self._ranked: tuple[Snapshot, SignalsDocument, Snapshot] | None = None
         self._poll: asyncio.Task[None] | None = None
         self._deliver: asyncio.Task[None] | None = None
-        self.proxy = Proxy(config, self.settings, self.snapshot, self.upstreams, self.metrics)
+        self.meter = TenantMeter(*self._budget_paths())
+        self.metrics.registry.register(self.meter)
+        self.proxy = Proxy(
+            config, self.settings, self.snapshot, self.upstreams, self.metrics, self.meter
+        )
         # Client bodies are relayed as sent (a compressed one is not unpacked).
         self.public = HttpListener(
             self.proxy.app(),
@@ -118,6 +124,16 @@ class Gateway:
         self.ready = False
         self._watch: asyncio.Task[None] | None = None
         self._register_gauges()
+
+    def _budget_paths(self) -> tuple[Path | None, Path | None]:
+        """The budget view to enforce and the counters' state file (either may be None)."""
+        budgets: Path | None = None
+        if self.settings.budgets_file is not None:
+            budgets = Path(self.settings.budgets_file)
+        elif self.config.overlay_file is not None:
+            budgets = Path(self.config.overlay_file).parent / BUDGETS_FILE
+        state = self.settings.state_dir
+        return budgets, (Path(state) / "tenant-tokens.json" if state is not None else None)
 
     def _report(self, source: str, accepted: bool) -> None:
         if self.reports is not None:
@@ -283,6 +299,8 @@ class Gateway:
         while True:
             await asyncio.sleep(self.settings.overlay_poll_interval_s)
             self._reload_clusters()
+            if self.meter.poll():
+                log.info("budget view reloaded", extra={"exhausted": len(self.meter.exhausted)})
             if self.overlay is not None:
                 self._poll_overlay(self.overlay)
 
@@ -342,3 +360,7 @@ class Gateway:
         await self.admin.stop()
         for upstream in self.upstreams.values():
             await upstream.close()
+        try:
+            self.meter.save()
+        except OSError as exc:
+            log.warning("cannot save the tenant counters", extra={"error": exc.strerror})

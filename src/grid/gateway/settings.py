@@ -73,4 +73,12 @@ class GatewaySettings:
     """The ingest-feedback reporter's retry limits (poll mode; `grid.gateway.feedback`)."""
     feedback_replica: str = "gateway"
     """The replica label of feedback reports (diagnostic only, a DNS label)."""
+    tenant_header: str = "x-grid-tenant"
+    """The request header naming the tenant whose budget a request spends (§12)."""
+    budgets_file: str | None = None
+    """The budget view (grid-budgets.json) to enforce; None means the file of that name
+    beside the overlay file, and no budgets at all in inline mode."""
+    state_dir: str | None = None
+    """Where a graceful stop saves the tenant token counters for the next start; None
+    keeps them in memory only (a restart then reads as a counter reset)."""
     listener: ListenerPolicy = LISTENER_POLICY

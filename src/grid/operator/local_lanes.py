@@ -1,7 +1,7 @@
 """Our own lanes: how the operator writes this site's state into the CRDT replica.
 
 The operator publishes four lanes of its own (SPEC-DECISIONS §4): the provider
-records and capabilities (state), and the cert, metadata and gateway lanes from
+records, capabilities and tenant-spend slot (state), and the cert, metadata and gateway lanes from
 its certificate and GridSite. Every write goes through the SWIM node's task, so
 it builds on the newest revision of our lanes, re-assertions included. This is
 a mixin of `grid.operator.runtime.Operator`, kept apart so the wiring stays
@@ -15,9 +15,12 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
+import aiohttp
+
 from grid.adapters.store.port import ResourceStore
 from grid.adapters.swim_node import SwimNode
 from grid.core.crdt.record import ProviderRecord, RecordSignals
+from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import (
     CertLaneValue,
     GatewayLaneValue,
@@ -30,6 +33,7 @@ from grid.core.resources import GridSite
 from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.trust import public_chain_pem
 from grid.errors import NotFound, ValidationError
+from grid.operator.budgets import BudgetMeter
 from grid.operator.lifecycle import SignalLifecycle
 from grid.operator.network import ServedNetwork
 from grid.operator.settings import OperatorSettings
@@ -47,6 +51,8 @@ class LocalLanes:
     signals: SignalLifecycle
     _records: dict[str, ProviderRecord | None]
     _dirty: asyncio.Event
+    replica: GridState
+    budget_meter: BudgetMeter
 
     async def _write_local(self, change: Callable[[GridStateSnapshot], GridStateSnapshot]) -> bool:
         """Apply ``change`` to our snapshot and disseminate it; True when published.
@@ -133,3 +139,14 @@ class LocalLanes:
             for name, record in records.items():
                 if record is None and self._records.get(name) is None:
                     self._records.pop(name, None)
+
+    async def _budget_loop(self) -> None:
+        """Scrape the local gateways, price their tokens, raise and gossip our slot."""
+        async with aiohttp.ClientSession() as http:
+            while True:
+                grew = await self.budget_meter.scrape(http, self.replica)
+                before = self.replica.local
+                await self._write_local(self.budget_meter.publish)
+                if grew or self.replica.local != before:
+                    self._dirty.set()
+                await asyncio.sleep(self.settings.budget_scrape_interval_s)

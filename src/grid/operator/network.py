@@ -107,11 +107,12 @@ class ServedNetwork:
         site_phases: Mapping[str, SitePhase],
         outcome: RoundOutcome,
         consumers: Sequence[Mapping[str, Any]] = (),
+        budgets: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """Write what a render round changed in network ``name``'s status, if anything."""
         fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", name))
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        patch = rendered_patch(fresh, overlays, site_phases, outcome, now, consumers)
+        patch = rendered_patch(fresh, overlays, site_phases, outcome, now, consumers, budgets)
         if patch:
             obj = await self.store.patch_status("GridNetwork", name, patch)
             self.network = fresh = GridNetwork.model_validate(obj)

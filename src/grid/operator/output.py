@@ -27,6 +27,8 @@ from grid.errors import AlreadyExists, NotFound
 
 CONFIG_KEY = "grid-config.json"
 ENVELOPE_KEY = "grid-overlay.json"
+BUDGETS_KEY = "grid-budgets.json"
+"""The budget view (§12), a key of the same ConfigMap and a file beside the overlay."""
 NAME_MAX = 63
 """Kubernetes name limit for the ConfigMap; longer names are shortened."""
 
@@ -129,6 +131,19 @@ class OverlayWriter:
         self.writes += 1
         return True
 
+    async def write_budgets(self, network: str, gateway: str, namespace: str, text: str) -> None:
+        """Write the budget view (§12) as a key of the gateway's overlay ConfigMap and a file."""
+        await upsert_configmap(
+            self._store,
+            configmap_name(network, gateway),
+            namespace,
+            _labels(network, gateway),
+            {BUDGETS_KEY: text},
+        )
+        directory = self.directory(gateway)
+        if directory is not None:
+            atomic_write(directory / BUDGETS_KEY, text.encode())
+
     async def _stored_revision(self, network: str, gateway: str, scope: Any) -> str:
         try:
             cm = await self._store.get(
@@ -162,7 +177,8 @@ def _labels(network: str, gateway: str) -> dict[str, str]:
 async def upsert_configmap(
     store: ResourceStore, name: str, namespace: str, labels: dict[str, str], data: dict[str, str]
 ) -> None:
-    """Create the ConfigMap, or replace its data (keeping its resourceVersion)."""
+    """Create the ConfigMap, or replace the keys of ``data`` (keeping the other keys and the
+    resourceVersion): the overlay and the budget view share one ConfigMap."""
     obj: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -178,6 +194,7 @@ async def upsert_configmap(
         except AlreadyExists:
             current = await store.get("ConfigMap", name, namespace=namespace)
     obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    obj["data"] = {**(current.get("data") or {}), **data}
     await store.replace(obj)
 
 

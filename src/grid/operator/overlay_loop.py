@@ -7,7 +7,8 @@ records of verified sites, builds the mesh view once, renders every served
 gateway from it and writes an overlay only when its revision changed, and the
 ``praxis.yaml`` of each gateway whose ``consumerConfig`` is enabled when its
 text changed. The round's `overlay_entry` items and `consumer_status` feed the
-GridNetwork status.
+GridNetwork status, with ``budget_status``; the budget view
+``grid-budgets.json`` is written beside each overlay when a ratio moved (§12).
 
 Signals come from the records themselves under gossip; under poll the caller
 passes a ``signals_view`` (own scrapes plus what was pulled from peers,
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,9 +37,10 @@ from grid.core.resources.secret import Secret
 from grid.core.routing.admission_policy import pressure_ratio, pressure_signals, stabilized
 from grid.core.routing.hysteresis import Hysteresis, PressureRules
 from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs, signals_document
-from grid.core.routing.render import render
+from grid.core.routing.render import RenderInputs, render
 from grid.core.routing.signals import SignalsDocument
 from grid.errors import GridError
+from grid.operator.budgets import BudgetView
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
 
 log = logging.getLogger(__name__)
@@ -77,6 +80,9 @@ class OverlayLoop:
         self.consumers = ConsumerConfigWriter(writer.store, writer)
         self.consumer_status: list[dict[str, Any]] = []
         """The last round's ``consumerConfigStatus`` items."""
+        self.budgets = BudgetView()
+        self.budget_status: list[dict[str, Any]] = []
+        """The last round's ``budgetStatus`` items: this site's view of each tenant's spend."""
         self._sequence = 0
         self._epoch = int(time.time())
         self.render_failed: list[str] = []
@@ -85,6 +91,9 @@ class OverlayLoop:
         """Gateways whose overlay failed to be written in the last round."""
         self.served = 0
         """Gateways served in the last round."""
+        self.last_inputs: RenderInputs | None = None
+        """The inputs of the last round (the live view explains from them)."""
+        self.last_signals: SignalsDocument | None = None
         self._hysteresis: Hysteresis | None = None
 
     def stabilized_holds(
@@ -140,6 +149,7 @@ class OverlayLoop:
                 epoch=self._epoch,
                 sequence=self._sequence,
             )
+        self.last_inputs, self.last_signals = inputs, signals
         held = self.stabilized_holds(network, signals, now.timestamp())
         overlays = []
         consumers: list[dict[str, Any]] = []
@@ -195,5 +205,17 @@ class OverlayLoop:
                 )
             )
             consumers.append(await self.consumers.write(rendered, ref.consumer_config))
+            await self._write_budgets(network, replica, ref.name, rendered.scope.namespace)
         self.consumer_status = consumers
+        self.budget_status = self.budgets.status(network, replica)
         return overlays
+
+    async def _write_budgets(
+        self, network: GridNetwork, replica: GridState, gateway: str, namespace: str
+    ) -> None:
+        """Write the gateway's budget view when a ratio moved by 0.01 or reached 1."""
+        view = self.budgets.document(network, replica, gateway)
+        if view is not None:
+            text = json.dumps(view, separators=(",", ":"))
+            await self.writer.write_budgets(network.name, gateway, namespace, text)
+            self.budgets.written(gateway, view)

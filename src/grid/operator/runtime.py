@@ -12,6 +12,8 @@
   this site serves and writes the overlay only when its revision changed; then
   the GridNetwork status (`grid.operator.network`, which also initialises the
   network at start and converges the gridId);
+* the budget loop (`grid.operator.budgets`), with ``--gateway-metrics``: it
+  prices the local gateways' tenant tokens into this site's spend slot;
 * the signal transport fixed at start (`grid.operator.lifecycle`): under
   gossip the records carry their signals over SWIM and the signals listener is
   never bound; under poll the operator serves its own signals on the mTLS
@@ -46,7 +48,6 @@ from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
 from grid.core.resources import (
     GridNetwork,
-    GridSite,
     InferenceProvider,
     hosting_sites,
     hosts_here,
@@ -55,23 +56,24 @@ from grid.core.resources import (
 from grid.core.resources.discovery import as_member
 from grid.core.resources.network_status import RoundOutcome
 from grid.core.resources.secret import Secret
-from grid.core.resources.site_offers import member_certs, member_offers
 from grid.core.routing.mesh_view import OriginRecord
 from grid.core.routing.signals import SignalsDocument
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
-from grid.core.swim.members import MemberState
+from grid.operator.budgets import BudgetMeter
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.feedback_ingest import wire_ingest
 from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
 from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_for
 from grid.operator.lifecycle import SignalLifecycle
+from grid.operator.live import OperatorLiveView
 from grid.operator.local_lanes import LocalLanes
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
+from grid.operator.site_rounds import SiteRounds
 from grid.operator.sites import SiteController
 from grid.operator.startup import StartupError, select_network
 from grid.operator.swim_keys import SwimKeys, tuning_change
@@ -85,7 +87,7 @@ RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 round that waits on probe timeouts takes seconds."""
 
 
-class Operator(LocalLanes):
+class Operator(LocalLanes, SiteRounds):
     """One site's operator; `run` until `stop` is called or a task fails."""
 
     def __init__(self, settings: OperatorSettings, store: ResourceStore) -> None:
@@ -124,6 +126,12 @@ class Operator(LocalLanes):
         ItemCounters(self.replica, self.registry)
         self.writer = OverlayWriter(store, settings.overlay_dir)
         self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
+        self.budget_meter = BudgetMeter(
+            settings.site,
+            list(settings.gateway_metrics),
+            settings.state_dir or settings.overlay_dir,
+            settings.budget_scrape_timeout_s,
+        )
         self._dirty = asyncio.Event()
         self._stop = asyncio.Event()
         self._round_lock = asyncio.Lock()
@@ -144,6 +152,10 @@ class Operator(LocalLanes):
         self.sites = SiteController(store, settings.site, tls)
         self.discovery = SiteDiscovery(store, settings.site)
         self.swim_keys = SwimKeys(store, settings.swim_key_file)
+        self.live = OperatorLiveView(
+            settings.site, self.replica, lambda: self.swim, lambda: self.served.network
+        )
+        self.live.mount(self.health, settings.metrics_bind, settings.ui_public)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -196,6 +208,8 @@ class Operator(LocalLanes):
                     transport.run(self._poll_targets, self._dirty.set), name="signals-poll"
                 )
             )
+        if self.budget_meter.urls:
+            self._tasks.append(asyncio.create_task(self._budget_loop(), name="budgets"))
         await self._sync_providers()
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -273,6 +287,8 @@ class Operator(LocalLanes):
         self.addresses["swim"] = self.swim.address
         log.info("joined mesh", extra={"site": self.settings.site, "swim": self.swim.address})
         await self._publish_site_lanes()
+        # The persisted slot goes out before anything else is counted.
+        await self._write_local(self.budget_meter.publish)
 
     # -- inputs ----------------------------------------------------------------
 
@@ -376,6 +392,7 @@ class Operator(LocalLanes):
         assert self.swim is not None
         while True:
             event = await self.swim.events.get()
+            self.live.on_swim_event(event)
             if isinstance(event, Notify | Deliver):
                 self._dirty.set()
 
@@ -385,50 +402,7 @@ class Operator(LocalLanes):
             return {}
         return self.signals.poll_targets(self.swim.members(), self.replica)
 
-    def member_states(self) -> dict[str, MemberState]:
-        """SWIM's view of every member, by site name."""
-        if self.swim is None:
-            return {}
-        return {m.id: m.state for m in self.swim.members()}
-
     # -- loops -------------------------------------------------------------------
-
-    async def _site_loop(self) -> None:
-        while True:
-            with self.reconcile_seconds.labels("sites").time():
-                await self._site_round()
-            await asyncio.sleep(self.settings.site_probe_interval_s)
-
-    async def _site_round(self) -> None:
-        """One site round; rounds never overlap, whoever starts one."""
-        async with self._site_lock:
-            await self._reconcile_sites()
-
-    async def _reconcile_sites(self) -> None:
-        """Discover sites, then move every site's phase; marks the view dirty on change."""
-        sites = await self._sites()
-        members = self.member_states()
-        for state in MemberState:
-            self.members_gauge.labels(state.value).set(
-                sum(1 for s in members.values() if s is state)
-            )
-        network = self.served.network
-        assert network is not None
-        if await self.discovery.reconcile(network, sites, members, self.replica):
-            sites = await self._sites()
-        ttl = network.spec.stale_candidate_ttl_seconds
-        if await self.sites.reconcile(
-            sites,
-            members,
-            left_after_s=None if ttl is None else float(ttl),
-            certs=member_certs(self.replica, members),
-            offers=member_offers(self.replica, sites),
-        ):
-            self._dirty.set()
-
-    async def _sites(self) -> list[GridSite]:
-        sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
-        return [s for s in sites if s.spec.grid_network_ref == self.served.name]
 
     async def _render_round(self) -> None:
         # Rounds never overlap, whoever starts one: two would race on the same writes.
@@ -470,6 +444,7 @@ class Operator(LocalLanes):
             view,
         )
         self.ready = True
+        self.live.on_render(self.overlays.last_inputs, self.overlays.last_signals)
         outcome = RoundOutcome(
             served=self.overlays.served,
             render_failed=tuple(self.overlays.render_failed),
@@ -484,5 +459,10 @@ class Operator(LocalLanes):
             ),
         )
         await self.served.write_status(
-            network.name, overlays, self.sites.phases, outcome, self.overlays.consumer_status
+            network.name,
+            overlays,
+            self.sites.phases,
+            outcome,
+            self.overlays.consumer_status,
+            self.overlays.budget_status,
         )

@@ -62,13 +62,47 @@ class OperatorSettings(BaseModel):
         ),
     )
     metrics_bind: str = Field(
-        DEFAULT_METRICS_BIND, description="host:port for /metrics, /healthz and /readyz."
+        DEFAULT_METRICS_BIND,
+        description="host:port for /metrics, /healthz, /readyz and the live view /ui/.",
+    )
+    ui_public: bool = Field(
+        False,
+        description=(
+            "Serve the live view (/ui/) to every client even when --metrics-bind is not a "
+            "loopback address. Off by default: the view is unauthenticated, so on a wider "
+            "bind it answers only clients connecting from loopback (kubectl port-forward)."
+        ),
     )
     overlay_dir: Path | None = Field(
         None,
         description=(
             "Also write grid-config.json and grid-overlay.json here (the embedded default)."
         ),
+    )
+    state_dir: Path | None = Field(
+        None,
+        description=(
+            "Directory for the site's persisted state (the tenant-spend ledger, "
+            "budget-ledger.json); absent means --overlay-dir."
+        ),
+    )
+    gateway_metrics: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Admin /metrics URL of a local gateway whose tenant token counters this site "
+            "prices into its spend slot (repeatable; the environment form is space-separated)."
+        ),
+    )
+    budget_scrape_interval_s: float = Field(
+        2.0,
+        ge=0.1,
+        description=(
+            "Seconds between scrapes of the --gateway-metrics URLs. Shorter tracks spend "
+            "sooner (and loses less if a gateway crashes); longer costs the gateways less."
+        ),
+    )
+    budget_scrape_timeout_s: float = Field(
+        2.0, ge=0.1, description="Seconds one gateway metrics scrape may take."
     )
     ca: FilePath | None = Field(
         None, description="PEM of the grid CA that signs site certificates."

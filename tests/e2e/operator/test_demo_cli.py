@@ -67,7 +67,8 @@ def _alive(proc: Proc) -> bool:
 
 
 def _check_description(doc: dict[str, Any], pids: set[int], transport: str) -> None:
-    assert set(doc) == {"sites", "ca", "gateway"}
+    assert set(doc) == {"sites", "ca", "gateway", "ui"}
+    assert re.match(r"^http://127\.0\.0\.1:\d{1,5}/ui/$", doc["ui"]), doc["ui"]
     assert set(doc["sites"]) == SITES
     assert Path(doc["ca"]).read_text().startswith("-----BEGIN CERTIFICATE-----")
     assert ADDRESS.match(doc["gateway"])

@@ -164,6 +164,8 @@ def _record_pb(record: ProviderRecord) -> pb.ProviderRecord:
             entry.context_window = info.context_window
     if record.healthy is not None:
         msg.healthy = record.healthy
+    if record.cost_per_million_output_tokens is not None:
+        msg.cost_per_million_output_tokens = record.cost_per_million_output_tokens
     msg.signals.SetInParent()
     for name in SIGNAL_FIELDS:
         value = getattr(record.signals, name)
@@ -286,6 +288,11 @@ def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
         provider_kind=PROVIDER_KINDS[provider_kind - 1],
         access_match_labels=tuple((kv.key, kv.value) for kv in msg.access_match_labels),
         model_info=_model_info(msg, limits),
+        cost_per_million_output_tokens=(
+            msg.cost_per_million_output_tokens
+            if msg.HasField("cost_per_million_output_tokens")
+            else None
+        ),
     )
 
 

@@ -114,8 +114,11 @@ class ProviderRecord:
     access_match_labels: tuple[tuple[str, str], ...] = ()
     model_info: tuple[ModelInfo, ...] = ()
     """Capabilities and context window of models that declare any, by model name."""
+    cost_per_million_output_tokens: float | None = None
+    """The provider's output price in USD per million tokens, for tenant spend (§12)."""
 
     def __post_init__(self) -> None:
+        _check_signal("cost_per_million_output_tokens", self.cost_per_million_output_tokens)
         for attr in ("name", "cluster", "site"):
             if not getattr(self, attr):
                 raise ValidationError(f"provider record needs a {attr}", path=attr)

@@ -99,6 +99,11 @@ class AdmissionPolicySpec(WireModel):
     scoringPolicy strategy names one (queueDepth, kvCachePressure)."""
 
 
+TENANTS_MAX = 1024
+"""Tenants a budgetPolicy may name: each is a metric label value at every gateway
+and an entry of status.budgetStatus, so the set must stay small and closed."""
+
+
 class TenantBudgetSpec(WireModel):
     """One tenant whose spend is tracked (§12)."""
 
@@ -109,7 +114,7 @@ class TenantBudgetSpec(WireModel):
 class BudgetPolicySpec(WireModel):
     """Tenants whose spend is tracked; absent means none (§12)."""
 
-    tenants: list[TenantBudgetSpec] = Field(default_factory=list)
+    tenants: list[TenantBudgetSpec] = Field(default_factory=list, max_length=TENANTS_MAX)
 
     @model_validator(mode="after")
     def _unique_tenants(self) -> BudgetPolicySpec:
@@ -119,3 +124,7 @@ class BudgetPolicySpec(WireModel):
                 raise field_error(f"tenants[{i}].tenantId", "duplicate tenant")
             seen.add(tenant.tenant_id)
         return self
+
+    def caps(self) -> dict[str, float]:
+        """Each tenant's cap in USD."""
+        return {t.tenant_id: t.cap_usd for t in self.tenants}

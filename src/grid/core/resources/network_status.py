@@ -171,14 +171,15 @@ def rendered_patch(
     outcome: RoundOutcome,
     now: str,
     consumers: Sequence[Mapping[str, Any]] = (),
+    budgets: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The status patch after a render round; {} when the status already says it all.
 
     ``network`` is the freshly read resource, ``overlays`` the `overlay_entry`
     items of this round, ``site_phases`` every GridSite's current phase,
     ``outcome`` what else the round met, ``now`` an RFC 3339 time for a
-    condition that flips and ``consumers`` the round's ``consumerConfigStatus``
-    items (§11).
+    condition that flips, ``consumers`` the round's ``consumerConfigStatus``
+    items (§11) and ``budgets`` its ``budgetStatus`` items (§12).
     """
     status = network.status
     current = network.phase
@@ -218,6 +219,13 @@ def rendered_patch(
     new_consumers = [dict(c) for c in consumers]
     if old_consumers != new_consumers:
         patch["consumerConfigStatus"] = new_consumers
+    old_budgets = [
+        b.model_dump(by_alias=True, exclude_none=True)
+        for b in (status.budget_status if status else [])
+    ]
+    new_budgets = [dict(b) for b in budgets]
+    if old_budgets != new_budgets:
+        patch["budgetStatus"] = new_budgets
     if patch:
         patch["observedGeneration"] = network.metadata.generation
     return patch

@@ -96,6 +96,9 @@ def record_for(
                 if m.capabilities or m.context_window is not None
             }.values()
         ),
+        cost_per_million_output_tokens=(
+            provider.spec.cost.per_million_output_tokens if provider.spec.cost else None
+        ),
     )
 
 

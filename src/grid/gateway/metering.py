@@ -1,0 +1,151 @@
+"""Tenant metering and soft budget enforcement at the gateway (SPEC-DECISIONS §12).
+
+`TenantMeter` counts the tokens each answer used per tenant, cluster and
+direction and exports ``grid_gateway_tenant_tokens_total{tenant, cluster,
+direction}``. The tenant label is the ``x-grid-tenant`` value only for tenants
+the budget view names; every other request counts as ``other``, so the label
+set stays closed and a client cannot mint label values.
+
+The budget view is ``grid-budgets.json``, which the operator writes beside the
+overlay. The gateway checks it as it checks the overlay file: a file that does
+not read or decode keeps the last good view. A tenant whose ratio is 1 is
+exhausted, and its new requests are answered 429 ``budget_exhausted``.
+
+The counters are cumulative for the process. A graceful stop saves them to the
+state file (when one is configured) and the next start takes them up and
+removes the file, so the site operator, which prices increases, sees a restart
+with no drop and no double count. After a crash there is no file: the counters
+start from zero, which the operator reads as a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from grid.adapters.bounded_file import UnreadableFile, read_bounded
+from grid.core.budgets import DIRECTIONS, CounterKey, exhausted_tenants, tenant_label
+from grid.core.json_document import DocumentError, decode_json
+from grid.core.usage import Usage
+
+log = logging.getLogger(__name__)
+
+BUDGETS_FILE = "grid-budgets.json"
+"""The budget view's file name, beside the overlay."""
+
+BUDGETS_MAX_BYTES = 1024 * 1024
+"""Largest accepted grid-budgets.json (1,024 tenants fit many times over)."""
+
+COUNTERS_MAX = 65_536
+"""Counter series kept at most (tenants x clusters x 2); beyond it usage counts as other."""
+
+
+class TenantMeter(Collector):
+    """Per-tenant token counters and the exhausted-tenant set of the budget view."""
+
+    def __init__(self, budgets_path: Path | None, state_path: Path | None = None) -> None:
+        self.budgets_path = budgets_path
+        self.state_path = state_path
+        self.known: frozenset[str] = frozenset()
+        self.exhausted: frozenset[str] = frozenset()
+        self.tokens: dict[CounterKey, int] = {}
+        self.view_rejected = 0
+        self._stamp: tuple[int, int, int] | None = None
+        self._restore()
+        self.poll()
+
+    # -- counting ---------------------------------------------------------------
+
+    def label(self, tenant: str | None) -> str:
+        """The tenant label of a request's ``x-grid-tenant`` value."""
+        return tenant_label(tenant, self.known)
+
+    def is_exhausted(self, tenant: str | None) -> bool:
+        """Whether the tenant's budget ratio is 1 in the current view."""
+        return tenant is not None and tenant in self.exhausted
+
+    def add(self, tenant: str, cluster: str, usage: Usage) -> None:
+        """Count one answer's tokens for a tenant label and cluster."""
+        for direction, tokens in zip(
+            DIRECTIONS, (usage.prompt_tokens, usage.completion_tokens), strict=True
+        ):
+            key: CounterKey = (tenant, cluster, direction)
+            if key not in self.tokens and len(self.tokens) >= COUNTERS_MAX:
+                key = ("other", cluster, direction)
+            self.tokens[key] = self.tokens.get(key, 0) + tokens
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        """``grid_gateway_tenant_tokens_total`` at scrape time."""
+        family = CounterMetricFamily(
+            "grid_gateway_tenant_tokens",
+            "Tokens the answers used, by tenant (budgetPolicy tenants, else other), "
+            "cluster and direction.",
+            labels=["tenant", "cluster", "direction"],
+        )
+        for (tenant, cluster, direction), value in sorted(self.tokens.items()):
+            family.add_metric([tenant, cluster, direction], value)
+        yield family
+
+    # -- the budget view --------------------------------------------------------
+
+    def poll(self) -> bool:
+        """Reload the budget view if its file changed; True when a new view was taken."""
+        if self.budgets_path is None:
+            return False
+        try:
+            st = os.stat(self.budgets_path)
+            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            stamp = None
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        if stamp is None:
+            return False
+        try:
+            document = decode_json(read_bounded(self.budgets_path, BUDGETS_MAX_BYTES))
+            exhausted = exhausted_tenants(document)
+            known = frozenset(str(b["tenant_id"]) for b in document["budgets"])
+        except (UnreadableFile, DocumentError, ValueError):
+            self.view_rejected += 1
+            log.warning("grid-budgets.json does not load; keeping the last good view")
+            return False
+        self.known, self.exhausted = known, exhausted
+        return True
+
+    # -- process restarts -------------------------------------------------------
+
+    def save(self) -> None:
+        """Write the counters to the state file (a graceful stop)."""
+        if self.state_path is None:
+            return
+        rows = [[t, c, d, v] for (t, c, d), v in sorted(self.tokens.items())]
+        tmp = self.state_path.with_name(f".{self.state_path.name}.tmp")
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as fh:
+            json.dump({"tokens": rows}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.state_path)
+
+    def _restore(self) -> None:
+        """Take up the counters a graceful stop saved, then remove the file."""
+        if self.state_path is None or not self.state_path.exists():
+            return
+        try:
+            document = decode_json(read_bounded(self.state_path, BUDGETS_MAX_BYTES * 16))
+            for tenant, cluster, direction, value in document["tokens"][:COUNTERS_MAX]:
+                if direction in DIRECTIONS and isinstance(value, int) and value >= 0:
+                    self.tokens[(str(tenant), str(cluster), direction)] = value
+        except (UnreadableFile, DocumentError, KeyError, TypeError, ValueError):
+            log.warning("the saved tenant counters do not load; starting from zero")
+            self.tokens.clear()
+        with contextlib.suppress(OSError):
+            self.state_path.unlink()

@@ -1,0 +1,140 @@
+"""The live view's model: site views, their merge, the event feed and the activity log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grid.cli import main
+from grid.cli.routing_cmd import _inputs, _signals
+from grid.core.live.activity import ActivityLog
+from grid.core.live.feed import EVENT_TYPES, changed_events
+from grid.core.live.view import SiteInputs, View, explain_all, merge_views, site_view
+from grid.core.routing.scoring import SIGNAL_NAMES
+from grid.core.swim.members import Member, MemberState
+
+QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart"
+AT = "2026-01-01T00:00:00.000Z"
+
+
+def quickstart_view(site: str) -> View:
+    """The quickstart's view from ``site``, ranked from the same files ``grid explain`` reads."""
+    inputs = _inputs(str(QUICKSTART))
+    signals = _signals(str(QUICKSTART / "signals.json"))
+    return site_view(SiteInputs(site, AT, 0, explanations=explain_all(inputs, site, signals)))
+
+
+def cli_explain(site: str, model: str) -> dict[str, Any]:
+    args = ["explain", "-f", str(QUICKSTART), "--site", site, "--model", model]
+    args += ["--signals", str(QUICKSTART / "signals.json"), "-o", "json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_scoring_panel_carries_grid_explain_numbers_and_reasons() -> None:
+    view = quickstart_view("east")
+    models = view["ranking"]["east"]
+    assert models, "the quickstart has models"
+    compared = 0
+    for model in models:
+        cli = cli_explain("east", model["model"])
+        assert len(cli["candidates"]) == len(model["candidates"])
+        for shown, explained in zip(model["candidates"], cli["candidates"], strict=True):
+            assert (shown["provider"], shown["site"]) == (explained["provider"], explained["site"])
+            assert shown["reason"] == explained["reason"]
+            assert shown["score"] == explained["score"]
+            assert shown["admission"] == explained["admission_state"]
+            assert shown["tier"] == explained["selection_tier"]
+            breakdown = explained["score_breakdown"] or {}
+            assert shown["contributions"] == {n: breakdown[n] for n in SIGNAL_NAMES if breakdown}
+            if breakdown:
+                assert sum(shown["contributions"].values()) == pytest.approx(shown["score"])
+                compared += 1
+    assert compared > 0
+
+
+def test_positions_count_ranked_candidates_only() -> None:
+    for model in quickstart_view("east")["ranking"]["east"]:
+        ranked = [c for c in model["candidates"] if c["rank"] is not None]
+        assert [c["position"] for c in ranked] == list(range(1, len(ranked) + 1))
+        assert all(c["position"] is None for c in model["candidates"] if c["rank"] is None)
+
+
+def test_no_credential_reaches_a_view() -> None:
+    text = json.dumps(quickstart_view("east"))
+    secrets = (QUICKSTART / "30-secrets.yaml").read_text()
+    assert "secretRef" not in text and "credential" not in text
+    for line in secrets.splitlines():
+        key, _, value = line.strip().partition(":")
+        if key in {"token", "apiKey", "api-key"} and value.strip():
+            assert value.strip().strip('"') not in text
+
+
+def _site(observer: str, members: dict[str, tuple[MemberState, int]], lanes: Any) -> View:
+    table = [Member(m, f"{m}:1", inc, state) for m, (state, inc) in members.items()]
+    return site_view(SiteInputs(observer, AT, 3, members=table, lanes=lanes))
+
+
+def test_merge_lines_up_members_and_lanes_per_site() -> None:
+    east = _site("east", {"west": (MemberState.SUSPECT, 2)}, {"west": {"state": 5}})
+    west = _site("west", {"east": (MemberState.ALIVE, 3)}, {"west": {"state": 7}})
+    merged = merge_views([east, west], AT, unreachable=["central", "east"])
+    assert merged["sites"] == ["east", "west"]
+    assert merged["unreachable"] == ["central"]
+    rows = {m["id"]: m["views"] for m in merged["members"]}
+    assert rows["west"] == {
+        "east": {"state": "suspect", "incarnation": 2},
+        "west": {"state": "alive", "incarnation": 3},
+    }
+    assert merged["lanes"] == [
+        {"origin": "west", "lane": "state", "revisions": {"east": 5, "west": 7}}
+    ]
+
+
+views = st.builds(
+    lambda obs, members, revs: _site(
+        obs,
+        {m: (MemberState.ALIVE, i) for i, m in enumerate(members)},
+        {"a": {"state": revs}},
+    ),
+    st.sampled_from(["east", "west", "central", "north"]),
+    st.lists(st.sampled_from(["east", "west", "x", "y"]), unique=True),
+    st.integers(0, 10),
+)
+
+
+@given(st.lists(views, min_size=1, max_size=4))
+def test_merge_is_order_independent_and_idempotent(parts: list[View]) -> None:
+    unique = list({v["sites"][0]: v for v in parts}.values())
+    once = merge_views(unique, AT)
+    assert merge_views(list(reversed(unique)), AT) == once
+    assert merge_views([once, *unique], AT) == once
+
+
+def test_feed_sends_every_section_first_then_only_what_changed() -> None:
+    first = _site("east", {"west": (MemberState.ALIVE, 0)}, {"east": {"state": 1}})
+    events = changed_events(None, first)
+    assert [e["type"] for e in events] == list(EVENT_TYPES)
+    assert changed_events(first, first) == []
+    later = _site("east", {"west": (MemberState.SUSPECT, 0)}, {"east": {"state": 1}})
+    (event,) = changed_events(first, later)
+    assert event["type"] == "members" and event["members"] == later["members"]
+
+
+def test_activity_names_refutations_and_stays_bounded() -> None:
+    log = ActivityLog("east", capacity=3)
+    log.record("suspect", "west", 1, AT)
+    assert log.record("alive", "west", 2, AT).kind == "refuted"
+    assert log.record("alive", "west", 2, AT).kind == "alive"
+    log.record("dead", "central", 0, AT)
+    entries = log.entries()
+    assert len(entries) == 3 and entries[0]["kind"] == "dead"
+    with pytest.raises(ValueError):
+        ActivityLog("east", capacity=0)

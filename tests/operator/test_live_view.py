@@ -1,0 +1,44 @@
+"""The operator's live view: its own member row, lanes from the replica, budgets from status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grid.cli.routing_cmd import _inputs
+from grid.core.crdt.replica import GridState
+from grid.core.resources.status import BudgetStatus, GridNetworkStatus
+from grid.core.swim.effects import EventKind, Notify
+from grid.operator.live import OperatorLiveView
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
+
+
+def test_view_without_swim_shows_itself_and_its_lanes() -> None:
+    live = OperatorLiveView("east", GridState("east", base_revision=7), lambda: None)
+    view = live.view()
+    assert view["sites"] == ["east"]
+    assert view["members"] == [
+        {"id": "east", "views": {"east": {"state": "alive", "incarnation": 0}}}
+    ]
+    assert {(r["origin"], r["revisions"]["east"]) for r in view["lanes"]} == {("east", 7)}
+    assert view["budgets"] == {}
+
+
+def test_budgets_come_from_the_network_status() -> None:
+    network = _inputs(str(QUICKSTART)).networks[0]
+    spend = BudgetStatus(tenant_id="acme", spend_usd=2.5, cap_usd=10.0, spend_ratio=0.25)
+    network = network.model_copy(update={"status": GridNetworkStatus(budget_status=[spend])})
+    live = OperatorLiveView("east", GridState("east"), lambda: None, lambda: network)
+    assert live.view()["budgets"] == {
+        "east": [{"tenantId": "acme", "spendUsd": 2.5, "capUsd": 10.0, "spendRatio": 0.25}]
+    }
+
+
+def test_membership_events_reach_the_activity_and_wake_streams() -> None:
+    live = OperatorLiveView("east", GridState("east"), lambda: None)
+    before = live.changes.version
+    live.on_swim_event(Notify(EventKind.SUSPECT, "west", "127.0.0.1:1", 1))
+    live.on_swim_event(Notify(EventKind.ALIVE, "west", "127.0.0.1:1", 2))
+    assert live.changes.version == before + 2
+    kinds = [a["kind"] for a in live.view()["activity"]]
+    assert kinds == ["refuted", "suspect"]
