@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from grid.core.resources.network_spec import ConsumerSpec
+from grid.core.resources.network_spec import ConsumerSpec, SignalTransport
+from grid.core.routing.render import render
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter
 
 _spec = importlib.util.spec_from_file_location(
@@ -100,3 +102,25 @@ async def test_a_restarted_writer_does_not_rewrite_an_unchanged_file(
     await third.write(_render(["a"]), config)
     assert third.writes == 1
     assert (tmp_path / "praxis.yaml").read_text() == await _praxis(store)
+
+
+async def test_under_poll_the_route_filter_carries_scoring_and_sites(store: Any) -> None:
+    writer = ConsumerConfigWriter(store, OverlayWriter(store, None))
+    gossip = _render(["a"])
+    await writer.write(gossip, _config(["a"]))
+    route = yaml.safe_load(await _praxis(store))["filter_chains"][0]["filters"][1]
+    assert "scoring" not in route and "sites" not in route
+    network = gossip.network.model_copy(
+        update={
+            "spec": gossip.network.spec.model_copy(
+                update={"signal_transport": SignalTransport(mode="poll")}
+            )
+        }
+    )
+    inputs = replace(_cases._inputs(["a"]), networks=[network])
+    poll = render(inputs, site="east", gateway="edge", now=NOW)
+    await writer.write(poll, _config(["a"]))
+    route = yaml.safe_load(await _praxis(store))["filter_chains"][0]["filters"][1]
+    assert route["scoring"]["weights"]["locality"] == 3.0
+    assert route["scoring"]["latency_ceiling_ms"] == 5000.0
+    assert route["sites"] == {"east": {"region": "r1", "zone": "z1"}}

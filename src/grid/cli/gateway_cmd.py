@@ -3,8 +3,10 @@
 It runs the praxis.yaml the operator renders and routes OpenAI-compatible
 requests by the overlay; SIGTERM drains in-flight requests within the file's
 ``shutdown_timeout_secs``. A config or cold-start overlay that does not verify
-exits 2 with the reason, before any listener opens. The operator flags are for
-poll-mode signals and feedback, which this build does not include yet.
+exits 2 with the reason, before any listener opens. With ``--operator`` (and
+the site's ``--cert``, ``--key`` and the grid ``--ca``) the gateway runs in
+poll mode: it polls the operator's ``GET /v1/site/signals?scope=grid`` and
+ranks candidates by the §4 score within each admission/tier/freshness group.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import click
 from grid.gateway.config import ConfigError, load_config
 from grid.gateway.server import Gateway
 from grid.gateway.settings import GatewaySettings
+from grid.gateway.signals_poll import SiteCredentials
 from grid.gateway.snapshot import OverlayRejected
 from grid.operator.logs import configure as configure_logs
 
@@ -46,10 +49,29 @@ async def _serve(gateway: Gateway) -> None:
     required=True,
     help="The praxis.yaml to run (as the operator renders it).",
 )
-@click.option("--operator", help="Operator signals listener HOST:PORT (poll mode; not yet used).")
-@click.option("--cert", type=click.Path(path_type=Path), help="Site certificate PEM (poll mode).")
-@click.option("--key", type=click.Path(path_type=Path), help="Site key PEM (poll mode).")
-@click.option("--ca", type=click.Path(path_type=Path), help="Grid CA PEM (poll mode).")
+@click.option(
+    "--operator",
+    envvar="GRID_GATEWAY_OPERATOR",
+    help="The operator's signals listener HOST:PORT; turns on poll mode.",
+)
+@click.option(
+    "--cert",
+    envvar="GRID_GATEWAY_CERT",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Site certificate PEM (poll mode).",
+)
+@click.option(
+    "--key",
+    envvar="GRID_GATEWAY_KEY",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Site key PEM (poll mode).",
+)
+@click.option(
+    "--ca",
+    envvar="GRID_GATEWAY_CA",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Grid CA PEM that signs the operator's certificate (poll mode).",
+)
 @click.option(
     "--tenant-header",
     default="x-grid-tenant",
@@ -80,8 +102,17 @@ def gateway_cmd(
     state_dir: Path | None,
 ) -> None:
     """Route OpenAI-compatible requests by the overlay, as praxis.yaml describes."""
+    credentials = None
     if operator is not None:
-        click.echo("error: --operator (poll-mode signals) is not supported by this build", err=True)
+        if cert is None or key is None or ca is None:
+            click.echo("error: --operator needs --cert, --key and --ca", err=True)
+            sys.exit(2)
+        if ":" not in operator or not operator.rsplit(":", 1)[1].isdigit():
+            click.echo("error: --operator must be HOST:PORT", err=True)
+            sys.exit(2)
+        credentials = SiteCredentials(cert, key, ca)
+    elif cert is not None or key is not None or ca is not None:
+        click.echo("error: --cert, --key and --ca are for poll mode; add --operator", err=True)
         sys.exit(2)
     configure_logs("info")
     settings = GatewaySettings(
@@ -91,7 +122,7 @@ def gateway_cmd(
     )
     try:
         config = load_config(config_path, settings.config_max_bytes)
-        gateway = Gateway(config, settings, config_path)
+        gateway = Gateway(config, settings, config_path, operator, credentials)
     except ConfigError as exc:
         click.echo(f"error: {config_path}: {exc}", err=True)
         sys.exit(2)

@@ -268,12 +268,21 @@ class DemoMesh:
                 return
             await asyncio.sleep(0.2)
 
+    def _poll_flags(self, site: p.SitePlan) -> list[str]:
+        """Under poll a site's gateway ranks by its operator's signals and reports feedback."""
+        if self.signal_transport != "poll" or self.pki is None:
+            return []
+        c = self.pki.sites[site.name]
+        return ["--operator", f"127.0.0.1:{site.signals_port}", "--cert", str(c.cert),
+                "--key", str(c.key), "--ca", str(self.pki.ca)]  # fmt: skip
+
     async def start_gateway(self, site: str) -> None:
         """Start (or restart) one site's gateway; its counters survive a graceful stop."""
         plan = self.plan.sites[site]
         argv = self._grid(
-            "gateway", "--config", str(plan.praxis), "--state-dir", str(plan.root / "gateway")
-        )
+            "gateway", "--config", str(plan.praxis), "--state-dir", str(plan.root / "gateway"),
+            *self._poll_flags(plan),
+        )  # fmt: skip
         name = f"gateway-{site}"
         await self._spawn(Child(name, argv, self._log(name), {}))
 

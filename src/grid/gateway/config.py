@@ -18,6 +18,9 @@ import yaml
 
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.overlay import CANDIDATES_MAX, secret_ref_of
+from grid.core.routing.candidate import Geography
+from grid.core.routing.rerank import RerankContext
+from grid.core.routing.scoring import SIGNAL_NAMES, ScoringConfig, ScoringWeights
 from grid.gateway.snapshot import Snapshot, snapshot_from_candidates
 
 TEXT_MAX = 256
@@ -73,6 +76,9 @@ class PraxisConfig:
     """The inline candidates, when the route filter carries them."""
     overlay_file: str | None = None
     expected_scope: Mapping[str, str] | None = None
+    ranking: RerankContext | None = None
+    """What poll mode scores with: the route filter's optional ``scoring`` and
+    ``sites``, defaults where absent (see docs/gateway.md)."""
 
 
 def _need(mapping: Any, key: str, where: str, kind: type | tuple[type, ...] = str) -> Any:
@@ -156,8 +162,54 @@ def parse_config(document: Any) -> PraxisConfig:
         clusters=_clusters(_need(balancer, "clusters", "load_balancer", list)),
         credentials=_credentials(by_kind.get("credential_inject")),
         shutdown_timeout_s=float(timeout),
+        ranking=_ranking(route),
     )
     return _with_candidates(config, route)
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where} must be a number")
+    return float(value)
+
+
+def _ranking(route: dict[str, Any]) -> RerankContext:
+    """The route filter's ``scoring`` (weights, ceilings) and ``sites`` (geography)."""
+    where = "intelligent_route"
+    scoring = route.get("scoring", {})
+    sites = route.get("sites", {})
+    if not isinstance(scoring, dict) or not isinstance(sites, dict):
+        raise ConfigError(f"{where}.scoring and {where}.sites must be mappings")
+    weights = scoring.get("weights", {})
+    if not isinstance(weights, dict) or any(k not in SIGNAL_NAMES for k in weights):
+        raise ConfigError(f"{where}.scoring.weights may name only {', '.join(SIGNAL_NAMES)}")
+    defaults = ScoringConfig()
+    latency = scoring.get("latency_ceiling_ms", defaults.latency_ceiling_ms)
+    cost = scoring.get(
+        "cost_ceiling_per_million_input_tokens", defaults.cost_ceiling_per_million_input_tokens
+    )
+    values = {k: _number(v, f"{where}.scoring.weights.{k}") for k, v in weights.items()}
+    try:
+        config = ScoringConfig(
+            weights=ScoringWeights(**values),
+            latency_ceiling_ms=_number(latency, f"{where}.scoring.latency_ceiling_ms"),
+            cost_ceiling_per_million_input_tokens=_number(
+                cost, f"{where}.scoring.cost_ceiling_per_million_input_tokens"
+            ),
+        )
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(f"{where}.scoring: {exc}") from None
+    geographies: dict[str, Geography] = {}
+    for site, geo in sites.items():
+        if not isinstance(site, str) or not isinstance(geo, dict):
+            raise ConfigError(f"{where}.sites must map site names to {{region, zone}}")
+        region, zone = geo.get("region"), geo.get("zone")
+        if not all(v is None or (isinstance(v, str) and v) for v in (region, zone)):
+            raise ConfigError(f"{where}.sites.{site} region and zone must be strings")
+        geographies[site] = Geography(region, zone)
+    return RerankContext(_need(route, "local_site", where), geographies, config)
 
 
 def _with_candidates(config: PraxisConfig, route: dict[str, Any]) -> PraxisConfig:

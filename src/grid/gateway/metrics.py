@@ -28,6 +28,9 @@ OUTCOMES = (
 
 RELOADS = ("accepted", "rejected")
 
+SIGNALS_POLLS = ("ok", "not_modified", "error")
+"""Every value of ``grid_gateway_signals_polls_total{outcome}`` (poll mode)."""
+
 
 class Tally:
     """One counter value; ``inc`` is a plain integer add (one event loop, no lock)."""
@@ -92,11 +95,18 @@ class GatewayMetrics:
             "result",
             RELOADS,
         )
+        polls = _Family(
+            "grid_gateway_signals_polls",
+            "Polls of the operator's signals (poll mode) by outcome.",
+            "outcome",
+            SIGNALS_POLLS,
+        )
         self.requests = requests.tallies
         self.upstream = upstream.tallies
         self.failovers = failovers.tallies[""]
         self.reloads = reloads.tallies
-        self.registry.register(_TallyCollector([requests, upstream, failovers, reloads]))
+        self.signals_polls = polls.tallies
+        self.registry.register(_TallyCollector([requests, upstream, failovers, reloads, polls]))
 
     def gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
         """A gauge whose value is read at scrape time."""

@@ -23,12 +23,17 @@ from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from grid.adapters.http_listener import HttpListener, listen_address
+from grid.core.routing.rerank import RerankContext, rerank
+from grid.core.routing.signals import SignalsDocument
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
+from grid.gateway.feedback import FeedbackReporter, HttpIngestTransport
+from grid.gateway.ingest_reports import IngestReports
 from grid.gateway.metering import BUDGETS_FILE, TenantMeter
 from grid.gateway.metrics import GatewayMetrics, Tally
 from grid.gateway.proxy import Proxy
 from grid.gateway.settings import GatewaySettings
-from grid.gateway.snapshot import OverlayFile, Snapshot
+from grid.gateway.signals_poll import OperatorSignals, SiteCredentials
+from grid.gateway.snapshot import OverlayFile, Snapshot, snapshot_of
 from grid.gateway.upstream import Upstream, upstreams
 
 log = logging.getLogger(__name__)
@@ -59,7 +64,11 @@ class Gateway:
         config: PraxisConfig,
         settings: GatewaySettings | None = None,
         config_path: Path | None = None,
+        operator: str | None = None,
+        credentials: SiteCredentials | None = None,
     ) -> None:
+        """``operator`` (``host:port`` of its signals listener) with ``credentials``
+        turns on poll mode: candidates are re-ranked by the signals pulled from it."""
         self.config = config
         self.config_path = config_path
         self._config_stamp = _stamp(config_path)
@@ -73,6 +82,32 @@ class Gateway:
         self._inline = config.inline
         self.upstreams = upstreams(config.clusters, self.settings)
         self.metrics = GatewayMetrics(config.clusters)
+        self.signals: OperatorSignals | None = None
+        self.reports: IngestReports | None = None
+        self._ingest: HttpIngestTransport | None = None
+        if operator is not None:
+            if credentials is None:
+                raise ValueError("poll mode needs the site certificate, key and CA")
+            self._ingest = HttpIngestTransport(
+                operator, credentials.client_context(), self.settings.feedback.request_timeout_s
+            )
+            reporter = FeedbackReporter(
+                self._ingest,
+                replica=self.settings.feedback_replica,
+                settings=self.settings.feedback,
+            )
+            self.reports = IngestReports(reporter)
+            self.signals = OperatorSignals(
+                operator,
+                credentials,
+                self.settings,
+                outcomes=self.metrics.signals_polls,
+                on_ingest=lambda accepted: self._report("signals", accepted),
+            )
+        self._ranking = config.ranking or RerankContext(config.local_site)
+        self._ranked: tuple[Snapshot, SignalsDocument, Snapshot] | None = None
+        self._poll: asyncio.Task[None] | None = None
+        self._deliver: asyncio.Task[None] | None = None
         self.meter = TenantMeter(*self._budget_paths())
         self.metrics.registry.register(self.meter)
         self.proxy = Proxy(
@@ -100,12 +135,35 @@ class Gateway:
         state = self.settings.state_dir
         return budgets, (Path(state) / "tenant-tokens.json" if state is not None else None)
 
-    def snapshot(self) -> Snapshot:
-        """The snapshot new requests route by."""
+    def _report(self, source: str, accepted: bool) -> None:
+        if self.reports is not None:
+            self.reports.ingest(source, accepted)
+
+    def base_snapshot(self) -> Snapshot:
+        """The verified overlay's snapshot, in overlay order."""
         if self.overlay is not None:
             return self.overlay.snapshot
         assert self._inline is not None
         return self._inline
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot new requests route by: re-ranked by pulled signals under poll.
+
+        The re-ranked snapshot is computed once per (overlay, signals document)
+        pair and reused until either changes; without a document yet the overlay
+        order stands.
+        """
+        base = self.base_snapshot()
+        document = self.signals.document if self.signals is not None else None
+        if document is None:
+            return base
+        held = self._ranked
+        if held is not None and held[0] is base and held[1] is document:
+            return held[2]
+        ordered = rerank(base.candidates, document, self._ranking)
+        ranked = snapshot_of(ordered, base.revision, base.source)
+        self._ranked = (base, document, ranked)
+        return ranked
 
     def _register_gauges(self) -> None:
         m = self.metrics
@@ -130,6 +188,18 @@ class Gateway:
             lambda: float(len(self.snapshot().candidates)),
         )
         m.reloads["accepted"].inc(1 if self.overlay is not None else 0)
+        if self.reports is not None:
+            reporter = self.reports.reporter
+            m.gauge(
+                "grid_gateway_ingest_rejected",
+                "Rejected ingests in this reporter epoch (the cumulative §7 counter).",
+                lambda: float(reporter.rejected),
+            )
+            m.gauge(
+                "grid_gateway_feedback_pending",
+                "1 while a feedback report awaits the operator's acknowledgement.",
+                lambda: float(reporter.pending is not None),
+            )
 
     # -- admin ------------------------------------------------------------------
 
@@ -158,6 +228,8 @@ class Gateway:
             {
                 "revision": snap.revision,
                 "mode": "overlay_file" if overlay is not None else "inline",
+                "signals": self._signals_view(),
+                "feedback": self._feedback_view(),
                 "local_site": self.config.local_site,
                 "candidates": [c.wire() for c in snap.candidates],
                 "reloads": {
@@ -167,6 +239,38 @@ class Gateway:
                 },
             }
         )
+
+    def _signals_view(self) -> dict[str, object] | None:
+        """Poll-mode state for /snapshot: the document held and poll outcomes."""
+        poller = self.signals
+        if poller is None:
+            return None
+        document = poller.document
+        return {
+            "operator": poller.address,
+            "epoch": document.epoch if document else None,
+            "sequence": document.sequence if document else None,
+            "providers": len(document.providers) if document else 0,
+            "consecutive_failures": poller.failures,
+            "polls": {k: v.value for k, v in poller.outcomes.items()},
+        }
+
+    def _feedback_view(self) -> dict[str, object] | None:
+        """Poll-mode ingest feedback for /snapshot: the reporter's state."""
+        if self.reports is None:
+            return None
+        r = self.reports.reporter
+        acked = r.acknowledged
+        return {
+            "reporter": r.reporter_id,
+            "epoch": r.epoch,
+            "sequence": r.sequence,
+            "rejected": r.rejected,
+            "pending": r.pending is not None,
+            "acknowledged_sequence": acked.sequence if acked is not None else None,
+            "consecutive_failures": r.failures,
+            "held": self.reports.held,
+        }
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -179,6 +283,14 @@ class Gateway:
             await self.admin.stop()
             raise
         self._watch = asyncio.create_task(self._watch_files(), name="grid-gateway-files")
+        if self.signals is not None:
+            self._poll = asyncio.create_task(self.signals.run(), name="grid-gateway-signals")
+        if self.reports is not None:
+            if self.overlay is not None:
+                self._report("overlay", True)  # the cold-start load verified
+            self._deliver = asyncio.create_task(
+                self.reports.reporter.run(), name="grid-gateway-feedback"
+            )
         self.ready = True
         log.info("gateway serving", extra={"public": public, "admin": admin})
         return public, admin
@@ -219,21 +331,31 @@ class Gateway:
         log.info("praxis.yaml clusters reloaded", extra={"added": len(added)})
 
     def _poll_overlay(self, overlay: OverlayFile) -> None:
-        rejected = overlay.rejected
+        accepted, rejected = overlay.accepted, overlay.rejected
         if overlay.poll():
             self.metrics.reloads["accepted"].inc()
             revision = (overlay.snapshot.revision or "")[:12]
             log.info("overlay swapped", extra={"revision": revision})
         elif overlay.rejected > rejected:
             self.metrics.reloads["rejected"].inc()
+        # Every reload is an ingest, whether or not it changed the snapshot.
+        if overlay.rejected > rejected:
+            self._report("overlay", False)
+        elif overlay.accepted > accepted:
+            self._report("overlay", True)
 
     async def stop(self) -> None:
         """Refuse new connections, drain in-flight requests (bounded), close clusters."""
         self.ready = False
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        for task in (self._watch, self._poll, self._deliver):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.signals is not None:
+            await self.signals.close()
+        if self._ingest is not None:
+            await self._ingest.close()
         await self.public.stop()
         await self.admin.stop()
         for upstream in self.upstreams.values():

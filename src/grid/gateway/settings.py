@@ -6,9 +6,10 @@ The listener limits (header deadline, idle keep-alive, connection cap) are a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from grid.adapters.http_listener import ListenerPolicy
+from grid.gateway.feedback import ReporterSettings
 
 LISTENER_POLICY = ListenerPolicy(
     header_read_timeout_s=10.0,
@@ -55,6 +56,23 @@ class GatewaySettings:
     """Largest accepted overlay file (1,024 candidates fit with room to spare)."""
     overlay_poll_interval_s: float = 1.0
     """Seconds between checks of the overlay file for a change."""
+    signals_poll_interval_s: float = 1.0
+    """Seconds between polls of the operator's signals (poll mode). Shorter follows
+    load sooner; each poll costs a request (a 304 when nothing changed)."""
+    signals_timeout_s: float = 2.0
+    """Seconds one signals poll may take, connect and handshake included."""
+    signals_backoff_max_s: float = 30.0
+    """Longest wait between polls while the operator keeps failing (doubling from the
+    interval, jittered). Longer spares a struggling operator; shorter recovers sooner."""
+    signals_body_max_bytes: int = 4 * 1024 * 1024
+    """Largest signals document accepted; a poll may buffer this much."""
+    signals_keepalive_s: float = 30.0
+    """Seconds the idle connection to the operator is kept for the next poll; must stay
+    under the operator's idle timeout."""
+    feedback: ReporterSettings = field(default_factory=ReporterSettings)
+    """The ingest-feedback reporter's retry limits (poll mode; `grid.gateway.feedback`)."""
+    feedback_replica: str = "gateway"
+    """The replica label of feedback reports (diagnostic only, a DNS label)."""
     tenant_header: str = "x-grid-tenant"
     """The request header naming the tenant whose budget a request spends (§12)."""
     budgets_file: str | None = None

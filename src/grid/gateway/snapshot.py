@@ -39,6 +39,8 @@ class Candidate:
     admission: str
     credential: tuple[str, str, str] | None
     """(secret name, namespace, key) of its credential reference, if any."""
+    tier: str | None = None
+    """The overlay's ``selection_tier``; inline candidates carry none."""
 
     def wire(self) -> dict[str, Any]:
         """The /snapshot form (no credential details beyond presence)."""
@@ -50,6 +52,7 @@ class Candidate:
             "fresh": self.fresh,
             "stable_id": self.stable_id,
             "admission_state": self.admission,
+            "selection_tier": self.tier,
             "credential": self.credential is not None,
         }
 
@@ -81,6 +84,7 @@ def _candidate(raw: Mapping[str, Any]) -> Candidate:
         stable_id=stable_id_of(raw),
         admission=str(raw.get("admission_state") or NEW_AND_EXISTING),
         credential=ref,
+        tier=str(raw["selection_tier"]) if raw.get("selection_tier") else None,
     )
 
 
@@ -88,7 +92,12 @@ def snapshot_from_candidates(
     raw: Sequence[Mapping[str, Any]], revision: str | None, source: str
 ) -> Snapshot:
     """A snapshot of already-verified candidate documents, in their order."""
-    candidates = tuple(_candidate(c) for c in raw)
+    return snapshot_of(tuple(_candidate(c) for c in raw), revision, source)
+
+
+def snapshot_of(candidates: Sequence[Candidate], revision: str | None, source: str) -> Snapshot:
+    """A snapshot of candidates in the order given, indexed for routing."""
+    candidates = tuple(candidates)
     by_model: dict[tuple[str, str], list[Candidate]] = {}
     for c in candidates:
         by_model.setdefault((c.kind, c.name), []).append(c)

@@ -22,7 +22,7 @@ from grid.adapters.store.port import ResourceStore
 from grid.core.overlay.consumer import CONFIG_KEY as PRAXIS_KEY
 from grid.core.overlay.consumer import ConsumerConfigError, render_consumer_config
 from grid.core.resources.network_spec import ConsumerSpec
-from grid.core.routing.render import Rendered
+from grid.core.routing.render import Rendered, poll_ranking
 from grid.errors import AlreadyExists, NotFound
 
 CONFIG_KEY = "grid-config.json"
@@ -235,7 +235,11 @@ class ConsumerConfigWriter:
         if config is None or not config.enabled:
             return {**entry, "phase": "Disabled", "reason": "Disabled"}
         result = render_consumer_config(
-            rendered.overlay, scope, config, self.overlay_file(config, scope.gateway)
+            rendered.overlay,
+            scope,
+            config,
+            self.overlay_file(config, scope.gateway),
+            poll_ranking(rendered),
         )
         if isinstance(result, ConsumerConfigError):
             return {**entry, "phase": "Error", "reason": result.reason, "message": result.message}

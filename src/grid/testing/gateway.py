@@ -202,8 +202,8 @@ def render_praxis(
     return rendered, public, admin
 
 
-async def spawn_gateway(config_path: Path, public: str, admin: str) -> GatewayProcess:
-    """Run ``grid gateway --config`` and wait until its admin /ready answers 200."""
+async def spawn_gateway(config_path: Path, public: str, admin: str, *extra: str) -> GatewayProcess:
+    """Run ``grid gateway --config`` (plus ``extra`` flags) until its admin /ready answers 200."""
     log = config_path.with_suffix(".log")
     with open(log, "wb") as out:
         process = await asyncio.create_subprocess_exec(
@@ -213,6 +213,7 @@ async def spawn_gateway(config_path: Path, public: str, admin: str) -> GatewayPr
             "gateway",
             "--config",
             str(config_path),
+            *extra,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=out,

@@ -13,7 +13,8 @@ from grid.core.overlay import canonical_digest, verify
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider, parse_resource
 from grid.core.resources.secret import parse_secret
 from grid.core.routing.explain import decisive_difference, explain
-from grid.core.routing.render import ExclusionReason, RenderInputs, render
+from grid.core.routing.render import ExclusionReason, RenderInputs, poll_ranking, render
+from grid.core.routing.rerank import rerank
 from grid.core.routing.signals import parse_signals
 from grid.errors import ValidationError
 
@@ -472,3 +473,40 @@ def test_input_order_does_not_change_the_overlay() -> None:
     one, two = do_render(w), do_render(shuffled)
     assert one.envelope["revision"] == two.envelope["revision"]
     assert one.overlay == two.overlay
+
+
+def test_a_poll_overlay_reranked_by_the_gateway_matches_the_gossip_order() -> None:
+    """Poll mode moves scoring to the gateway; with every sample fresh the order is the same."""
+    w = world()
+    kinds = {"openai": "api_provider", "bedrock": "cloud_managed"}
+    w["signals"]["providers"].append(entry("bedrock", "east", queue_depth=0.3))
+    for e in w["signals"]["providers"]:
+        e["backend_kind"] = kinds.get(e["name"], "local")
+    w["networks"][0]["spec"]["scoring"] = {"weights": {"locality": 0.5, "cost": 4}}
+    gossip = do_render(w)
+    assert poll_ranking(gossip) is None
+    w["networks"][0]["spec"]["signalTransport"] = {"mode": "poll"}
+    poll = do_render(w)
+    ranking = poll_ranking(poll)
+    assert ranking is not None and ranking.config.enabled
+    assert ranking.config.weights.cost == 4 and set(ranking.geographies) == {
+        "east",
+        "central",
+        "west",
+    }
+
+    class View:
+        def __init__(self, raw: dict[str, Any]) -> None:
+            self.kind, self.name, self.site = raw["kind"], raw["name"], raw["site"]
+            self.cluster, self.fresh = raw["cluster"], raw["fresh"]
+            self.admission, self.tier = raw["admission_state"], raw["selection_tier"]
+
+    def order(candidates: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [(c["cluster"], c["name"]) for c in candidates]
+
+    views = [View(c) for c in poll.overlay["candidates"]]
+    by_id = {id(v): c for v, c in zip(views, poll.overlay["candidates"], strict=True)}
+    _, signals = build(w)
+    reranked = [by_id[id(v)] for v in rerank(views, signals, ranking)]
+    assert order(reranked) == order(gossip.overlay["candidates"])
+    assert order(reranked) != order(poll.overlay["candidates"])

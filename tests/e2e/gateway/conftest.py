@@ -37,8 +37,8 @@ async def upstreams() -> AsyncIterator[Callable[..., Awaitable[Upstream]]]:
 async def gateways() -> AsyncIterator[Callable[..., Awaitable[GatewayProcess]]]:
     running: list[GatewayProcess] = []
 
-    async def run(config_path: Path, public: str, admin: str) -> GatewayProcess:
-        gateway = await spawn_gateway(config_path, public, admin)
+    async def run(config_path: Path, public: str, admin: str, *extra: str) -> GatewayProcess:
+        gateway = await spawn_gateway(config_path, public, admin, *extra)
         running.append(gateway)
         return gateway
 

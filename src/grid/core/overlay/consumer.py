@@ -29,6 +29,8 @@ import yaml
 
 from grid.core.overlay.envelope import Scope
 from grid.core.resources.network_spec import ClusterEndpointSpec, ConsumerSpec
+from grid.core.routing.rerank import RerankContext
+from grid.core.routing.scoring import SIGNAL_NAMES
 
 CONFIG_KEY = "praxis.yaml"
 """The one data key of the consumer-config ConfigMap (and the embedded file name)."""
@@ -79,13 +81,17 @@ def render_consumer_config(
     scope: Scope,
     config: ConsumerSpec,
     overlay_file: str | None = None,
+    ranking: RerankContext | None = None,
 ) -> RenderedConsumerConfig | ConsumerConfigError:
     """The ``praxis.yaml`` for one gateway, or why it fails closed.
 
     ``overlay`` is the bare overlay (``grid-config.json``). With ``overlay_file``
     the route filter reads the envelope at that path (verified against
     ``scope``) instead of carrying the candidates inline; the clusters and
-    credentials are still those of ``overlay``'s candidates.
+    credentials are still those of ``overlay``'s candidates. With ``ranking``
+    (under ``signalTransport.mode: poll``) the route filter also carries the
+    network's ``scoring`` settings and the ``sites``' geography, which the
+    gateway scores pulled signals with.
     """
     candidates: Sequence[Mapping[str, Any]] = overlay["candidates"]
     clusters = _distinct(str(c["cluster"]) for c in candidates)
@@ -95,7 +101,7 @@ def render_consumer_config(
         return problem
     filters: list[dict[str, Any]] = [
         {"filter": "json_body_field", "field": "model", "header": MODEL_HEADER},
-        _route_filter(overlay, candidates, scope, overlay_file),
+        _route_filter(overlay, candidates, scope, overlay_file, ranking),
     ]
     credentials = _credentials(candidates, config.credential_mount_base)
     if credentials:
@@ -156,6 +162,7 @@ def _route_filter(
     candidates: Sequence[Mapping[str, Any]],
     scope: Scope,
     overlay_file: str | None,
+    ranking: RerankContext | None,
 ) -> dict[str, Any]:
     route: dict[str, Any] = {
         "filter": "intelligent_route",
@@ -167,7 +174,28 @@ def _route_filter(
         route["expected_scope"] = scope.as_dict()
     else:
         route["candidates"] = [_inline_candidate(c) for c in candidates]
+    if ranking is not None:
+        route.update(ranking_fields(ranking))
     return route
+
+
+def ranking_fields(ranking: RerankContext) -> dict[str, Any]:
+    """The route filter's optional ``scoring`` and ``sites`` (poll mode, docs/gateway.md)."""
+    config = ranking.config
+    weights = dict(zip(SIGNAL_NAMES, config.weights.as_tuple(), strict=True))
+    sites: dict[str, Any] = {}
+    for name in sorted(ranking.geographies):
+        geo = ranking.geographies[name]
+        known = {"region": geo.region, "zone": geo.zone}
+        sites[name] = {k: v for k, v in known.items() if v is not None}
+    return {
+        "scoring": {
+            "weights": weights,
+            "latency_ceiling_ms": config.latency_ceiling_ms,
+            "cost_ceiling_per_million_input_tokens": config.cost_ceiling_per_million_input_tokens,
+        },
+        "sites": sites,
+    }
 
 
 def _inline_candidate(candidate: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from grid.core.routing.candidate_draft import (
 )
 from grid.core.routing.capability import provider_with_capability
 from grid.core.routing.ranking import Ordering, RankedCandidate, Ranking, order_candidates
+from grid.core.routing.rerank import RerankContext
 from grid.core.routing.scoring import (
     AdmissionState,
     Evaluation,
@@ -59,6 +60,7 @@ __all__ = [
     "RenderInputs",
     "Rendered",
     "evaluate_network",
+    "poll_ranking",
     "render",
     "scoring_config",
     "select_gateway",
@@ -177,6 +179,27 @@ def scoring_config(
         admission=admission_thresholds(spec, held),
         enabled=spec.signal_mode != "poll",
     )
+
+
+def poll_ranking(rendered: Rendered) -> RerankContext | None:
+    """What a poll-mode gateway scores pulled signals with, or None under gossip.
+
+    The network's weights and ceilings (scoring enabled: the gateway scores
+    even though the operator does not) and the geography of the gateway's site
+    and of every site a kept candidate sits at.
+    """
+    if rendered.scoring_enabled:
+        return None
+    context = rendered.evaluated.context
+    geographies: dict[str, Geography] = {}
+    if context.local_geography is not None:
+        geographies[context.local_site] = context.local_geography
+    for ranked in rendered.evaluated.kept:
+        candidate = ranked.evaluation.candidate
+        if candidate.geography is not None:
+            geographies.setdefault(candidate.site, candidate.geography)
+    config = replace(context.config, enabled=True)
+    return RerankContext(context.local_site, geographies, config)
 
 
 def select_gateway(
