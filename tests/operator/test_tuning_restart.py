@@ -56,9 +56,9 @@ async def test_a_tuning_change_ends_the_run_naming_it(
             except Conflict:
                 continue
         with pytest.raises(StartupError, match=f"spec.{field} changed"):
-            await asyncio.wait_for(task, 15)
+            await asyncio.wait_for(task, 60)
     finally:
         if not task.done():
             operator.stop()
-            await asyncio.wait_for(task, 15)
+            await asyncio.wait_for(task, 60)
         await store.close()
