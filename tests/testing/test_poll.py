@@ -33,3 +33,12 @@ async def test_an_exception_from_the_check_ends_the_wait_at_once() -> None:
 
     with pytest.raises(ValueError, match="gone for good"):
         await eventually(check, "never", timeout_s=60)
+
+
+def test_eventually_blocking_returns_the_first_truthy_value_or_names_what_it_awaited() -> None:
+    from grid.testing.poll import eventually_blocking
+
+    values = iter([0, None, "ready"])
+    assert eventually_blocking(lambda: next(values), "ready", interval_s=0) == "ready"
+    with pytest.raises(AssertionError, match=r"never: not within 0\.05 s"):
+        eventually_blocking(lambda: False, "never", timeout_s=0.05, interval_s=0.01)

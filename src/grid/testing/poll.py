@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -48,3 +49,25 @@ async def eventually(
         if loop.time() > deadline:
             raise AssertionError(f"{what}: not within {timeout_s:g} s (last seen: {last!r})")
         await asyncio.sleep(interval_s)
+
+
+def eventually_blocking(
+    check: Callable[[], T],
+    what: str,
+    *,
+    timeout_s: float = TIMEOUT_S,
+    interval_s: float = INTERVAL_S,
+) -> T:
+    """`eventually` for code with no event loop (a browser driver, a child process).
+
+    Same outcomes: the first truthy value, or `AssertionError` naming ``what`` and the
+    last value seen past ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:g} s (last seen: {last!r})")
+        time.sleep(interval_s)

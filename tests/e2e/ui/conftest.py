@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from aiohttp import web
 from grid.adapters.health_server import METRICS_POLICY
 from grid.adapters.http_listener import HttpListener
 from grid.adapters.live_view import ChangeSignal, LiveViewRoutes
+from grid.testing.poll import eventually_blocking
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -44,14 +44,7 @@ pytestmark = pytest.mark.e2e
 
 def _wait(check: Callable[[], Any], what: str, timeout_s: float, interval_s: float = 0.1) -> Any:
     """Poll ``check`` until truthy (a deadline, never a fixed sleep); its value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s:g} s (last: {value!r})")
-        time.sleep(interval_s)
+    return eventually_blocking(check, what, timeout_s=timeout_s, interval_s=interval_s)
 
 
 @pytest.fixture(scope="module")
