@@ -234,7 +234,58 @@ InnerFactory = Callable[[Admitted], asyncio.Protocol]
 """Makes the HTTP protocol of one admitted connection."""
 
 
-class GuardedConnection(asyncio.Protocol):
+class ForwardingProtocol(asyncio.Protocol):
+    """A protocol that hands every event to an inner protocol attached later.
+
+    Bytes (and an EOF) that arrive before the inner protocol is attached, such as
+    those the TLS layer delivers in the same read as the end of the handshake, are
+    kept and replayed to it on `_hand_over`. Flow control is forwarded as is.
+    """
+
+    def __init__(self) -> None:
+        self._inner: asyncio.Protocol | None = None
+        self._early: list[bytes] = []
+        self._early_eof = False
+
+    def _hand_over(self, inner: asyncio.Protocol, transport: asyncio.BaseTransport) -> None:
+        """Attach ``inner`` to ``transport`` and replay what arrived before it."""
+        self._inner = inner
+        inner.connection_made(transport)
+        early, self._early = self._early, []
+        for data in early:
+            inner.data_received(data)
+        if self._early_eof:
+            inner.eof_received()  # the TLS layer is already shutting the connection down
+
+    def _forward(self, data: bytes) -> None:
+        if self._inner is not None:
+            self._inner.data_received(data)
+        else:
+            self._early.append(data)
+
+    def data_received(self, data: bytes) -> None:
+        """Forward bytes (kept until the inner protocol is attached)."""
+        self._forward(data)
+
+    def eof_received(self) -> bool | None:
+        """Forward the peer's end of stream (remembered until the inner protocol is attached)."""
+        if self._inner is not None:
+            return self._inner.eof_received()
+        self._early_eof = True
+        return None
+
+    def pause_writing(self) -> None:
+        """Forward flow control."""
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        """Forward flow control."""
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+
+class GuardedConnection(ForwardingProtocol):
     """One accepted TCP connection: a slot, an optional bounded TLS handshake, then HTTP.
 
     This object is the TCP protocol until the handshake starts and then the
@@ -253,6 +304,7 @@ class GuardedConnection(asyncio.Protocol):
         classify: Classifier | None = None,
         trim: HeapTrim | None = None,
     ) -> None:
+        super().__init__()
         self._make_inner = inner
         self._gate = gate
         self._tls = tls
@@ -261,14 +313,9 @@ class GuardedConnection(asyncio.Protocol):
         self._handshakes = handshakes
         self._classify = classify
         self._trim = trim
-        self._inner: asyncio.Protocol | None = None
         self._holds_slot = False
         self._slot: asyncio.Transport | None = None
         self._class: str | None = None
-        # Bytes (and an EOF) the TLS layer delivers in the same read as the end of
-        # the handshake, before the handshake has returned and HTTP is attached.
-        self._early: list[bytes] = []
-        self._early_eof = False
         self._raw: asyncio.Transport | None = None  # a TLS connection before its first byte
         self._silence: asyncio.TimerHandle | None = None
 
@@ -328,13 +375,7 @@ class GuardedConnection(asyncio.Protocol):
                 return
             self._class = name
         settled = functools.partial(self._gate.settle, raw)
-        inner = self._inner = self._make_inner(Admitted(raw, settled, self._first_head_due))
-        inner.connection_made(transport)
-        early, self._early = self._early, []
-        for data in early:
-            inner.data_received(data)
-        if self._early_eof:
-            inner.eof_received()  # the TLS layer is already shutting the connection down
+        self._hand_over(self._make_inner(Admitted(raw, settled, self._first_head_due)), transport)
 
     def _release(self) -> None:
         if self._holds_slot:
@@ -352,27 +393,8 @@ class GuardedConnection(asyncio.Protocol):
         if self._raw is not None:
             raw, self._raw = self._raw, None
             self._begin_tls(raw, data)
-        elif self._inner is not None:
-            self._inner.data_received(data)
         else:
-            self._early.append(data)
-
-    def eof_received(self) -> bool | None:
-        """Forward the peer's end of stream (remembered until HTTP is attached)."""
-        if self._inner is not None:
-            return self._inner.eof_received()
-        self._early_eof = True
-        return None
-
-    def pause_writing(self) -> None:
-        """Forward flow control."""
-        if self._inner is not None:
-            self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        """Forward flow control."""
-        if self._inner is not None:
-            self._inner.resume_writing()
+            self._forward(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Return the slot and tell the HTTP protocol."""

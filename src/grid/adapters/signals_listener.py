@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
+from grid.adapters.connection_gate import ForwardingProtocol
 from grid.core.listener import ConnectionBook, ConnectionClass, Refusal
 from grid.core.trust import PeerClass, TrustPolicy
 
@@ -65,7 +66,7 @@ class ListenerState:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-class ClassifiedConnection(asyncio.Protocol):
+class ClassifiedConnection(ForwardingProtocol):
     """One accepted connection: a slot, a bounded handshake, a class, then aiohttp.
 
     This object is the TCP protocol until the handshake starts, and then the
@@ -76,16 +77,14 @@ class ClassifiedConnection(asyncio.Protocol):
     def __init__(
         self, state: ListenerState, inner: Callable[[asyncio.Transport, float], asyncio.Protocol]
     ) -> None:
+        super().__init__()
         self._state = state
         self._make_inner = inner
         self._raw: asyncio.Transport | None = None
         self._accepted_at = 0.0
-        self._inner: asyncio.Protocol | None = None
         self._secured: asyncio.Transport | None = None
         self._class: ConnectionClass | None = None
         self._pending = False
-        self._early: list[bytes] = []
-        self._early_eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Take a slot (or abort at once), then start the TLS handshake."""
@@ -150,37 +149,7 @@ class ClassifiedConnection(asyncio.Protocol):
         self._state.classes[secured] = verdict
         self._state.on_classified(verdict)
         assert self._raw is not None
-        inner = self._inner = self._make_inner(self._raw, self._accepted_at)
-        inner.connection_made(secured)
-        early, self._early = self._early, []
-        for data in early:
-            inner.data_received(data)
-        if self._early_eof:
-            inner.eof_received()
-
-    def data_received(self, data: bytes) -> None:
-        """Forward decrypted request bytes (kept until aiohttp is attached)."""
-        if self._inner is not None:
-            self._inner.data_received(data)
-        else:
-            self._early.append(data)
-
-    def eof_received(self) -> bool | None:
-        """Forward the peer's end of stream (remembered until aiohttp is attached)."""
-        if self._inner is not None:
-            return self._inner.eof_received()
-        self._early_eof = True
-        return None
-
-    def pause_writing(self) -> None:
-        """Forward flow control."""
-        if self._inner is not None:
-            self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        """Forward flow control."""
-        if self._inner is not None:
-            self._inner.resume_writing()
+        self._hand_over(self._make_inner(self._raw, self._accepted_at), secured)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Return the slot and tell aiohttp."""
