@@ -6,26 +6,42 @@ the excluded ones, and for each ranked candidate names the sort key that put it
 after the one above it: admission, tier, score, freshness, sample age or the
 ``(site, name, cluster)`` tie-break. Only names and numbers appear here; a
 credential shows as its Secret reference, never a value.
+
+Under ``signalTransport.mode: poll`` the operator does not score, so its rows
+carry no score. Asked ``as_gateway``, the ranked rows are shown as the
+poll-mode gateway ranks them instead (`grid.core.routing.gateway_order`): in
+its order, with the scores it computes from the same signals document.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from grid.core.overlay import format_timestamp
+from grid.core.routing.candidate import SignalValues
+from grid.core.routing.gateway_order import GatewayRow, gateway_order
 from grid.core.routing.ranking import sort_key
 from grid.core.routing.render import (
     CandidateRow,
     RenderInputs,
     evaluate_network,
+    gateway_ranking,
     select_gateway,
     select_network,
 )
 from grid.core.routing.scoring import SIGNAL_NAMES, Evaluation
 from grid.core.routing.signals import SignalsDocument
 from grid.errors import ValidationError
+
+ScoredBy = Literal["operator", "gateway"]
+"""Whose scores an explanation shows: the operator's (gossip) or the poll-mode gateway's."""
+
+NO_ENTRY_NOTE = (
+    "the gateway finds no signals entry for this site, cluster and model: "
+    "every signal scores neutral 0.5"
+)
 
 
 @dataclass(frozen=True)
@@ -88,17 +104,24 @@ class Explanation:
     scoring_enabled: bool
     rows: tuple[ExplainRow, ...]
     capability: str | None = None
+    scored_by: ScoredBy | None = None
+    """Who computed the scores shown; None under poll unless asked ``as_gateway``."""
+    as_gateway: bool = False
+    """Whether the gateway's view was asked for (only then is ``scored_by`` in `as_dict`)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping."""
-        return {
+        document: dict[str, Any] = {
             "network": self.network,
             "local_site": self.local_site,
             "model": self.model,
             "capability": self.capability,
             "scoring_enabled": self.scoring_enabled,
-            "candidates": [row.as_dict() for row in self.rows],
         }
+        if self.as_gateway:
+            document["scored_by"] = self.scored_by
+        document["candidates"] = [row.as_dict() for row in self.rows]
+        return document
 
 
 def _who(evaluation: Evaluation) -> str:
@@ -142,6 +165,31 @@ def _rank_reason(ordered: Sequence[CandidateRow], index: int) -> str:
     return f"after {_who(above)} because {decisive_difference(above, row)} ({summary})"
 
 
+def _values(signals: SignalValues) -> dict[str, float | None]:
+    return {
+        "queue_depth": signals.queue_depth,
+        "kv_cache_utilization": signals.kv_cache_utilization,
+        "prefix_cache_hit_ratio": signals.prefix_cache_hit_ratio,
+        "p99_latency_ms": signals.p99_latency_ms,
+        "cost_per_million_input_tokens": signals.cost_per_million_input_tokens,
+    }
+
+
+def _gateway_row(scored: GatewayRow) -> ExplainRow:
+    """A ranked row as the gateway sees it: its signals entry, its scores, its reason."""
+    scores = scored.signal_scores
+    notes = scored.row.notes if scored.entry is not None else (*scored.row.notes, NO_ENTRY_NOTE)
+    return replace(
+        _row(scored.row, scored.reason),
+        signal_values=_values(scored.entry.signals if scored.entry else SignalValues()),
+        signal_scores=dict(zip(SIGNAL_NAMES, scores.as_tuple(), strict=True)),
+        missing_signals=tuple(n for n in SIGNAL_NAMES if n in scores.missing),
+        score=scored.breakdown.total,
+        score_breakdown=scored.breakdown.as_dict(),
+        notes=notes,
+    )
+
+
 def _row(row: CandidateRow, reason: str) -> ExplainRow:
     evaluation = row.evaluation
     c = evaluation.candidate
@@ -168,13 +216,7 @@ def _row(row: CandidateRow, reason: str) -> ExplainRow:
         selection_tier=evaluation.tier.value,
         fresh=c.fresh,
         observed_at=format_timestamp(c.observed_at) if c.observed_at else None,
-        signal_values={
-            "queue_depth": c.signals.queue_depth,
-            "kv_cache_utilization": c.signals.kv_cache_utilization,
-            "prefix_cache_hit_ratio": c.signals.prefix_cache_hit_ratio,
-            "p99_latency_ms": c.signals.p99_latency_ms,
-            "cost_per_million_input_tokens": c.signals.cost_per_million_input_tokens,
-        },
+        signal_values=_values(c.signals),
         signal_scores=dict(zip(SIGNAL_NAMES, scores.as_tuple(), strict=True)),
         missing_signals=tuple(n for n in SIGNAL_NAMES if n in scores.missing),
         score=evaluation.score,
@@ -194,12 +236,16 @@ def explain(
     gateway: str | None = None,
     namespace: str | None = None,
     capability: str | None = None,
+    as_gateway: bool = False,
 ) -> Explanation:
     """Every candidate of ``model`` seen from ``site`` (or from ``gateway``'s site).
 
     With ``capability``, only models declaring it are candidates; without
     ``model`` every such model is explained. Ranked candidates come first in
-    rank order, then excluded ones by provider.
+    rank order, then excluded ones by provider. With ``as_gateway`` under poll
+    mode, the ranked ones come in the poll-mode gateway's order instead, each
+    with the score the gateway ranks it by (``rank`` stays the overlay's);
+    under gossip it changes nothing, the operator's order being the gateway's.
     """
     if model is None and capability is None:
         raise ValidationError("explain needs a model or a capability", path="model")
@@ -218,8 +264,22 @@ def explain(
         (r for r in mine if r.exclusion is not None),
         key=lambda r: (r.evaluation.candidate.provider, r.evaluation.candidate.site),
     )
-    out = [_row(r, _rank_reason(ranked, i)) for i, r in enumerate(ranked)]
+    ranking = gateway_ranking(evaluated) if as_gateway else None
+    if ranking is None:
+        out = [_row(r, _rank_reason(ranked, i)) for i, r in enumerate(ranked)]
+    else:
+        out = [_gateway_row(g) for g in gateway_order(ranked, signals, ranking)]
     out += [_row(r, f"excluded ({r.exclusion}): {r.exclusion_detail}") for r in excluded]
+    scored_by: ScoredBy | None = "operator" if context.config.enabled else None
+    if ranking is not None:
+        scored_by = "gateway"
     return Explanation(
-        network.name, local_site, model or "", context.config.enabled, tuple(out), capability
+        network.name,
+        local_site,
+        model or "",
+        context.config.enabled,
+        tuple(out),
+        capability,
+        scored_by,
+        as_gateway,
     )

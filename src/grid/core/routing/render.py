@@ -60,6 +60,7 @@ __all__ = [
     "RenderInputs",
     "Rendered",
     "evaluate_network",
+    "gateway_ranking",
     "poll_ranking",
     "render",
     "scoring_config",
@@ -182,19 +183,24 @@ def scoring_config(
 
 
 def poll_ranking(rendered: Rendered) -> RerankContext | None:
-    """What a poll-mode gateway scores pulled signals with, or None under gossip.
+    """What a poll-mode gateway scores pulled signals with, or None under gossip."""
+    return gateway_ranking(rendered.evaluated)
+
+
+def gateway_ranking(evaluated: Evaluated) -> RerankContext | None:
+    """`poll_ranking` of a render's evaluation (``grid explain`` has no overlay to read).
 
     The network's weights and ceilings (scoring enabled: the gateway scores
     even though the operator does not) and the geography of the gateway's site
-    and of every site a kept candidate sits at.
+    and of every site a kept candidate sits at. None under gossip.
     """
-    if rendered.scoring_enabled:
+    context = evaluated.context
+    if context.config.enabled:
         return None
-    context = rendered.evaluated.context
     geographies: dict[str, Geography] = {}
     if context.local_geography is not None:
         geographies[context.local_site] = context.local_geography
-    for ranked in rendered.evaluated.kept:
+    for ranked in evaluated.kept:
         candidate = ranked.evaluation.candidate
         if candidate.geography is not None:
             geographies.setdefault(candidate.site, candidate.geography)

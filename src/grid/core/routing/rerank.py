@@ -26,16 +26,27 @@ from grid.core.routing.candidate import BackendKind, CandidateInput, Geography
 from grid.core.routing.scoring import (
     NEUTRAL_SIGNAL_SCORE,
     SIGNAL_NAMES,
+    ScoreBreakdown,
     ScoringConfig,
     ScoringContext,
     SignalScores,
     blend,
-    evaluate,
     selection_tier,
+    signal_scores,
 )
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
 
-__all__ = ["OverlayCandidate", "RerankContext", "group_key", "rerank", "score_of"]
+__all__ = [
+    "OverlayCandidate",
+    "RerankContext",
+    "breakdown_of",
+    "entry_for",
+    "group_key",
+    "rerank",
+    "score_of",
+    "signal_entries",
+    "signal_scores_of",
+]
 
 
 class OverlayCandidate(Protocol):
@@ -66,8 +77,8 @@ class RerankContext:
 
     ``geographies`` maps a site name to its region and zone; a site missing
     from it has unknown geography (locality missing, tier ``cross_region``).
-    ``config`` must have scoring enabled: the gateway scores even though the
-    operator, under poll, does not.
+    ``config`` gives the weights and ceilings; its ``enabled`` flag is not read:
+    the gateway scores even though the operator, under poll, does not.
     """
 
     local_site: str
@@ -102,30 +113,45 @@ def _as_input(
     )
 
 
-def _entries(signals: SignalsDocument) -> dict[tuple[str, str], list[ProviderSignals]]:
+def signal_entries(signals: SignalsDocument) -> dict[tuple[str, str], list[ProviderSignals]]:
+    """The document's entries by origin ``(site, cluster)``, in document order (for `entry_for`)."""
     by_route: dict[tuple[str, str], list[ProviderSignals]] = {}
     for entry in signals.providers:
         by_route.setdefault((entry.site, entry.cluster), []).append(entry)
     return by_route
 
 
-def _entry_for(
+def entry_for(
     candidate: OverlayCandidate, by_route: Mapping[tuple[str, str], list[ProviderSignals]]
 ) -> ProviderSignals | None:
+    """The first entry of ``candidate``'s site and cluster that lists its model (or lists none)."""
     for entry in by_route.get((candidate.site, candidate.cluster), ()):
         if not entry.models or candidate.name in entry.models:
             return entry
     return None
 
 
+def signal_scores_of(
+    candidate: OverlayCandidate, entry: ProviderSignals | None, ctx: RerankContext
+) -> SignalScores:
+    """The six signal scores of ``candidate`` from its ``entry`` (all neutral without one)."""
+    if entry is None:
+        return _ALL_MISSING
+    return signal_scores(_as_input(candidate, entry, ctx), ctx.scoring())
+
+
+def breakdown_of(
+    candidate: OverlayCandidate, entry: ProviderSignals | None, ctx: RerankContext
+) -> ScoreBreakdown:
+    """The §4 score of ``candidate`` and its six weighted contributions, as `score_of` ranks."""
+    return blend(signal_scores_of(candidate, entry, ctx), ctx.config.weights)
+
+
 def score_of(
     candidate: OverlayCandidate, entry: ProviderSignals | None, ctx: RerankContext
 ) -> float:
     """The §4 score of ``candidate`` from its signals ``entry`` (neutral 0.5 without one)."""
-    if entry is None:
-        return blend(_ALL_MISSING, ctx.config.weights).total
-    score = evaluate(_as_input(candidate, entry, ctx), ctx.scoring()).score
-    return NEUTRAL_SIGNAL_SCORE if score is None else score
+    return breakdown_of(candidate, entry, ctx).total
 
 
 def group_key(candidate: OverlayCandidate, ctx: RerankContext) -> tuple[str, str, bool]:
@@ -155,9 +181,9 @@ def rerank(candidates: Sequence[C], signals: SignalsDocument, ctx: RerankContext
     of its slots. Ties keep overlay order. The result is a permutation of
     ``candidates``; with no signals entries at all it is ``candidates`` in order.
     """
-    by_route = _entries(signals)
+    by_route = signal_entries(signals)
     keys = [group_key(c, ctx) for c in candidates]
-    scores = [score_of(c, _entry_for(c, by_route), ctx) for c in candidates]
+    scores = [score_of(c, entry_for(c, by_route), ctx) for c in candidates]
     slots: dict[tuple[str, str, bool], list[int]] = {}
     for index, key in enumerate(keys):
         slots.setdefault(key, []).append(index)
