@@ -219,3 +219,28 @@ def test_explain_table_shows_excluded_candidates_with_their_reason(tmp_path: Pat
     code, out, _ = run(*RENDER, "--signals", str(path))
     assert code == 0
     assert "vllm-west" not in {c["cluster"] for c in json.loads(out)["overlay"]["candidates"]}
+
+
+def test_explain_as_gateway_shows_the_poll_mode_gateways_scores(poll_quickstart: Path) -> None:
+    args = ["explain", "-f", str(poll_quickstart), "--site", "east"]
+    args += ["--model", "llama-3.1-8b-instruct", "--signals", str(SIGNALS)]
+    code, out, err = run(*args, "-o", "json")
+    assert code == 0, err
+    plain = json.loads(out)
+    assert "scored_by" not in plain and not plain["scoring_enabled"]
+    assert all(r["score"] is None for r in plain["candidates"])
+    code, out, err = run(*args, "--as-gateway", "-o", "json")
+    assert code == 0, err
+    gateway = json.loads(out)
+    assert gateway["scored_by"] == "gateway"
+    ranked = [r for r in gateway["candidates"] if r["rank"] is not None]
+    assert ranked and all(r["score"] is not None for r in ranked)
+    for row in ranked:
+        parts = {k: v for k, v in row["score_breakdown"].items() if k != "total"}
+        assert row["score_breakdown"]["total"] == row["score"]
+        assert sum(parts.values()) == pytest.approx(row["score"]) and len(parts) == 6
+    assert ranked[0]["reason"].startswith("first for this model as the poll-mode gateway")
+    code, out, err = run(*args, "--as-gateway")
+    assert code == 0, err
+    assert "scored and ordered as the poll-mode gateway ranks" in out
+    assert f"{ranked[0]['score']:.4f}" in out

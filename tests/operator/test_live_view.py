@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grid.cli.routing_cmd import _inputs
+from grid.cli.routing_cmd import _inputs, _signals
 from grid.core.crdt.replica import GridState
 from grid.core.resources.status import BudgetStatus, GridNetworkStatus
 from grid.core.swim.effects import EventKind, Notify
@@ -42,3 +42,12 @@ def test_membership_events_reach_the_activity_and_wake_streams() -> None:
     assert live.changes.version == before + 2
     kinds = [a["kind"] for a in live.view()["activity"]]
     assert kinds == ["refuted", "suspect"]
+
+
+def test_a_poll_mode_render_shows_the_gateways_scores(poll_quickstart: Path) -> None:
+    live = OperatorLiveView("east", GridState("east"), lambda: None)
+    live.on_render(_inputs(str(poll_quickstart)), _signals(str(QUICKSTART / "signals.json")))
+    models = live.view()["ranking"]["east"]
+    ranked = [c for m in models for c in m["candidates"] if c["rank"] is not None]
+    assert ranked and all(m["scored_by"] == "gateway" for m in models)
+    assert all(len(c["contributions"]) == 6 and c["score"] is not None for c in ranked)

@@ -135,6 +135,8 @@ def _signal_cell(row: ExplainRow, value_key: str | None, score_key: str) -> str:
 
 def _table(result: Explanation) -> Table:
     scoring = "on" if result.scoring_enabled else "off (poll)"
+    if result.scored_by == "gateway":
+        scoring += "; scored and ordered as the poll-mode gateway ranks, rank is the overlay's"
     subject = result.model or f"models with {result.capability}"
     if result.model and result.capability:
         subject += f" ({result.capability})"
@@ -201,6 +203,11 @@ def _print_table(result: Explanation) -> None:
 @click.option("--signals", "signals_path", default=None, help="Signals document (§6, scope=grid).")
 @click.option("--gateway", default=None, help="Explain for this gateway's local site instead.")
 @click.option(
+    "--as-gateway",
+    is_flag=True,
+    help="Under poll mode, show the order and scores the gateway ranks by.",
+)
+@click.option(
     "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 def explain_command(
@@ -210,6 +217,7 @@ def explain_command(
     capability: str | None,
     signals_path: str | None,
     gateway: str | None,
+    as_gateway: bool,
     output: str,
 ) -> None:
     """Show every candidate for MODEL, excluded ones too, and why each ranks where it does."""
@@ -225,6 +233,7 @@ def explain_command(
             signals=signals,
             gateway=gateway,
             capability=capability,
+            as_gateway=as_gateway,
         )
     except ValidationError as exc:
         _fail([exc.message])

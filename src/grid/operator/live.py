@@ -79,11 +79,15 @@ class OperatorLiveView:
             self.changes.notify()
 
     def on_render(self, inputs: RenderInputs | None, signals: SignalsDocument | None) -> None:
-        """Explain every model from the inputs the render round used."""
+        """Explain every model from the inputs the render round used, as gateways rank it.
+
+        Under poll mode the operator does not score; ``as_gateway`` shows the
+        scores and order the poll-mode gateway computes from the same signals.
+        """
         if inputs is None:
             return
         try:
-            self.explanations = explain_all(inputs, self.site, signals)
+            self.explanations = explain_all(inputs, self.site, signals, as_gateway=True)
         except GridError as exc:
             log.warning("live view ranking failed", extra={"code": exc.code})
             return

@@ -138,3 +138,28 @@ def test_activity_names_refutations_and_stays_bounded() -> None:
     assert len(entries) == 3 and entries[0]["kind"] == "dead"
     with pytest.raises(ValueError):
         ActivityLog("east", capacity=0)
+
+
+def test_a_poll_mode_view_has_the_gateways_bars(poll_quickstart: Path) -> None:
+    """Under poll the operator does not score; the view asks for the gateway's scores."""
+    inputs = _inputs(str(poll_quickstart))
+    signals = _signals(str(QUICKSTART / "signals.json"))
+    plain = site_view(SiteInputs("east", AT, 0, explanations=explain_all(inputs, "east", signals)))
+    assert all(c["contributions"] == {} for m in plain["ranking"]["east"] for c in m["candidates"])
+    explanations = explain_all(inputs, "east", signals, as_gateway=True)
+    models = site_view(SiteInputs("east", AT, 0, explanations=explanations))["ranking"]["east"]
+    assert models and all(m["scored_by"] == "gateway" for m in models)
+    for model in models:
+        args = ["explain", "-f", str(poll_quickstart), "--site", "east", "--model", model["model"]]
+        args += ["--signals", str(QUICKSTART / "signals.json"), "--as-gateway", "-o", "json"]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        cli = json.loads(result.output)["candidates"]
+        for shown, explained in zip(model["candidates"], cli, strict=True):
+            assert shown["reason"] == explained["reason"]
+            assert shown["score"] == explained["score"]
+            if shown["rank"] is None:
+                continue
+            breakdown = explained["score_breakdown"]
+            assert shown["contributions"] == {n: breakdown[n] for n in SIGNAL_NAMES}
+            assert sum(shown["contributions"].values()) == pytest.approx(shown["score"])

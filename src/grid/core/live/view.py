@@ -8,7 +8,10 @@ revision across the row; a partition shows them drifting apart.
 
 The scoring section is built from `grid.core.routing.explain.Explanation`, the
 same data ``grid explain`` prints: the six weighted contributions of each ranked
-candidate are its ``score_breakdown``, and the written reason is explain's.
+candidate are its ``score_breakdown``, and the written reason is explain's. The
+operator asks for the gateway's view (``grid explain --as-gateway``), so under
+poll mode, where the operator does not score, the bars are the gateway's and
+each model says so in ``scored_by``.
 Credentials never enter a view: a candidate carries names and numbers only.
 """
 
@@ -81,6 +84,7 @@ def ranking_view(explanation: Explanation) -> dict[str, Any]:
     return {
         "model": explanation.model,
         "scoring_enabled": explanation.scoring_enabled,
+        "scored_by": explanation.scored_by,
         "candidates": [
             candidate_view(row, None if row.rank is None else i + 1)
             for i, row in enumerate(explanation.rows)
@@ -167,10 +171,20 @@ def merge_views(views: Sequence[View], generated_at: str, unreachable: Iterable[
 
 
 def explain_all(
-    inputs: RenderInputs, site: str, signals: SignalsDocument | None = None
+    inputs: RenderInputs,
+    site: str,
+    signals: SignalsDocument | None = None,
+    *,
+    as_gateway: bool = False,
 ) -> list[Explanation]:
-    """``grid explain`` for every model ``site`` sees, sorted by model name."""
+    """``grid explain`` (``--as-gateway`` with ``as_gateway``) for every model ``site`` sees.
+
+    Sorted by model name.
+    """
     network = select_network(inputs.networks, inputs.sites, site)
     evaluated = evaluate_network(inputs, network, site, site, signals)
     models = {row.evaluation.candidate.name for row in evaluated.rows}
-    return [explain(inputs, site=site, model=m, signals=signals) for m in sorted(models)]
+    return [
+        explain(inputs, site=site, model=m, signals=signals, as_gateway=as_gateway)
+        for m in sorted(models)
+    ]
