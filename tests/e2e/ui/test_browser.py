@@ -183,6 +183,56 @@ def test_each_bar_shows_grid_explain_numbers(
     assert compared > 0
 
 
+def test_a_poll_mode_page_shows_the_gateways_bars_and_says_so(
+    browser: Any, serve_view: Callable[[dict[str, Any]], Any], poll_quickstart: Path
+) -> None:
+    """Under poll each model notes whose scores it shows; bars are ``--as-gateway``'s."""
+    inputs = _inputs(str(poll_quickstart))
+    signals = _signals(str(QUICKSTART / "signals.json"))
+    view = site_view(
+        SiteInputs(
+            "east", AT, 0, explanations=explain_all(inputs, "east", signals, as_gateway=True)
+        )
+    )
+    compared = 0
+    with serve_view(view) as url:
+        _open(browser, url)
+        for model in view["ranking"]["east"]:
+            name = model["model"]
+            notes = browser.find_elements(
+                "css selector", f'.model[data-model="{name}"] .scored-by[data-scored-by="gateway"]'
+            )
+            assert [n.text for n in notes] == [
+                "scored as the poll-mode gateway ranks: its order and its scores from the pulled"
+                " signals"
+            ]
+            args = ["explain", "-f", str(poll_quickstart), "--site", "east", "--model", name]
+            args += ["--signals", str(QUICKSTART / "signals.json"), "--as-gateway", "-o", "json"]
+            result = CliRunner().invoke(main, args)
+            assert result.exit_code == 0, result.output
+            shown = browser.execute_script(
+                """
+                return [...document.querySelectorAll(`.candidate[data-model="${arguments[0]}"]`)]
+                  .map((row) => ({provider: row.dataset.provider, site: row.dataset.site,
+                    reason: row.querySelector('.reason').textContent,
+                    segments: Object.fromEntries([...row.querySelectorAll('rect[data-signal]')]
+                      .map((r) => [r.dataset.signal, Number(r.dataset.value)]))}));
+                """,
+                name,
+            )
+            explained = json.loads(result.output)["candidates"]
+            for row, candidate in zip(shown, explained, strict=True):
+                assert (row["provider"], row["site"]) == (candidate["provider"], candidate["site"])
+                assert row["reason"] == candidate["reason"]
+                breakdown = candidate["score_breakdown"]
+                if candidate["rank"] is None:
+                    continue
+                assert row["segments"] == {n: breakdown[n] for n in SIGNAL_NAMES}
+                compared += 1
+        _leave(browser)
+    assert compared > 0
+
+
 def test_page_renders_a_64_member_mesh(
     browser: Any, serve_view: Callable[[dict[str, Any]], Any]
 ) -> None:

@@ -188,6 +188,10 @@
     const models = (observer && view.ranking[observer]) || [];
     fill("ranking", ...models.map((m) => el("div", { class: "model", "data-model": m.model },
       el("h3", {}, m.model + (m.scoring_enabled ? "" : " (scoring off)")),
+      ...(m.scored_by === "gateway"
+        ? [el("p", { class: "muted scored-by", "data-scored-by": "gateway" },
+          "scored as the poll-mode gateway ranks: its order and its scores from the pulled signals")]
+        : []),
       ...m.candidates.map((c) => candidate(c, m.model)))));
     if (!models.length) fill("ranking", el("p", { class: "muted" }, "no candidates yet"));
   }
