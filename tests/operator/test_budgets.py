@@ -1,17 +1,26 @@
-"""The operator's budget pieces: reading gateway counters, pricing from records, the ledger file."""
+"""The operator's budget pieces: reading gateway counters, pricing from records, the ledger."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
 from grid.adapters.http_listener import HttpListener
+from grid.core.budgets import Ledger
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
+from grid.errors import GridError
 from grid.gateway.settings import LISTENER_POLICY
-from grid.operator.budgets import LEDGER_FILE, BudgetMeter, cluster_prices, parse_tenant_tokens
+from grid.operator.budgets import BudgetMeter, cluster_prices
+from grid.operator.gateway_scrape import GatewayScrape, parse_tenant_tokens
+from grid.operator.ledger_store import LEDGER_FILE, LedgerStore, ledger_configmap_name
+from grid.testing.store import InMemoryStore
+
+from .conftest import OPERATOR_NAMESPACE as NS
+from .conftest import CountingStore
 
 EXPOSITION = """\
 # HELP grid_gateway_tenant_tokens_total Tokens.
@@ -50,7 +59,7 @@ def test_clusters_are_priced_from_the_provider_records() -> None:
     assert price.cents("output", 1_000_000) == 60
 
 
-async def _serve(text: str) -> tuple[HttpListener, str]:
+async def _serve(text: str, port: int = 0) -> tuple[HttpListener, str]:
     app = web.Application()
 
     async def metrics(_request: web.Request) -> web.Response:
@@ -58,25 +67,110 @@ async def _serve(text: str) -> tuple[HttpListener, str]:
 
     app.router.add_get("/metrics", metrics)
     listener = HttpListener(app, LISTENER_POLICY)
-    host, port = await listener.start("127.0.0.1", 0)
+    host, port = await listener.start("127.0.0.1", port)
     return listener, f"http://{host}:{port}/metrics"
 
 
-async def test_a_scrape_raises_the_slot_and_a_restart_reads_it_back(tmp_path: Path) -> None:
+async def _scrape(meter: BudgetMeter, urls: list[str], replica: GridState) -> GatewayScrape:
+    scrape = GatewayScrape(urls, 1.0)
+    async with aiohttp.ClientSession() as http:
+        assert await meter.observe(await scrape.scrape(http), replica)
+        assert not await meter.observe(await scrape.scrape(http), replica)  # nothing new
+    return scrape
+
+
+async def test_a_scrape_raises_the_slot_and_a_restart_reads_it_back(
+    store: CountingStore, tmp_path: Path
+) -> None:
     runner, url = await _serve(EXPOSITION)
     replica = _replica()
     try:
-        meter = BudgetMeter("east", [url, "http://127.0.0.1:1/metrics"], tmp_path, 1.0)
-        async with aiohttp.ClientSession() as http:
-            assert await meter.scrape(http, replica)
-            assert not await meter.scrape(http, replica)  # the same counters: nothing new
-        assert meter.scrape_failures == 2  # the dead URL, twice
+        meter = BudgetMeter("east", LedgerStore(store, "east", NS, tmp_path))
+        await meter.load()
+        scrape = await _scrape(meter, [url, "http://127.0.0.1:1/metrics"], replica)
+        assert scrape.failures == 2  # the dead URL, twice
+        assert scrape.traffic() == {}
     finally:
         await runner.stop()
     assert meter.ledger.cents == {"acme": 50}  # 20 cents in, 30 cents out
     replica.update_local(meter.publish(replica.local))
     assert replica.spend("acme").value == 50
     assert (tmp_path / LEDGER_FILE).exists()
-    again = BudgetMeter("east", [url], tmp_path, 1.0)
+    again = BudgetMeter("east", LedgerStore(store, "east", NS, tmp_path))
+    await again.load()
     assert again.ledger == meter.ledger
     assert again.publish(replica.local) == replica.local  # never lowered, nothing to add
+
+
+async def test_without_a_state_directory_the_configmap_carries_the_ledger(
+    store: CountingStore,
+) -> None:
+    """The Kubernetes case: no disk, and the restarted operator (or a new leader) reads it back."""
+    runner, url = await _serve(EXPOSITION)
+    try:
+        meter = BudgetMeter("east", LedgerStore(store, "east", NS, None))
+        await meter.load()
+        await _scrape(meter, [url], _replica())
+    finally:
+        await runner.stop()
+    cm = await store.get("ConfigMap", ledger_configmap_name("east"), namespace=NS)
+    assert json.loads(cm["data"][LEDGER_FILE])["cents"] == {"acme": 50}
+    again = BudgetMeter("east", LedgerStore(store, "east", NS, None))
+    await again.load()
+    assert again.ledger == meter.ledger
+    # The same gateway's same counters after the restart are not priced again.
+    runner, _ = await _serve(EXPOSITION, int(url.rsplit(":", 1)[1].split("/")[0]))
+    try:
+        async with aiohttp.ClientSession() as http:
+            bodies = await GatewayScrape([url], 1.0).scrape(http)
+        assert not await again.observe(bodies, _replica())
+    finally:
+        await runner.stop()
+    assert again.ledger.cents == {"acme": 50}
+
+
+async def test_the_copy_saved_last_wins(store: CountingStore, tmp_path: Path) -> None:
+    ledgers = LedgerStore(store, "east", NS, tmp_path)
+    await ledgers.save(Ledger(cents={"acme": 5}))
+    older = (tmp_path / LEDGER_FILE).read_text()
+    await ledgers.save(Ledger(cents={"acme": 7}))
+    (tmp_path / LEDGER_FILE).write_text(older)  # a crash left the file a save behind
+    assert (await LedgerStore(store, "east", NS, tmp_path).load()).cents == {"acme": 7}
+    (tmp_path / LEDGER_FILE).write_text("{not json")
+    assert (await LedgerStore(store, "east", NS, tmp_path).load()).cents == {"acme": 7}
+
+
+class _FailingLedgers(LedgerStore):
+    async def save(self, ledger: Ledger) -> None:
+        raise GridError("the API server is away", code="unavailable")
+
+
+async def test_a_ledger_that_cannot_be_saved_is_neither_kept_nor_published(
+    tmp_path: Path,
+) -> None:
+    runner, url = await _serve(EXPOSITION)
+    replica = _replica()
+    try:
+        meter = BudgetMeter("east", _FailingLedgers(InMemoryStore(), "east", NS, tmp_path))
+        async with aiohttp.ClientSession() as http:
+            bodies = await GatewayScrape([url], 1.0).scrape(http)
+        assert not await meter.observe(bodies, replica)
+    finally:
+        await runner.stop()
+    assert meter.ledger == Ledger() and meter.save_failures == 1
+    assert meter.publish(replica.local) == replica.local
+
+
+def test_upstream_requests_are_summed_per_cluster_over_the_gateways() -> None:
+    text = """\
+# TYPE grid_gateway_upstream_requests_total counter
+grid_gateway_upstream_requests_total{cluster="c"} 3.0
+grid_gateway_upstream_requests_total{cluster="d"} 1.0
+"""
+    scrape = GatewayScrape([], 1.0, bodies={"a": text, "b": text, "bad": "{{{"})
+    assert scrape.traffic() == {"c": 6, "d": 2}
+
+
+def test_long_site_names_give_a_valid_configmap_name() -> None:
+    name = ledger_configmap_name("s" * 60)
+    assert len(name) == 63 and name != ledger_configmap_name("s" * 61)

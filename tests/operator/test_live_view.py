@@ -8,6 +8,7 @@ from grid.cli.routing_cmd import _inputs, _signals
 from grid.core.crdt.replica import GridState
 from grid.core.resources.status import BudgetStatus, GridNetworkStatus
 from grid.core.swim.effects import EventKind, Notify
+from grid.operator.gateway_scrape import GatewayScrape
 from grid.operator.live import OperatorLiveView
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
@@ -51,3 +52,16 @@ def test_a_poll_mode_render_shows_the_gateways_scores(poll_quickstart: Path) -> 
     ranked = [c for m in models for c in m["candidates"] if c["rank"] is not None]
     assert ranked and all(m["scored_by"] == "gateway" for m in models)
     assert all(len(c["contributions"]) == 6 and c["score"] is not None for c in ranked)
+
+
+def test_traffic_is_what_the_last_gateway_scrape_counted() -> None:
+    text = """\
+# TYPE grid_gateway_upstream_requests_total counter
+grid_gateway_upstream_requests_total{cluster="east-vllm"} 4.0
+grid_gateway_upstream_requests_total{cluster="west-vllm"} 1.0
+"""
+    scrape = GatewayScrape([], 1.0)
+    live = OperatorLiveView("east", GridState("east"), lambda: None, traffic=scrape.traffic)
+    assert live.view()["traffic"] == {"east": {}}
+    scrape.bodies = {"http://127.0.0.1:1/metrics": text, "http://127.0.0.1:2/metrics": text}
+    assert live.view()["traffic"] == {"east": {"east-vllm": 8, "west-vllm": 2}}

@@ -32,8 +32,9 @@ POLL_INTERVAL_S = 0.5
 one request per site per poll."""
 STATE_BYTES_MAX = 4 * 1024 * 1024
 """Largest site view read; a bigger answer counts as the site not answering."""
-TRAFFIC_KEY = "gateways"
-"""The traffic section's key for the demo's counts (requests each cluster received)."""
+TRAFFIC_KEY = "@providers"
+"""The traffic section's key for the demo's counts (requests each mock provider received);
+not a site name (a site name cannot hold "@"), so it never shadows one."""
 
 Counts = Callable[[aiohttp.ClientSession], Awaitable[dict[str, int]]]
 

@@ -1,14 +1,15 @@
 """Tenant spend at the operator (SPEC-DECISIONS §12): scrape, price, persist, gossip, view.
 
 Every ``budget_scrape_interval_s`` the site scrapes its local gateways'
-``grid_gateway_tenant_tokens_total`` (the ``--gateway-metrics`` URLs), prices
-each increase with the cluster's provider costs from the replica's provider
-records, and folds it into its `Ledger` (`grid.core.budgets`). A changed ledger
-is written to ``budget-ledger.json`` in the state directory (atomically, before
-anything is gossiped), and its whole cents become this site's own G-Counter
-slot in the state lane. A restart reads the file back, so the slot never goes
-down; a slot the mesh echoes back higher (our own lane from before a lost file)
-is taken up too.
+``grid_gateway_tenant_tokens_total`` (the ``--gateway-metrics`` URLs, read by
+`grid.operator.gateway_scrape`), prices each increase with the cluster's
+provider costs from the replica's provider records, and folds it into its
+`Ledger` (`grid.core.budgets`). A changed ledger is persisted
+(`grid.operator.ledger_store`: its ConfigMap, and the state file when there is
+a state directory) before anything is gossiped, and its whole cents become this
+site's own G-Counter slot in the state lane. A restart loads the ledger back,
+so the slot never goes down; a slot the mesh echoes back higher (our own lane
+from before a lost copy) is taken up too.
 
 Each render round the site sums every origin's slot per policy tenant (a lower
 bound of the grid's spend), reports ``status.budgetStatus[]`` and writes the
@@ -19,20 +20,12 @@ ratio moved by 0.01 or reached 1.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
-import math
 from collections.abc import Mapping
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
-import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
-
 from grid.core.budgets import (
-    DIRECTIONS,
-    CounterKey,
     Ledger,
     Price,
     budget_status,
@@ -45,36 +38,11 @@ from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
 from grid.core.overlay import format_timestamp
 from grid.core.resources import GridNetwork
-from grid.operator.output import atomic_write
+from grid.errors import GridError
+from grid.operator.gateway_scrape import parse_tenant_tokens
+from grid.operator.ledger_store import LedgerStore
 
 log = logging.getLogger(__name__)
-
-LEDGER_FILE = "budget-ledger.json"
-"""The ledger's file name in the state directory."""
-
-SCRAPE_MAX_BYTES = 8 * 1024 * 1024
-"""Largest gateway /metrics body read; a longer one fails that scrape."""
-
-_FAMILY = "grid_gateway_tenant_tokens"
-
-
-def parse_tenant_tokens(text: str) -> dict[CounterKey, int]:
-    """The tenant token counters in a Prometheus text exposition."""
-    counters: dict[CounterKey, int] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != _FAMILY:
-            continue
-        for sample in family.samples:
-            labels = sample.labels
-            direction = labels.get("direction")
-            tenant, cluster = labels.get("tenant"), labels.get("cluster")
-            value = sample.value
-            if sample.name != f"{_FAMILY}_total" or direction not in DIRECTIONS:
-                continue
-            if not tenant or not cluster or not math.isfinite(value) or value < 0:
-                continue
-            counters[(tenant, cluster, direction)] = int(value)
-    return counters
 
 
 def cluster_prices(replica: GridState) -> dict[str, Price]:
@@ -94,60 +62,43 @@ def cluster_prices(replica: GridState) -> dict[str, Price]:
 class BudgetMeter:
     """The site's ledger, its persistence, and its slot in the local snapshot."""
 
-    def __init__(
-        self, site: str, urls: list[str], state_dir: Path | None, timeout_s: float
-    ) -> None:
+    def __init__(self, site: str, ledgers: LedgerStore) -> None:
         self.site = site
-        self.urls = urls
-        self.path = state_dir / LEDGER_FILE if state_dir is not None else None
-        self.timeout_s = timeout_s
-        self.ledger = self._load()
-        self.scrape_failures = 0
+        self.ledgers = ledgers
+        self.ledger = Ledger()
+        self.save_failures = 0
 
-    def _load(self) -> Ledger:
-        if self.path is None or not self.path.exists():
-            return Ledger()
-        try:
-            return Ledger.from_wire(json.loads(self.path.read_text()))
-        except (OSError, ValueError) as exc:
-            # Refusing to start would stop routing; a lost ledger is recovered
-            # from the mesh (our own lane echoed back) as far as peers hold it.
-            log.error("budget ledger unreadable; starting from the mesh's view",
-                      extra={"error": type(exc).__name__})  # fmt: skip
-            return Ledger()
+    async def load(self) -> None:
+        """Read the persisted ledger (call once, before the slot is first published)."""
+        self.ledger = await self.ledgers.load()
 
-    def _save(self) -> None:
-        if self.path is not None:
-            atomic_write(self.path, json.dumps(self.ledger.to_wire()).encode())
+    async def observe(self, bodies: Mapping[str, str], replica: GridState) -> bool:
+        """Fold one round of gateway expositions into the ledger; True when it grew.
 
-    async def scrape(self, http: aiohttp.ClientSession, replica: GridState) -> bool:
-        """Scrape every gateway once and fold what it counted; True when the ledger grew."""
+        The grown ledger is persisted first; when that fails the old one is kept,
+        so what was not saved is neither gossiped nor lost (the next round prices
+        the same counters again).
+        """
         prices = cluster_prices(replica)
-        before = self.ledger
-        for url in self.urls:
+        ledger = self.ledger
+        for url, text in sorted(bodies.items()):
             try:
-                counters = parse_tenant_tokens(await self._fetch(http, url))
-            except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError):
-                self.scrape_failures += 1
+                counters = parse_tenant_tokens(text)
+            except ValueError:
                 continue
-            self.ledger = self.ledger.observe(url, counters, prices)
-        self.ledger = self.ledger.at_least(self.mesh_slots(replica))
-        if self.ledger == before:
+            ledger = ledger.observe(url, counters, prices)
+        ledger = ledger.at_least(self.mesh_slots(replica))
+        if ledger == self.ledger:
             return False
-        self._save()
+        try:
+            await self.ledgers.save(ledger)
+        except (GridError, OSError) as exc:
+            self.save_failures += 1
+            log.error("budget ledger not saved; keeping the last one",
+                      extra={"error": type(exc).__name__})  # fmt: skip
+            return False
+        self.ledger = ledger
         return True
-
-    async def _fetch(self, http: aiohttp.ClientSession, url: str) -> str:
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with http.get(url, timeout=timeout, allow_redirects=False) as resp:
-            if resp.status != 200:
-                raise ValueError(f"status {resp.status}")
-            body = bytearray()
-            async for chunk in resp.content.iter_chunked(65536):
-                body += chunk
-                if len(body) > SCRAPE_MAX_BYTES:
-                    raise ValueError("metrics body too large")
-        return body.decode()
 
     def mesh_slots(self, replica: GridState) -> dict[str, int]:
         """Our own slot per tenant as the local snapshot holds it (peers' echoes included)."""

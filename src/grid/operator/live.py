@@ -5,6 +5,10 @@ wake the ``/ui/events`` streams through the `ChangeSignal`. The ranking is
 `grid.core.live.view.explain_all` over the very inputs and signals document the
 last render round used, so the page shows what ``grid explain`` would for them.
 
+The traffic panel shows the requests this site's gateways sent to each
+cluster, as the last scrape of their admin ``/metrics`` counted them
+(`grid.operator.gateway_scrape`); it stays empty without ``--gateway-metrics``.
+
 The routes are mounted on the metrics listener. The view is unauthenticated,
 so unless the listener binds a loopback address (or ``--ui-public`` opts in)
 it answers only clients connecting from loopback, such as ``kubectl
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from grid.adapters.health_server import HealthServer
 from grid.adapters.live_view import ChangeSignal, LiveViewRoutes, is_loopback
@@ -48,11 +52,13 @@ class OperatorLiveView:
         replica: GridState,
         swim: Callable[[], SwimNode | None],
         network: Callable[[], GridNetwork | None] = lambda: None,
+        traffic: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.site = site
         self.replica = replica
         self._swim = swim
         self._network = network
+        self._traffic = traffic
         self.changes = ChangeSignal()
         self.activity = ActivityLog(site)
         self.explanations: list[Explanation] = []
@@ -120,6 +126,7 @@ class OperatorLiveView:
                 transport=transport,
                 lanes=lanes,
                 explanations=self.explanations,
+                traffic=self._traffic(),
                 budgets=self._budgets(),
             )
         )

@@ -34,7 +34,9 @@ from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.trust import public_chain_pem
 from grid.errors import NotFound, ValidationError
 from grid.operator.budgets import BudgetMeter
+from grid.operator.gateway_scrape import GatewayScrape
 from grid.operator.lifecycle import SignalLifecycle
+from grid.operator.live import OperatorLiveView
 from grid.operator.network import ServedNetwork
 from grid.operator.settings import OperatorSettings
 
@@ -53,6 +55,8 @@ class LocalLanes:
     _dirty: asyncio.Event
     replica: GridState
     budget_meter: BudgetMeter
+    gateways: GatewayScrape
+    live: OperatorLiveView
 
     async def _write_local(self, change: Callable[[GridStateSnapshot], GridStateSnapshot]) -> bool:
         """Apply ``change`` to our snapshot and disseminate it; True when published.
@@ -144,7 +148,11 @@ class LocalLanes:
         """Scrape the local gateways, price their tokens, raise and gossip our slot."""
         async with aiohttp.ClientSession() as http:
             while True:
-                grew = await self.budget_meter.scrape(http, self.replica)
+                traffic = self.gateways.traffic()
+                bodies = await self.gateways.scrape(http)
+                if self.gateways.traffic() != traffic:
+                    self.live.changes.notify()
+                grew = await self.budget_meter.observe(bodies, self.replica)
                 before = self.replica.local
                 await self._write_local(self.budget_meter.publish)
                 if grew or self.replica.local != before:

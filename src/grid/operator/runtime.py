@@ -33,12 +33,13 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import os
 import time
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from grid.adapters.health_server import HealthServer
-from grid.adapters.store.port import Expired, ResourceStore
+from grid.adapters.store.port import DEFAULT_NAMESPACE, Expired, ResourceStore
 from grid.adapters.swim_metrics import SwimCollector
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
@@ -64,7 +65,9 @@ from grid.operator.budgets import BudgetMeter
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.feedback_ingest import wire_ingest
 from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
+from grid.operator.gateway_scrape import GatewayScrape
 from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_for
+from grid.operator.ledger_store import LedgerStore
 from grid.operator.lifecycle import SignalLifecycle
 from grid.operator.live import OperatorLiveView
 from grid.operator.local_lanes import LocalLanes
@@ -126,11 +129,17 @@ class Operator(LocalLanes, SiteRounds):
         ItemCounters(self.replica, self.registry)
         self.writer = OverlayWriter(store, settings.overlay_dir)
         self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
+        self.gateways = GatewayScrape(
+            list(settings.gateway_metrics), settings.budget_scrape_timeout_s
+        )
         self.budget_meter = BudgetMeter(
             settings.site,
-            list(settings.gateway_metrics),
-            settings.state_dir or settings.overlay_dir,
-            settings.budget_scrape_timeout_s,
+            LedgerStore(
+                store,
+                settings.site,
+                os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE,
+                settings.state_dir or settings.overlay_dir,
+            ),
         )
         self._dirty = asyncio.Event()
         self._stop = asyncio.Event()
@@ -153,7 +162,11 @@ class Operator(LocalLanes, SiteRounds):
         self.discovery = SiteDiscovery(store, settings.site)
         self.swim_keys = SwimKeys(store, settings.swim_key_file)
         self.live = OperatorLiveView(
-            settings.site, self.replica, lambda: self.swim, lambda: self.served.network
+            settings.site,
+            self.replica,
+            lambda: self.swim,
+            lambda: self.served.network,
+            self.gateways.traffic,
         )
         self.live.mount(self.health, settings.metrics_bind, settings.ui_public)
 
@@ -182,6 +195,7 @@ class Operator(LocalLanes, SiteRounds):
         await self._refresh_trust()
         self.served.mode = await self.signals.fix(network, int(time.time()))
         self._wire_feedback(network)
+        await self.budget_meter.load()
         await self._start_endpoints()
         await self._start_swim(network)
         await self.providers.start()
@@ -208,7 +222,7 @@ class Operator(LocalLanes, SiteRounds):
                     transport.run(self._poll_targets, self._dirty.set), name="signals-poll"
                 )
             )
-        if self.budget_meter.urls:
+        if self.gateways.urls:
             self._tasks.append(asyncio.create_task(self._budget_loop(), name="budgets"))
         await self._sync_providers()
         stop = asyncio.create_task(self._stop.wait())

@@ -82,8 +82,8 @@ class OperatorSettings(BaseModel):
     state_dir: Path | None = Field(
         None,
         description=(
-            "Directory for the site's persisted state (the tenant-spend ledger, "
-            "budget-ledger.json); absent means --overlay-dir."
+            "Directory for a second copy of the tenant-spend ledger (budget-ledger.json; "
+            "the first is the ConfigMap grid-budget-ledger-{site}); absent means --overlay-dir."
         ),
     )
     gateway_metrics: list[str] = Field(

@@ -142,6 +142,12 @@ async def test_spend_through_two_gateways_sums_on_every_site(mesh: DemoMesh) -> 
         assert total == await _site_cents(http, mesh, "east") + await _site_cents(
             http, mesh, "west"
         )
+        # The same scrape feeds each site's live view with what its gateway sent.
+        for site in ("east", "west"):
+            metrics = mesh.describe()["sites"][site]["metrics"]
+            async with http.get(f"http://{metrics}/ui/state.json") as resp:
+                traffic = (await resp.json())["traffic"][site]
+            assert sum(traffic.values()) >= 4, traffic
 
 
 async def test_gateway_and_operator_restarts_neither_lose_nor_double_count(

@@ -200,7 +200,10 @@
     const rows = [];
     for (const site of Object.keys(view.traffic).sort()) {
       const counts = view.traffic[site];
+      if (!Object.keys(counts).length) continue;
       const top = Math.max(1, ...Object.values(counts));
+      rows.push(el("h3", { class: "traffic-source" },
+        site === "@providers" ? "received by each provider" : "sent by " + site + "'s gateways"));
       for (const [name, n] of Object.entries(counts)) {
         const f = el("div", { class: "fill" });
         f.style.width = (100 * n / top).toFixed(1) + "%";
