@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from grid.adapters.store.sqlite import SqliteStore
+from grid.core.resources import GridNetwork
 from grid.demo import plan as p
 from grid.demo.mesh import DemoMesh
 from grid.errors import Conflict
@@ -17,6 +18,7 @@ from grid.operator.startup import StartupError
 from grid.testing.poll import eventually
 
 
+@pytest.mark.parametrize("status_first", [False, True], ids=["watch-first", "status-first"])
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -25,8 +27,9 @@ from grid.testing.poll import eventually
     ],
 )
 async def test_a_tuning_change_ends_the_run_naming_it(
-    tmp_path: Path, field: str, value: object
+    tmp_path: Path, field: str, value: object, status_first: bool
 ) -> None:
+    """``status_first``: a status write takes the edited spec up before its watch event."""
     mesh = DemoMesh(tmp_path, ["east"])
     await mesh.prepare()
     assert mesh.pki is not None
@@ -51,7 +54,9 @@ async def test_a_tuning_change_ends_the_run_naming_it(
             network = await store.get("GridNetwork", p.NETWORK)
             network["spec"][field] = value
             try:
-                await store.replace(network)
+                edited = await store.replace(network)
+                if status_first:  # no await in between: the watch has not seen it yet
+                    operator.served.network = GridNetwork.model_validate(edited)
                 break
             except Conflict:
                 continue

@@ -148,6 +148,8 @@ class Operator(LocalLanes, SiteRounds):
         self._records: dict[str, ProviderRecord | None] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._egress: EgressListener | None = None
+        self._swim_started_from: GridNetwork | None = None
+        """The network whose ``spec.swim`` and ``spec.seeds`` the SWIM node runs with."""
         self.addresses: dict[str, str] = {}
         self.providers = ProviderController(
             store, settings.site, self._on_record, settings.record_refresh_s
@@ -282,6 +284,7 @@ class Operator(LocalLanes, SiteRounds):
             self.addresses["egress"] = f"{e_host}:{e_port}"
 
     async def _start_swim(self, network: GridNetwork) -> None:
+        self._swim_started_from = network
         keyring = await self.swim_keys.load(network)
         swim = network.spec.swim
         config = SwimConfig.from_spec(
@@ -334,9 +337,8 @@ class Operator(LocalLanes, SiteRounds):
                     if kind == "InferenceProvider":
                         await self._sync_providers()
                     elif kind == "GridNetwork":
-                        before = self.served.network
                         self.served.on_event(event.type, event.object)
-                        self._check_tuning(before)
+                        self._check_tuning()
                         await self._refresh_trust()
                         await self.signals.judge(self.served.network)
                     elif kind == "Secret":
@@ -353,9 +355,14 @@ class Operator(LocalLanes, SiteRounds):
             except Expired:
                 log.info("watch expired; listing again", extra={"kind": kind})
 
-    def _check_tuning(self, before: GridNetwork | None) -> None:
-        """Stop for a clean restart when ``spec.swim`` or ``spec.seeds`` changed."""
-        changed = tuning_change(before, self.served.network)
+    def _check_tuning(self) -> None:
+        """Stop for a clean restart when ``spec.swim`` or ``spec.seeds`` changed.
+
+        The comparison is with the network the SWIM node was started from, not
+        with the previous event's: a status write between the edit and its watch
+        event may already have taken the edited spec up into ``served.network``.
+        """
+        changed = tuning_change(self._swim_started_from, self.served.network)
         if changed is not None:
             raise StartupError(f"GridNetwork {changed} changed; restarting to apply it")
 

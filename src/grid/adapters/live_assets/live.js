@@ -196,22 +196,26 @@
     if (!models.length) fill("ranking", el("p", { class: "muted" }, "no candidates yet"));
   }
 
+  // One row per cluster, one column per source (each site's gateways, then the demo's
+  // providers); each cell's bar is scaled to its column's largest count.
   function renderTraffic() {
-    const rows = [];
-    for (const site of Object.keys(view.traffic).sort()) {
-      const counts = view.traffic[site];
-      if (!Object.keys(counts).length) continue;
-      const top = Math.max(1, ...Object.values(counts));
-      rows.push(el("h3", { class: "traffic-source" },
-        site === "@providers" ? "received by each provider" : "sent by " + site + "'s gateways"));
-      for (const [name, n] of Object.entries(counts)) {
+    const sources = Object.keys(view.traffic).filter((s) => Object.keys(view.traffic[s]).length)
+      .sort((a, b) => (a === "@providers") - (b === "@providers") || a.localeCompare(b));
+    const clusters = [...new Set(sources.flatMap((s) => Object.keys(view.traffic[s])))].sort();
+    if (!clusters.length) { fill("traffic", el("p", { class: "muted" }, "no requests counted yet")); return; }
+    const tops = sources.map((s) => Math.max(1, ...Object.values(view.traffic[s])));
+    const head = el("tr", {}, el("th", {}, "cluster"), ...sources.map((s) =>
+      el("th", {}, s === "@providers" ? "received (demo)" : "sent by " + s)));
+    const rows = clusters.map((name) => el("tr", { class: "traffic-row", "data-candidate": name },
+      el("td", {}, name), ...sources.map((s, i) => {
+        const n = view.traffic[s][name];
+        if (n === undefined) return el("td", { class: "muted" }, "-");
         const f = el("div", { class: "fill" });
-        f.style.width = (100 * n / top).toFixed(1) + "%";
-        rows.push(el("div", { class: "traffic-row", "data-candidate": name }, el("span", {}, name),
-          el("div", {}, f), el("span", {}, String(n))));
-      }
-    }
-    fill("traffic", ...(rows.length ? rows : [el("p", { class: "muted" }, "no requests counted yet")]));
+        f.style.width = (100 * n / tops[i]).toFixed(1) + "%";
+        return el("td", { "data-source": s }, el("div", { class: "count" }, el("div", { class: "track" }, f),
+          el("span", {}, String(n))));
+      })));
+    fill("traffic", el("table", { class: "traffic" }, el("thead", {}, head), el("tbody", {}, ...rows)));
   }
 
   function renderBudgets() {
