@@ -3,7 +3,9 @@
 The SWIM events loop calls `on_swim_event`, the render loop `on_render`; both
 wake the ``/ui/events`` streams through the `ChangeSignal`. The ranking is
 `grid.core.live.view.explain_all` over the very inputs and signals document the
-last render round used, so the page shows what ``grid explain`` would for them.
+last render round used (its stabilized-admission holds included), so the page
+shows what ``grid explain`` would for them; under poll, what ``grid explain
+--as-gateway`` would, the gateway's scores and order.
 
 The traffic panel shows the requests this site's gateways sent to each
 cluster, as the last scrape of their admin ``/metrics`` counted them
@@ -84,16 +86,22 @@ class OperatorLiveView:
         if isinstance(event, Notify | Deliver):
             self.changes.notify()
 
-    def on_render(self, inputs: RenderInputs | None, signals: SignalsDocument | None) -> None:
+    def on_render(
+        self,
+        inputs: RenderInputs | None,
+        signals: SignalsDocument | None,
+        held: frozenset[tuple[str, str]] | None = None,
+    ) -> None:
         """Explain every model from the inputs the render round used, as gateways rank it.
 
         Under poll mode the operator does not score; ``as_gateway`` shows the
         scores and order the poll-mode gateway computes from the same signals.
+        ``held`` is the round's stabilized-admission hold set.
         """
         if inputs is None:
             return
         try:
-            self.explanations = explain_all(inputs, self.site, signals, as_gateway=True)
+            self.explanations = explain_all(inputs, self.site, signals, as_gateway=True, held=held)
         except GridError as exc:
             log.warning("live view ranking failed", extra={"code": exc.code})
             return

@@ -94,6 +94,8 @@ class OverlayLoop:
         self.last_inputs: RenderInputs | None = None
         """The inputs of the last round (the live view explains from them)."""
         self.last_signals: SignalsDocument | None = None
+        self.last_held: frozenset[tuple[str, str]] | None = None
+        """The stabilized-admission hold set of the last round (None without the policy)."""
         self._hysteresis: Hysteresis | None = None
 
     def stabilized_holds(
@@ -151,6 +153,7 @@ class OverlayLoop:
             )
         self.last_inputs, self.last_signals = inputs, signals
         held = self.stabilized_holds(network, signals, now.timestamp())
+        self.last_held = held
         overlays = []
         consumers: list[dict[str, Any]] = []
         served = served_gateways(network, self.site)

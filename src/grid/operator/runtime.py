@@ -465,7 +465,9 @@ class Operator(LocalLanes, SiteRounds):
             view,
         )
         self.ready = True
-        self.live.on_render(self.overlays.last_inputs, self.overlays.last_signals)
+        self.live.on_render(
+            self.overlays.last_inputs, self.overlays.last_signals, self.overlays.last_held
+        )
         outcome = RoundOutcome(
             served=self.overlays.served,
             render_failed=tuple(self.overlays.render_failed),

@@ -163,3 +163,42 @@ def test_a_poll_mode_view_has_the_gateways_bars(poll_quickstart: Path) -> None:
             breakdown = explained["score_breakdown"]
             assert shown["contributions"] == {n: breakdown[n] for n in SIGNAL_NAMES}
             assert sum(shown["contributions"].values()) == pytest.approx(shown["score"])
+
+
+STABILIZED = """  admissionPolicy:
+    mode: stabilized
+    pressure:
+      enterThreshold: 0.6
+      exitThreshold: 0.4
+      failureThreshold: 2
+      successThreshold: 3
+      minimumStateDuration: 10s
+      recoveryHoldDown: 30s
+"""
+
+
+def test_the_view_applies_the_render_rounds_stabilized_holds(tmp_path: Path) -> None:
+    """A (site, provider) the hysteresis holds shows existing_only, as the overlay has it."""
+    for source in QUICKSTART.glob("*.yaml"):
+        text = source.read_text()
+        if source.name == "00-network.yaml":
+            seed_admission = text.index("  admission:\n")  # it would win over admissionPolicy
+            end = text.index("  staleCandidateTtlSeconds:")
+            text = text[:seed_admission] + STABILIZED + text[end:]
+        (tmp_path / source.name).write_text(text)
+    inputs = _inputs(str(tmp_path))
+    signals = _signals(str(QUICKSTART / "signals.json"))
+
+    def admissions(held: frozenset[tuple[str, str]] | None) -> dict[tuple[str, str], str]:
+        return {
+            (row.site, row.provider): row.admission_state
+            for e in explain_all(inputs, "east", signals, held=held)
+            for row in e.rows
+            if row.status == "ranked"
+        }
+
+    free = admissions(None)
+    target = next(k for k, state in sorted(free.items()) if state == "new_and_existing")
+    held = admissions(frozenset({target}))
+    # With a hold set the hysteresis alone decides: only the held pair is existing_only.
+    assert held == {k: "existing_only" if k == target else "new_and_existing" for k in free}

@@ -176,15 +176,17 @@ def explain_all(
     signals: SignalsDocument | None = None,
     *,
     as_gateway: bool = False,
+    held: frozenset[tuple[str, str]] | None = None,
 ) -> list[Explanation]:
     """``grid explain`` (``--as-gateway`` with ``as_gateway``) for every model ``site`` sees.
 
-    Sorted by model name.
+    Sorted by model name. ``held`` is the stabilized-admission hold set the
+    render round used, so the admission shown is the overlay's.
     """
     network = select_network(inputs.networks, inputs.sites, site)
-    evaluated = evaluate_network(inputs, network, site, site, signals)
+    evaluated = evaluate_network(inputs, network, site, site, signals, held=held)
     models = {row.evaluation.candidate.name for row in evaluated.rows}
     return [
-        explain(inputs, site=site, model=m, signals=signals, as_gateway=as_gateway)
+        explain(inputs, site=site, model=m, signals=signals, as_gateway=as_gateway, held=held)
         for m in sorted(models)
     ]

@@ -237,6 +237,7 @@ def explain(
     namespace: str | None = None,
     capability: str | None = None,
     as_gateway: bool = False,
+    held: frozenset[tuple[str, str]] | None = None,
 ) -> Explanation:
     """Every candidate of ``model`` seen from ``site`` (or from ``gateway``'s site).
 
@@ -256,7 +257,7 @@ def explain(
     else:
         network = select_network(inputs.networks, inputs.sites, site)
         local_site = site
-    evaluated = evaluate_network(inputs, network, local_site, site, signals)
+    evaluated = evaluate_network(inputs, network, local_site, site, signals, held=held)
     context = evaluated.context
     mine = [r for r in evaluated.rows if model is None or r.evaluation.candidate.name == model]
     ranked = sorted((r for r in mine if r.exclusion is None), key=lambda r: r.rank or 0)
