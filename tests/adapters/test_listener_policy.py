@@ -14,12 +14,12 @@ import resource
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from grid.testing.hostile_clients import exchange
+from grid.testing.poll import eventually_blocking
 
 SLOW_CONNECTIONS = 2000
 NOFILE = 1024
@@ -112,11 +112,11 @@ def test_the_metrics_listener_at_1024_fds_survives_2000_slow_connections(
         try:
             # Slots of slow connections are taken back at once (eviction), not only
             # after their header deadline (5 s).
-            deadline = time.monotonic() + 4
-            while not _healthz(port).startswith(b"HTTP/1.1 200"):
+            def served() -> bool:
                 assert proc.poll() is None, "the listener exited"
-                assert time.monotonic() < deadline, "/healthz not served"
-                time.sleep(0.1)
+                return _healthz(port).startswith(b"HTTP/1.1 200")
+
+            eventually_blocking(served, "/healthz served", timeout_s=4, interval_s=0.1)
             assert len(os.listdir(f"/proc/{proc.pid}/fd")) < NOFILE
         finally:
             for sock in slow:

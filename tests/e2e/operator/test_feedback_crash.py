@@ -28,6 +28,7 @@ from grid.demo.mesh import DemoMesh
 from grid.demo.plan import NETWORK
 from grid.gateway.feedback import Delivery, FeedbackReporter, HttpIngestTransport
 from grid.operator.feedback_ingest import KILL_HOOK_ENV
+from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
@@ -66,19 +67,20 @@ async def wait_serving(
     proc: asyncio.subprocess.Process, url: str, session: aiohttp.ClientSession, log: Path
 ) -> None:
     """Poll GET /v1/site/signals until it answers 200, with a deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + START_DEADLINE_S
-    while True:
+
+    async def serving() -> bool:
         assert proc.returncode is None, log.read_text()[-2000:]
         with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
             async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
-                if resp.status == 200:
-                    return
-        if loop.time() > deadline:
-            raise AssertionError(
-                "the operator's signals listener did not come up\n" + log.read_text()[-2000:]
-            )
-        await asyncio.sleep(0.1)
+                return resp.status == 200
+        return False
+
+    try:
+        await eventually(
+            serving, "the signals listener", timeout_s=START_DEADLINE_S, interval_s=0.1
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{log.read_text()[-2000:]}") from None
 
 
 async def persisted(path: Path) -> dict[str, Any]:
