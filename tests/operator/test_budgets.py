@@ -15,7 +15,7 @@ from grid.core.crdt.replica import GridState
 from grid.errors import GridError
 from grid.gateway.settings import LISTENER_POLICY
 from grid.operator.budgets import BudgetMeter, cluster_prices
-from grid.operator.gateway_scrape import GatewayScrape, parse_tenant_tokens
+from grid.operator.gateway_scrape import GatewayScrape, read_exposition
 from grid.operator.ledger_store import LEDGER_FILE, LedgerStore, ledger_configmap_name
 from grid.testing.store import InMemoryStore
 
@@ -47,7 +47,7 @@ def _replica(site: str = "east") -> GridState:
 
 
 def test_only_the_tenant_token_counters_are_read() -> None:
-    assert parse_tenant_tokens(EXPOSITION) == {
+    assert read_exposition(EXPOSITION).tokens == {
         ("acme", "c", "input"): 1_000_000,
         ("acme", "c", "output"): 500_000,
     }
@@ -122,8 +122,8 @@ async def test_without_a_state_directory_the_configmap_carries_the_ledger(
     runner, _ = await _serve(EXPOSITION, int(url.rsplit(":", 1)[1].split("/")[0]))
     try:
         async with aiohttp.ClientSession() as http:
-            bodies = await GatewayScrape([url], 1.0).scrape(http)
-        assert not await again.observe(bodies, _replica())
+            scraped = await GatewayScrape([url], 1.0).scrape(http)
+        assert not await again.observe(scraped, _replica())
     finally:
         await runner.stop()
     assert again.ledger.cents == {"acme": 50}
@@ -153,22 +153,30 @@ async def test_a_ledger_that_cannot_be_saved_is_neither_kept_nor_published(
     try:
         meter = BudgetMeter("east", _FailingLedgers(InMemoryStore(), "east", NS, tmp_path))
         async with aiohttp.ClientSession() as http:
-            bodies = await GatewayScrape([url], 1.0).scrape(http)
-        assert not await meter.observe(bodies, replica)
+            scraped = await GatewayScrape([url], 1.0).scrape(http)
+        assert not await meter.observe(scraped, replica)
     finally:
         await runner.stop()
     assert meter.ledger == Ledger() and meter.save_failures == 1
     assert meter.publish(replica.local) == replica.local
 
 
-def test_upstream_requests_are_summed_per_cluster_over_the_gateways() -> None:
+async def test_upstream_requests_are_summed_per_cluster_over_the_gateways() -> None:
     text = """\
 # TYPE grid_gateway_upstream_requests_total counter
 grid_gateway_upstream_requests_total{cluster="c"} 3.0
 grid_gateway_upstream_requests_total{cluster="d"} 1.0
 """
-    scrape = GatewayScrape([], 1.0, bodies={"a": text, "b": text, "bad": "{{{"})
+    served = [await _serve(body) for body in (text, text, "{{{")]
+    scrape = GatewayScrape([url for _, url in served], 1.0)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await scrape.scrape(http)
+    finally:
+        for runner, _ in served:
+            await runner.stop()
     assert scrape.traffic() == {"c": 6, "d": 2}
+    assert scrape.failures == 1  # the body that is no exposition counts nothing
 
 
 def test_long_site_names_give_a_valid_configmap_name() -> None:

@@ -8,7 +8,7 @@ from grid.cli.routing_cmd import _inputs, _signals
 from grid.core.crdt.replica import GridState
 from grid.core.resources.status import BudgetStatus, GridNetworkStatus
 from grid.core.swim.effects import EventKind, Notify
-from grid.operator.gateway_scrape import GatewayScrape
+from grid.operator.gateway_scrape import GatewayScrape, read_exposition
 from grid.operator.live import OperatorLiveView
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart"
@@ -63,5 +63,6 @@ grid_gateway_upstream_requests_total{cluster="west-vllm"} 1.0
     scrape = GatewayScrape([], 1.0)
     live = OperatorLiveView("east", GridState("east"), lambda: None, traffic=scrape.traffic)
     assert live.view()["traffic"] == {"east": {}}
-    scrape.bodies = {"http://127.0.0.1:1/metrics": text, "http://127.0.0.1:2/metrics": text}
+    gateway = read_exposition(text)
+    scrape.set_counters({"http://127.0.0.1:1/metrics": gateway, "http://127.0.0.1:2/m": gateway})
     assert live.view()["traffic"] == {"east": {"east-vllm": 8, "west-vllm": 2}}

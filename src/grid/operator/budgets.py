@@ -39,7 +39,7 @@ from grid.core.crdt.snapshot import GridStateSnapshot
 from grid.core.overlay import format_timestamp
 from grid.core.resources import GridNetwork
 from grid.errors import GridError
-from grid.operator.gateway_scrape import parse_tenant_tokens
+from grid.operator.gateway_scrape import GatewayCounters
 from grid.operator.ledger_store import LedgerStore
 
 log = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ class BudgetMeter:
         """Read the persisted ledger (call once, before the slot is first published)."""
         self.ledger = await self.ledgers.load()
 
-    async def observe(self, bodies: Mapping[str, str], replica: GridState) -> bool:
-        """Fold one round of gateway expositions into the ledger; True when it grew.
+    async def observe(self, scraped: Mapping[str, GatewayCounters], replica: GridState) -> bool:
+        """Fold one round of the gateways' counters into the ledger; True when it grew.
 
         The grown ledger is persisted first; when that fails the old one is kept,
         so what was not saved is neither gossiped nor lost (the next round prices
@@ -81,12 +81,8 @@ class BudgetMeter:
         """
         prices = cluster_prices(replica)
         ledger = self.ledger
-        for url, text in sorted(bodies.items()):
-            try:
-                counters = parse_tenant_tokens(text)
-            except ValueError:
-                continue
-            ledger = ledger.observe(url, counters, prices)
+        for url, counters in sorted(scraped.items()):
+            ledger = ledger.observe(url, counters.tokens, prices)
         ledger = ledger.at_least(self.mesh_slots(replica))
         if ledger == self.ledger:
             return False

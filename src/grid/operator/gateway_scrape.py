@@ -8,9 +8,10 @@ Two families are taken from each exposition:
 * ``grid_gateway_upstream_requests_total{cluster}``, the requests this site's
   gateways sent to each cluster, which the live view shows as traffic.
 
-A body is bounded (`SCRAPE_MAX_BYTES`) and a URL that fails (refused, timed
-out, not 200, too large, not text) is skipped for the round and counted; the
-others still count.
+Each body is parsed once, for both families. A body is bounded
+(`SCRAPE_MAX_BYTES`) and a URL that fails (refused, timed out, not 200, too
+large, not an exposition) is skipped for the round and counted; the others
+still count.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from grid.core.budgets import DIRECTIONS, CounterKey
@@ -31,61 +33,70 @@ _TOKENS = "grid_gateway_tenant_tokens"
 _UPSTREAM = "grid_gateway_upstream_requests"
 
 
-def _counter_samples(text: str, family_name: str) -> Iterable[tuple[Mapping[str, str], float]]:
-    """(labels, value) of each finite, non-negative ``{family}_total`` sample."""
+@dataclass(frozen=True)
+class GatewayCounters:
+    """What one gateway's exposition counted: tenant tokens, and requests per cluster."""
+
+    tokens: dict[CounterKey, int] = field(default_factory=dict)
+    upstream: dict[str, int] = field(default_factory=dict)
+
+
+def read_exposition(text: str) -> GatewayCounters:
+    """Both families of a Prometheus text exposition in one pass; ValueError if it is not one."""
+    counters = GatewayCounters()
     for family in text_string_to_metric_families(text):
-        if family.name != family_name:
-            continue
-        for sample in family.samples:
-            if sample.name != f"{family_name}_total":
-                continue
-            if math.isfinite(sample.value) and sample.value >= 0:
-                yield sample.labels, sample.value
-
-
-def parse_tenant_tokens(text: str) -> dict[CounterKey, int]:
-    """The tenant token counters in a Prometheus text exposition."""
-    counters: dict[CounterKey, int] = {}
-    for labels, value in _counter_samples(text, _TOKENS):
-        direction = labels.get("direction")
-        tenant, cluster = labels.get("tenant"), labels.get("cluster")
-        if direction not in DIRECTIONS or not tenant or not cluster:
-            continue
-        counters[(tenant, cluster, direction)] = int(value)
+        if family.name == _TOKENS:
+            for labels, value in _totals(family):
+                direction = labels.get("direction")
+                tenant, cluster = labels.get("tenant"), labels.get("cluster")
+                if direction in DIRECTIONS and tenant and cluster:
+                    counters.tokens[(tenant, cluster, direction)] = int(value)
+        elif family.name == _UPSTREAM:
+            for labels, value in _totals(family):
+                if cluster := labels.get("cluster"):
+                    counters.upstream[cluster] = int(value)
     return counters
 
 
-def parse_upstream_requests(text: str) -> dict[str, int]:
-    """Requests sent to each cluster, from a Prometheus text exposition."""
-    counts: dict[str, int] = {}
-    for labels, value in _counter_samples(text, _UPSTREAM):
-        cluster = labels.get("cluster")
-        if cluster:
-            counts[cluster] = int(value)
-    return counts
+def _totals(family: Metric) -> Iterable[tuple[Mapping[str, str], float]]:
+    """(labels, value) of each finite, non-negative ``{family}_total`` sample."""
+    for sample in family.samples:
+        total = sample.name == f"{family.name}_total"
+        if total and math.isfinite(sample.value) and sample.value >= 0:
+            yield sample.labels, sample.value
 
 
 @dataclass
 class GatewayScrape:
-    """The last round's expositions of the site's gateways, and what failed."""
+    """The last round's counters of the site's gateways, and what failed."""
 
     urls: list[str]
     timeout_s: float
-    bodies: dict[str, str] = field(default_factory=dict)
-    """URL → the text it served in the last round (failed URLs are absent)."""
+    counters: dict[str, GatewayCounters] = field(default_factory=dict)
+    """URL → what it counted in the last round (failed URLs are absent)."""
     failures: int = 0
-    """Failed reads since start."""
+    """Failed reads since start (refused, timed out, not 200, too large, not an exposition)."""
+    _traffic: dict[str, int] = field(default_factory=dict)
 
-    async def scrape(self, http: aiohttp.ClientSession) -> dict[str, str]:
-        """Read every URL once; the bodies that were read."""
-        bodies: dict[str, str] = {}
+    async def scrape(self, http: aiohttp.ClientSession) -> dict[str, GatewayCounters]:
+        """Read and parse every URL once; what each URL that answered counted."""
+        counters: dict[str, GatewayCounters] = {}
         for url in self.urls:
             try:
-                bodies[url] = await self._fetch(http, url)
+                counters[url] = read_exposition(await self._fetch(http, url))
             except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError):
                 self.failures += 1
-        self.bodies = bodies
-        return bodies
+        self.set_counters(counters)
+        return counters
+
+    def set_counters(self, counters: dict[str, GatewayCounters]) -> None:
+        """Take ``counters`` as the last round's, and sum their traffic."""
+        self.counters = counters
+        total: dict[str, int] = {}
+        for gateway in counters.values():
+            for cluster, n in gateway.upstream.items():
+                total[cluster] = total.get(cluster, 0) + n
+        self._traffic = dict(sorted(total.items()))
 
     async def _fetch(self, http: aiohttp.ClientSession, url: str) -> str:
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
@@ -100,16 +111,5 @@ class GatewayScrape:
         return body.decode()
 
     def traffic(self) -> dict[str, int]:
-        """Requests per cluster summed over the gateways read in the last round.
-
-        A text that does not parse counts nothing (the budget meter refuses it too).
-        """
-        total: dict[str, int] = {}
-        for text in self.bodies.values():
-            try:
-                counts = parse_upstream_requests(text)
-            except ValueError:
-                continue
-            for cluster, n in counts.items():
-                total[cluster] = total.get(cluster, 0) + n
-        return dict(sorted(total.items()))
+        """Requests per cluster summed over the gateways read in the last round."""
+        return self._traffic

@@ -149,10 +149,10 @@ class LocalLanes:
         async with aiohttp.ClientSession() as http:
             while True:
                 traffic = self.gateways.traffic()
-                bodies = await self.gateways.scrape(http)
+                scraped = await self.gateways.scrape(http)
                 if self.gateways.traffic() != traffic:
                     self.live.changes.notify()
-                grew = await self.budget_meter.observe(bodies, self.replica)
+                grew = await self.budget_meter.observe(scraped, self.replica)
                 before = self.replica.local
                 await self._write_local(self.budget_meter.publish)
                 if grew or self.replica.local != before:
