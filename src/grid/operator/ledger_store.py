@@ -20,7 +20,6 @@ echoes back of this site's slot.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 from grid.adapters.store.port import ResourceStore
 from grid.core.budgets import Ledger
 from grid.errors import NotFound
-from grid.operator.output import NAME_MAX, atomic_write, upsert_configmap
+from grid.operator.output import atomic_write, short_name, upsert_configmap
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +41,7 @@ SEQUENCE_KEY = "sequence"
 
 def ledger_configmap_name(site: str) -> str:
     """``grid-budget-ledger-{site}``, shortened deterministically past 63 characters."""
-    name = f"grid-budget-ledger-{site}"
-    if len(name) <= NAME_MAX:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[: NAME_MAX - 9].rstrip('-')}-{digest}"
+    return short_name(f"grid-budget-ledger-{site}")
 
 
 def _parse(text: str, where: str) -> tuple[int, Ledger] | None:

@@ -40,7 +40,12 @@ def configmap_name(network: str, gateway: str) -> str:
     dash and the first 8 hex digits of the SHA-256 of the full name, so two long
     names that share a prefix still differ.
     """
-    name = f"grid-overlay-{network}-{gateway}"
+    return short_name(f"grid-overlay-{network}-{gateway}")
+
+
+def short_name(name: str) -> str:
+    """``name`` when it fits 63 characters, else its first 54 (trailing dashes trimmed),
+    a dash and the first 8 hex digits of its SHA-256."""
     if len(name) <= NAME_MAX:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
