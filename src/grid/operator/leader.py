@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from grid.adapters.health_server import HealthServer
 from grid.adapters.kube.lease import LeadershipLost, LeaseElector, LeaseSettings
 from grid.adapters.store.kubernetes import KubernetesStore
-from grid.adapters.store.port import DEFAULT_NAMESPACE
+from grid.adapters.store.url import pod_namespace
 from grid.adapters.udp import parse_address
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings
@@ -49,7 +49,7 @@ class ElectedOperator:
         self.elector = LeaseElector(
             store.client,
             settings.lease_name or f"grid-operator-{settings.site}",
-            os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE,
+            pod_namespace(),
             self.identity,
             LeaseSettings(
                 lease_duration_s=settings.lease_duration_s,

@@ -33,13 +33,13 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import os
 import time
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from grid.adapters.health_server import HealthServer
-from grid.adapters.store.port import DEFAULT_NAMESPACE, Expired, ResourceStore
+from grid.adapters.store.port import Expired, ResourceStore
+from grid.adapters.store.url import pod_namespace
 from grid.adapters.swim_metrics import SwimCollector
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
@@ -137,7 +137,7 @@ class Operator(LocalLanes, SiteRounds):
             LedgerStore(
                 store,
                 settings.site,
-                os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE,
+                pod_namespace(),
                 settings.state_dir or settings.overlay_dir,
             ),
         )

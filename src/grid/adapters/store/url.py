@@ -18,6 +18,16 @@ from grid.adapters.store.port import DEFAULT_NAMESPACE, ResourceStore
 from grid.errors import ValidationError
 
 DEFAULT_STORE_URL = "sqlite:.grid/store.db"
+
+
+def pod_namespace() -> str:
+    """The namespace the process runs in: ``POD_NAMESPACE`` (the Downward API), else ``default``.
+
+    The operator's Events, its Lease and its spend-ledger ConfigMap live there.
+    """
+    return os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
+
+
 STORE_ENV = "GRID_STORE"
 
 
@@ -56,7 +66,7 @@ async def open_store(url: str, *, kubeconfig: str | Path | None = None) -> Resou
 
         return await KubernetesStore.connect(
             kubeconfig,
-            event_namespace=os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE,
+            event_namespace=pod_namespace(),
             reporting_instance=os.environ.get("POD_NAME", ""),
         )
     from grid.adapters.store.sqlite import SqliteStore
