@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
@@ -13,7 +15,10 @@ import pytest
 
 from grid.adapters.store.port import ResourceStore
 from grid.adapters.store.sqlite import SqliteStore
+from grid.demo.mesh import DemoMesh
 from grid.demo.pki import DevCA
+from grid.operator.runtime import Operator
+from grid.operator.settings import OperatorSettings
 from grid.testing.kube_api import KubeApiEmulator, connect_store
 
 
@@ -169,3 +174,35 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         key.write_bytes(issued.key_pem)
         sites[name] = SiteFiles(cert, key, issued.fingerprint)
     return Pki(root / "ca.pem", sites)
+
+
+def site_settings(mesh: DemoMesh, name: str, **overrides: Any) -> OperatorSettings:
+    """Settings of an in-process operator for demo site ``name``: its store file, its
+    overlay directory and certificates, and free ports (``overrides`` win)."""
+    assert mesh.pki is not None
+    site, certs = mesh.plan.sites[name], mesh.pki.sites[name]
+    fields: dict[str, Any] = {
+        "site": name,
+        "store": f"sqlite:{site.store}",
+        "swim_bind": "127.0.0.1:0",
+        "metrics_bind": "127.0.0.1:0",
+        "overlay_dir": site.overlay_dir,
+        "ca": mesh.pki.ca,
+        "cert": certs.cert,
+        "key": certs.key,
+    }
+    return OperatorSettings(**(fields | overrides))
+
+
+@contextlib.asynccontextmanager
+async def running(
+    operator: Operator, stop_timeout_s: float = 60
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Run ``operator`` for the block; stop it after, unless it already ended."""
+    task = asyncio.create_task(operator.run())
+    try:
+        yield task
+    finally:
+        if not task.done():
+            operator.stop()
+            await asyncio.wait_for(task, stop_timeout_s)

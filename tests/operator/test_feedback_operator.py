@@ -24,9 +24,10 @@ from grid.core.feedback import Report, report_headers
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import NETWORK, free_port
 from grid.operator.runtime import Operator
-from grid.operator.settings import OperatorSettings
 from grid.operator.startup import StartupError
 from grid.testing.poll import eventually
+
+from .conftest import site_settings
 
 EVENTS = {"conflict", "conflict_exhausted", "overflow", "unauthorized", "write_failure"}
 
@@ -40,15 +41,9 @@ async def east(
     assert mesh.pki is not None
     plan = mesh.plan.sites["east"]
     store = await SqliteStore.open(plan.store)
-    settings = OperatorSettings(
-        site="east",
-        store=f"sqlite:{plan.store}",
-        swim_bind="127.0.0.1:0",
-        metrics_bind="127.0.0.1:0",
-        overlay_dir=plan.overlay_dir,
-        ca=mesh.pki.ca,
-        cert=mesh.pki.sites["east"].cert,
-        key=mesh.pki.sites["east"].key,
+    settings = site_settings(
+        mesh,
+        "east",
         signals_bind=f"127.0.0.1:{free_port()}",
         render_interval_s=0.2,
         ingest_feedback=ingest_feedback,

@@ -16,10 +16,9 @@ from grid.adapters.store.sqlite import SqliteStore
 from grid.core.resources import GridNetwork
 from grid.demo.mesh import DemoMesh
 from grid.operator.runtime import Operator
-from grid.operator.settings import OperatorSettings
 from grid.testing.poll import eventually
 
-from .conftest import CountingStore
+from .conftest import CountingStore, site_settings
 
 KINDS = ("GridNetwork", "GridSite", "InferenceProvider", "Secret")
 
@@ -28,7 +27,7 @@ async def test_thirty_idle_seconds_write_no_status(tmp_path: Path, store: Counti
     mesh = DemoMesh(tmp_path, ["east"])
     await mesh.prepare()
     assert mesh.pki is not None
-    site, certs = mesh.plan.sites["east"], mesh.pki.sites["east"]
+    site = mesh.plan.sites["east"]
     source = await SqliteStore.open(site.store)
     for kind in KINDS:
         for obj in await source.list(kind):
@@ -37,15 +36,10 @@ async def test_thirty_idle_seconds_write_no_status(tmp_path: Path, store: Counti
             await store.create(obj)
             assert status is None
     await source.close()
-    settings = OperatorSettings(
-        site="east",
+    settings = site_settings(
+        mesh,
+        "east",
         store="memory:",
-        swim_bind="127.0.0.1:0",
-        metrics_bind="127.0.0.1:0",
-        overlay_dir=site.overlay_dir,
-        ca=mesh.pki.ca,
-        cert=certs.cert,
-        key=certs.key,
         render_interval_s=3600,
         site_probe_interval_s=3600,
     )

@@ -22,8 +22,9 @@ from grid.core.wire.keyring import Keyring
 from grid.demo import plan as p
 from grid.demo.mesh import DemoMesh
 from grid.operator.runtime import Operator
-from grid.operator.settings import OperatorSettings
 from grid.testing.poll import eventually
+
+from .conftest import site_settings
 
 SITES = ["east", "west", "central"]
 
@@ -44,18 +45,9 @@ async def test_keys_rotate_across_three_sites_with_no_lost_membership(tmp_path: 
     operators: dict[str, Operator] = {}
     tasks: list[asyncio.Task[None]] = []
     for name in SITES:
-        site, certs = mesh.plan.sites[name], mesh.pki.sites[name]
+        site = mesh.plan.sites[name]
         stores[name] = await SqliteStore.open(site.store)
-        settings = OperatorSettings(
-            site=name,
-            store=f"sqlite:{site.store}",
-            swim_bind=f"127.0.0.1:{site.swim_port}",
-            metrics_bind="127.0.0.1:0",
-            overlay_dir=site.overlay_dir,
-            ca=mesh.pki.ca,
-            cert=certs.cert,
-            key=certs.key,
-        )
+        settings = site_settings(mesh, name, swim_bind=f"127.0.0.1:{site.swim_port}")
         operators[name] = Operator(settings, stores[name])
         tasks.append(asyncio.create_task(operators[name].run()))
     lost: list[tuple[str, str, MemberState]] = []

@@ -7,7 +7,6 @@ closed label set, and pass ``promtool check metrics``.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import socket
 import subprocess
@@ -21,8 +20,9 @@ from grid.adapters.store.sqlite import SqliteStore
 from grid.adapters.udp import DROP_REASONS, parse_address
 from grid.demo.mesh import DemoMesh
 from grid.operator.runtime import Operator
-from grid.operator.settings import OperatorSettings
 from grid.testing.poll import eventually
+
+from .conftest import running, site_settings
 
 
 async def scrape(address: str) -> str:
@@ -45,60 +45,49 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 async def test_metrics_export_every_counter_with_closed_labels(tmp_path: Path) -> None:
     mesh = DemoMesh(tmp_path, ["east"])
     await mesh.prepare()
-    assert mesh.pki is not None
-    site, certs = mesh.plan.sites["east"], mesh.pki.sites["east"]
-    store = await SqliteStore.open(site.store)
-    settings = OperatorSettings(
-        site="east",
-        store=f"sqlite:{site.store}",
-        swim_bind="127.0.0.1:0",
-        metrics_bind="127.0.0.1:0",
-        overlay_dir=site.overlay_dir,
-        ca=mesh.pki.ca,
-        cert=certs.cert,
-        key=certs.key,
-    )
-    operator = Operator(settings, store)
-    task = asyncio.create_task(operator.run())
+    store = await SqliteStore.open(mesh.plan.sites["east"].store)
+    operator = Operator(site_settings(mesh, "east"), store)
     try:
-        await eventually(lambda: operator.ready or task.done(), "ready", timeout_s=20)
-        assert not task.done()
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            udp.sendto(b"NOTGRID-" * 8, parse_address(operator.addresses["swim"]))
+        async with running(operator) as task:
+            await eventually(lambda: operator.ready or task.done(), "ready", timeout_s=20)
+            assert not task.done()
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                udp.sendto(b"NOTGRID-" * 8, parse_address(operator.addresses["swim"]))
 
-        async def dropped() -> bool:
+            async def dropped() -> bool:
+                text = await scrape(operator.addresses["metrics"])
+                key = (
+                    "grid_swim_frames_dropped_total",
+                    (("reason", "bad_magic"), ("transport", "datagram")),
+                )
+                rounds = ("grid_reconcile_duration_seconds_count", (("loop", "render"),))
+                return samples(text).get(key, 0) >= 1 and samples(text).get(rounds, 0) >= 1
+
+            await eventually(dropped, "the bad-magic drop is exported", timeout_s=10)
             text = await scrape(operator.addresses["metrics"])
-            key = (
-                "grid_swim_frames_dropped_total",
-                (("reason", "bad_magic"), ("transport", "datagram")),
+            found = samples(text)
+            for transport in ("datagram", "stream"):
+                for reason in DROP_REASONS:
+                    labels = (("reason", reason), ("transport", transport))
+                    assert ("grid_swim_frames_dropped_total", labels) in found
+            assert ("grid_swim_private_key_pems_discarded_total", ()) in found
+            for outcome in ("started", "completed", "failed", "served"):
+                assert ("grid_swim_push_pull_exchanges_total", (("outcome", outcome),)) in found
+            for direction in ("sent", "received"):
+                assert ("grid_swim_push_pull_bytes_total", (("direction", direction),)) in found
+            for state in ("alive", "suspect", "dead", "left"):
+                assert ("grid_swim_members", (("state", state),)) in found
+            for loop in ("sites", "render"):
+                assert ("grid_reconcile_duration_seconds_count", (("loop", loop),)) in found
+            promtool = shutil.which("promtool")
+            if promtool is None:
+                pytest.skip("promtool not installed (make test installs Debian prometheus)")
+            check = subprocess.run(
+                [promtool, "check", "metrics"],
+                input=text.encode(),
+                capture_output=True,
+                check=False,
             )
-            rounds = ("grid_reconcile_duration_seconds_count", (("loop", "render"),))
-            return samples(text).get(key, 0) >= 1 and samples(text).get(rounds, 0) >= 1
-
-        await eventually(dropped, "the bad-magic drop is exported", timeout_s=10)
-        text = await scrape(operator.addresses["metrics"])
-        found = samples(text)
-        for transport in ("datagram", "stream"):
-            for reason in DROP_REASONS:
-                labels = (("reason", reason), ("transport", transport))
-                assert ("grid_swim_frames_dropped_total", labels) in found
-        assert ("grid_swim_private_key_pems_discarded_total", ()) in found
-        for outcome in ("started", "completed", "failed", "served"):
-            assert ("grid_swim_push_pull_exchanges_total", (("outcome", outcome),)) in found
-        for direction in ("sent", "received"):
-            assert ("grid_swim_push_pull_bytes_total", (("direction", direction),)) in found
-        for state in ("alive", "suspect", "dead", "left"):
-            assert ("grid_swim_members", (("state", state),)) in found
-        for loop in ("sites", "render"):
-            assert ("grid_reconcile_duration_seconds_count", (("loop", loop),)) in found
-        promtool = shutil.which("promtool")
-        if promtool is None:
-            pytest.skip("promtool not installed (make test installs Debian prometheus)")
-        check = subprocess.run(
-            [promtool, "check", "metrics"], input=text.encode(), capture_output=True, check=False
-        )
-        assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+            assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
     finally:
-        operator.stop()
-        await asyncio.wait_for(task, 15)
         await store.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from grid.adapters.store.sqlite import SqliteStore
@@ -10,8 +9,9 @@ from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.trust import contains_private_key, fingerprint_pem
 from grid.demo.mesh import DemoMesh
 from grid.operator.runtime import Operator
-from grid.operator.settings import OperatorSettings
 from grid.testing.poll import eventually
+
+from .conftest import running, site_settings
 
 
 async def test_operator_gossips_its_site_lanes_without_key_material(tmp_path: Path) -> None:
@@ -20,32 +20,20 @@ async def test_operator_gossips_its_site_lanes_without_key_material(tmp_path: Pa
     assert mesh.pki is not None
     site, certs = mesh.plan.sites["east"], mesh.pki.sites["east"]
     store = await SqliteStore.open(site.store)
-    settings = OperatorSettings(
-        site="east",
-        store=f"sqlite:{site.store}",
-        swim_bind="127.0.0.1:0",
-        metrics_bind="127.0.0.1:0",
-        overlay_dir=site.overlay_dir,
-        ca=mesh.pki.ca,
-        cert=certs.cert,
-        key=certs.key,
-    )
-    operator = Operator(settings, store)
-    task = asyncio.create_task(operator.run())
+    operator = Operator(site_settings(mesh, "east"), store)
     try:
+        async with running(operator) as task:
 
-        def published() -> bool:
-            assert not task.done(), task
-            return bool(operator.ready and operator.replica.local.cert.pem)
+            def published() -> bool:
+                assert not task.done(), task
+                return bool(operator.ready and operator.replica.local.cert.pem)
 
-        await eventually(published, "the operator publishes its lanes", timeout_s=20)
-        local = operator.replica.local
-        assert fingerprint_pem(local.cert.pem.encode()) == certs.fingerprint
-        assert not contains_private_key(local.cert.pem)
-        assert local.metadata.region == site.region and local.metadata.zone == site.zone
-        assert dict(local.metadata.labels)[GRID_ID_LABEL] == operator.served.grid_id
-        assert local.gateway.egress_address == f"127.0.0.1:{site.egress_port}"
+            await eventually(published, "the operator publishes its lanes", timeout_s=20)
+            local = operator.replica.local
+            assert fingerprint_pem(local.cert.pem.encode()) == certs.fingerprint
+            assert not contains_private_key(local.cert.pem)
+            assert local.metadata.region == site.region and local.metadata.zone == site.zone
+            assert dict(local.metadata.labels)[GRID_ID_LABEL] == operator.served.grid_id
+            assert local.gateway.egress_address == f"127.0.0.1:{site.egress_port}"
     finally:
-        operator.stop()
-        await asyncio.wait_for(task, 15)
         await store.close()

@@ -31,6 +31,8 @@ from grid.operator.settings import OperatorSettings
 from grid.operator.startup import StartupError
 from grid.testing.poll import eventually
 
+from .conftest import site_settings
+
 
 @dataclass
 class Site:
@@ -88,13 +90,9 @@ async def east(
     cert, key = tmp_path / "east.pem", tmp_path / "east-key.pem"
     shutil.copy(mesh.pki.sites["east"].cert, cert)
     shutil.copy(mesh.pki.sites["east"].key, key)
-    settings = OperatorSettings(
-        site="east",
-        store=f"sqlite:{plan.store}",
-        swim_bind="127.0.0.1:0",
-        metrics_bind="127.0.0.1:0",
-        overlay_dir=plan.overlay_dir,
-        ca=mesh.pki.ca,
+    settings = site_settings(
+        mesh,
+        "east",
         cert=cert,
         key=key,
         signals_bind=f"127.0.0.1:{free_port()}",
