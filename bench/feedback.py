@@ -52,8 +52,8 @@ from grid.adapters.store.sqlite import SqliteStore  # noqa: E402
 from grid.adapters.tls_probe import client_context, server_context  # noqa: E402
 from grid.core.feedback import Report, report_headers  # noqa: E402
 from grid.core.routing.signals import Published, SignalsFeed, SignalsScope  # noqa: E402
-from grid.core.trust import TrustPolicy, fingerprint_pem  # noqa: E402
-from grid.demo.pki import DevCA  # noqa: E402
+from grid.core.trust import TrustPolicy  # noqa: E402
+from grid.demo.pki import DevPki, write_dev_pki  # noqa: E402
 from grid.operator.feedback_ingest import wire_ingest  # noqa: E402
 from grid.operator.feedback_writer import FeedbackSettings  # noqa: E402
 from grid.testing.store import InMemoryStore  # noqa: E402
@@ -70,19 +70,6 @@ class _Source:
 
     def published(self, scope: SignalsScope) -> Published:
         return self.feed.current
-
-
-def _write_pki(root: Path) -> dict[str, Path]:
-    ca = DevCA()
-    files = {"ca": root / "ca.pem"}
-    files["ca"].write_bytes(ca.cert_pem)
-    for name in ("east", "west"):
-        issued = ca.issue_site(name)
-        (root / f"{name}.pem").write_bytes(issued.cert_pem)
-        (root / f"{name}-key.pem").write_bytes(issued.key_pem)
-        files[name] = root / f"{name}.pem"
-        files[f"{name}-key"] = root / f"{name}-key.pem"
-    return files
 
 
 async def _store(kind: str, root: Path) -> ResourceStore:
@@ -102,14 +89,14 @@ async def _store(kind: str, root: Path) -> ResourceStore:
     return store
 
 
-async def _serve(kind: str, files: dict[str, Path], root: Path, out: Any, stop: Any) -> None:
+async def _serve(kind: str, pki: DevPki, root: Path, out: Any, stop: Any) -> None:
     store = await _store(kind, root)
     trust = TrustPolicy.pin(
-        fingerprint_pem(files["east"].read_bytes()),
-        [fingerprint_pem(files["west"].read_bytes())],
+        pki.sites["east"].fingerprint,
+        [pki.sites["west"].fingerprint],
     )
     registry = CollectorRegistry()
-    context = server_context(files["ca"], files["east"], files["east-key"])
+    context = server_context(pki.ca, pki.sites["east"].cert, pki.sites["east"].key)
     server = SignalsServer(_Source(), context, lambda: trust, registry)
     wire_ingest(server, store, NETWORK, registry, FeedbackSettings())
     _host, port = await server.start("127.0.0.1", 0)
@@ -122,8 +109,8 @@ async def _serve(kind: str, files: dict[str, Path], root: Path, out: Any, stop: 
     await store.close()
 
 
-def _server_main(kind: str, files: dict[str, Path], root: Path, out: Any, stop: Any) -> None:
-    asyncio.run(_serve(kind, files, root, out, stop))
+def _server_main(kind: str, pki: DevPki, root: Path, out: Any, stop: Any) -> None:
+    asyncio.run(_serve(kind, pki, root, out, stop))
 
 
 async def _hold_peers(port: int, context: ssl.SSLContext) -> list[asyncio.StreamWriter]:
@@ -203,11 +190,11 @@ async def _round(
 
 
 async def _measure(
-    servers: dict[str, tuple[int, Any]], files: dict[str, Path], seconds: float, rounds: int
+    servers: dict[str, tuple[int, Any]], pki: DevPki, seconds: float, rounds: int
 ) -> dict[str, Any]:
     """Hold the peers on every server, then alternate load rounds between them."""
-    peer = client_context(files["ca"], files["west"], files["west-key"])
-    local = client_context(files["ca"], files["east"], files["east-key"])
+    peer = client_context(pki.ca, pki.sites["west"].cert, pki.sites["west"].key)
+    local = client_context(pki.ca, pki.sites["east"].cert, pki.sites["east"].key)
     writers, held = [], {}
     for kind, (port, out) in servers.items():
         writers += await _hold_peers(port, peer)
@@ -244,21 +231,21 @@ def run(seconds: float, rounds: int) -> dict[str, Any]:
     that a noisy neighbour on a shared machine hits both alike."""
     with tempfile.TemporaryDirectory(prefix="grid-bench-feedback-") as tmp:
         root = Path(tmp)
-        files = _write_pki(root)
+        pki = write_dev_pki(root, ["east", "west"])
         ctx = multiprocessing.get_context("spawn")
         stop = ctx.Event()
         procs, servers = [], {}
         try:
             for kind in ("memory", "sqlite"):
                 out = ctx.Queue()
-                proc = ctx.Process(target=_server_main, args=(kind, files, root, out, stop))
+                proc = ctx.Process(target=_server_main, args=(kind, pki, root, out, stop))
                 proc.start()
                 procs.append(proc)
                 message = out.get(timeout=30)
                 while message[0] != "port":
                     message = out.get(timeout=30)
                 servers[kind] = (message[1], out)
-            return asyncio.run(_measure(servers, files, seconds, rounds))
+            return asyncio.run(_measure(servers, pki, seconds, rounds))
         finally:
             stop.set()
             for proc in procs:

@@ -52,8 +52,8 @@ from grid.adapters.signals_server import SignalsServer  # noqa: E402
 from grid.adapters.tls_probe import client_context, server_context  # noqa: E402
 from grid.core.routing.scoring import BackendKind, SignalValues  # noqa: E402
 from grid.core.routing.signals import ProviderSignals, Published, SignalsFeed, SignalsScope  # noqa: E402
-from grid.core.trust import TrustPolicy, fingerprint_pem  # noqa: E402
-from grid.demo.pki import DevCA  # noqa: E402
+from grid.core.trust import TrustPolicy  # noqa: E402
+from grid.demo.pki import DevPki, write_dev_pki  # noqa: E402
 
 
 def _feed() -> SignalsFeed:
@@ -84,26 +84,13 @@ class _Source:
         return self.feed.current
 
 
-def _write_pki(root: Path) -> dict[str, Path]:
-    ca = DevCA()
-    files = {"ca": root / "ca.pem"}
-    files["ca"].write_bytes(ca.cert_pem)
-    for name in ("east", "west"):
-        issued = ca.issue_site(name)
-        (root / f"{name}.pem").write_bytes(issued.cert_pem)
-        (root / f"{name}-key.pem").write_bytes(issued.key_pem)
-        files[name] = root / f"{name}.pem"
-        files[f"{name}-key"] = root / f"{name}-key.pem"
-    return files
-
-
-async def _serve(kind: str, files: dict[str, Path], ports: Any, stop: Any) -> None:
-    context = server_context(files["ca"], files["east"], files["east-key"])
+async def _serve(kind: str, pki: DevPki, ports: Any, stop: Any) -> None:
+    context = server_context(pki.ca, pki.sites["east"].cert, pki.sites["east"].key)
     source = _Source()
     if kind == "grid":
         trust = TrustPolicy.pin(
-            fingerprint_pem(files["east"].read_bytes()),
-            [fingerprint_pem(files["west"].read_bytes())],
+            pki.sites["east"].fingerprint,
+            [pki.sites["west"].fingerprint],
         )
         server = SignalsServer(source, context, lambda: trust, CollectorRegistry())
         _host, port = await server.start("127.0.0.1", 0)
@@ -131,8 +118,8 @@ async def _serve(kind: str, files: dict[str, Path], ports: Any, stop: Any) -> No
         await asyncio.sleep(0.05)
 
 
-def _server_main(kind: str, files: dict[str, Path], ports: Any, stop: Any) -> None:
-    asyncio.run(_serve(kind, files, ports, stop))
+def _server_main(kind: str, pki: DevPki, ports: Any, stop: Any) -> None:
+    asyncio.run(_serve(kind, pki, ports, stop))
 
 
 async def _drive(
@@ -173,17 +160,15 @@ def throughput(seconds: float, connections: int, rounds: int) -> dict[str, Any]:
         k: {"rps_200": [], "rps_304": []} for k in ("trivial", "grid")
     }
     with tempfile.TemporaryDirectory(prefix="grid-bench-signals-") as tmp:
-        files = _write_pki(Path(tmp))
-        context = client_context(files["ca"], files["west"], files["west-key"])
+        pki = write_dev_pki(Path(tmp), ["east", "west"])
+        context = client_context(pki.ca, pki.sites["west"].cert, pki.sites["west"].key)
         ctx = multiprocessing.get_context("spawn")
         stop = ctx.Event()
         urls, procs = {}, []
         try:
             for kind in ("trivial", "grid"):
                 ports = ctx.Queue()
-                proc = ctx.Process(
-                    target=_server_main, args=(kind, files, ports, stop), daemon=True
-                )
+                proc = ctx.Process(target=_server_main, args=(kind, pki, ports, stop), daemon=True)
                 proc.start()
                 procs.append(proc)
                 urls[kind] = f"https://127.0.0.1:{ports.get(timeout=30)}/v1/site/signals"
