@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grid.core.live.activity import ACTIVITY_MAX
-from grid.core.routing.explain import ExplainRow, Explanation, explain
+from grid.core.routing.explain import ExplainRow, Explanation, explain_evaluated
 from grid.core.routing.render import RenderInputs, evaluate_network, select_network
 from grid.core.routing.scoring import SIGNAL_NAMES
 from grid.core.routing.signals import SignalsDocument
@@ -187,6 +187,6 @@ def explain_all(
     evaluated = evaluate_network(inputs, network, site, site, signals, held=held)
     models = {row.evaluation.candidate.name for row in evaluated.rows}
     return [
-        explain(inputs, site=site, model=m, signals=signals, as_gateway=as_gateway, held=held)
+        explain_evaluated(evaluated, network.name, m, signals, as_gateway=as_gateway)
         for m in sorted(models)
     ]

@@ -25,6 +25,7 @@ from grid.core.routing.gateway_order import GatewayRow, gateway_order
 from grid.core.routing.ranking import sort_key
 from grid.core.routing.render import (
     CandidateRow,
+    Evaluated,
     RenderInputs,
     evaluate_network,
     gateway_ranking,
@@ -258,6 +259,25 @@ def explain(
         network = select_network(inputs.networks, inputs.sites, site)
         local_site = site
     evaluated = evaluate_network(inputs, network, local_site, site, signals, held=held)
+    return explain_evaluated(
+        evaluated, network.name, model, signals, capability=capability, as_gateway=as_gateway
+    )
+
+
+def explain_evaluated(
+    evaluated: Evaluated,
+    network: str,
+    model: str | None,
+    signals: SignalsDocument | None,
+    *,
+    capability: str | None = None,
+    as_gateway: bool = False,
+) -> Explanation:
+    """`explain` of one model (every model when None) from an evaluation already made.
+
+    One `evaluate_network` serves every model of a network this way, as in the
+    live view, which explains them all each render round.
+    """
     context = evaluated.context
     mine = [r for r in evaluated.rows if model is None or r.evaluation.candidate.name == model]
     ranked = sorted((r for r in mine if r.exclusion is None), key=lambda r: r.rank or 0)
@@ -275,8 +295,8 @@ def explain(
     if ranking is not None:
         scored_by = "gateway"
     return Explanation(
-        network.name,
-        local_site,
+        network,
+        context.local_site,
         model or "",
         context.config.enabled,
         tuple(out),
