@@ -17,7 +17,6 @@ from prometheus_client import CollectorRegistry
 
 from grid.adapters.signals_server import SignalsServer
 from grid.adapters.tls_probe import client_context, server_context
-from grid.core.listener import ListenerLimits
 from grid.core.routing.scoring import BackendKind, SignalValues
 from grid.core.routing.signals import (
     ProviderSignals,
@@ -25,6 +24,7 @@ from grid.core.routing.signals import (
     SignalsFeed,
     SignalsScope,
 )
+from grid.core.signals.connections import ListenerLimits
 from grid.core.trust import TrustPolicy, fingerprint_der
 from grid.testing.poll import eventually
 
