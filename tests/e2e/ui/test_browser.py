@@ -29,8 +29,8 @@ from click.testing import CliRunner
 from grid.cli import main
 from grid.cli.routing_cmd import _inputs, _signals
 from grid.core.live.view import SiteInputs, explain_all, site_view
-from grid.core.routing.scoring import SIGNAL_NAMES
 from grid.core.swim.config import SwimConfig
+from grid.core.vocabulary import SIGNAL_NAMES
 from grid.demo.mesh import DEMO_TOKEN
 from grid.testing.live_view import detection_bound_s, simulated_view
 from grid.testing.simulator import Simulator
