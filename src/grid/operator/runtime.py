@@ -43,7 +43,7 @@ from grid.adapters.store.url import pod_namespace
 from grid.adapters.swim_metrics import SwimCollector
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
-from grid.adapters.udp import parse_address
+from grid.core.address import parse_address
 from grid.core.crdt.origin import AuthLimits
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
