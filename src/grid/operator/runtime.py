@@ -61,7 +61,7 @@ from grid.core.routing.mesh_view import OriginRecord
 from grid.core.routing.signals import SignalsDocument
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
-from grid.operator.budgets import BudgetMeter
+from grid.operator.budgets import BudgetLoop, BudgetMeter
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.feedback_ingest import wire_ingest
 from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
@@ -70,7 +70,7 @@ from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_fo
 from grid.operator.ledger_store import LedgerStore
 from grid.operator.lifecycle import SignalLifecycle
 from grid.operator.live import OperatorLiveView
-from grid.operator.local_lanes import LocalLanes
+from grid.operator.local_lanes import LanePublisher
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
@@ -90,7 +90,7 @@ RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 round that waits on probe timeouts takes seconds."""
 
 
-class Operator(LocalLanes, SiteRounds):
+class Operator:
     """One site's operator; `run` until `stop` is called or a task fails."""
 
     def __init__(self, settings: OperatorSettings, store: ResourceStore) -> None:
@@ -144,8 +144,6 @@ class Operator(LocalLanes, SiteRounds):
         self._dirty = asyncio.Event()
         self._stop = asyncio.Event()
         self._round_lock = asyncio.Lock()
-        self._site_lock = asyncio.Lock()
-        self._records: dict[str, ProviderRecord | None] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._egress: EgressListener | None = None
         self._swim_started_from: GridNetwork | None = None
@@ -161,7 +159,26 @@ class Operator(LocalLanes, SiteRounds):
             tls = client_context(settings.ca, settings.cert, settings.key)
             self.signals.tls_contexts.append(tls)
         self.sites = SiteController(store, settings.site, tls)
-        self.discovery = SiteDiscovery(store, settings.site)
+        self.site_rounds = SiteRounds(
+            self.served,
+            lambda: self.swim,
+            self.replica,
+            self.sites,
+            SiteDiscovery(store, settings.site),
+            interval_s=settings.site_probe_interval_s,
+            members_gauge=self.members_gauge,
+            durations=self.reconcile_seconds,
+            changed=self._dirty.set,
+        )
+        self.lanes = LanePublisher(
+            settings.site,
+            settings.cert,
+            store,
+            self.served,
+            self.signals,
+            lambda: self.swim,
+            retry=self._dirty.set,
+        )
         self.swim_keys = SwimKeys(store, settings.swim_key_file)
         self.live = OperatorLiveView(
             settings.site,
@@ -171,6 +188,15 @@ class Operator(LocalLanes, SiteRounds):
             self.gateways.traffic,
         )
         self.live.mount(self.health, settings.metrics_bind, settings.ui_public)
+        self.budget_loop = BudgetLoop(
+            self.gateways,
+            self.budget_meter,
+            self.replica,
+            self.lanes.write,
+            interval_s=settings.budget_scrape_interval_s,
+            traffic_changed=self.live.changes.notify,
+            spend_changed=self._dirty.set,
+        )
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -207,13 +233,15 @@ class Operator(LocalLanes, SiteRounds):
         ]
         self._tasks += [
             asyncio.create_task(self._events(), name="swim-events"),
-            asyncio.create_task(self._site_loop(), name="sites"),
+            asyncio.create_task(self.site_rounds.run(), name="sites"),
             asyncio.create_task(
                 render_rounds(self._dirty, self.settings.render_interval_s, self._render_round),
                 name="render",
             ),
             asyncio.create_task(
-                self.signals.rotation_loop(lambda: self.served.network, self._publish_site_lanes),
+                self.signals.rotation_loop(
+                    lambda: self.served.network, self.lanes.publish_site_lanes
+                ),
                 name="cert-rotation",
             ),
         ]
@@ -225,7 +253,7 @@ class Operator(LocalLanes, SiteRounds):
                 )
             )
         if self.gateways.urls:
-            self._tasks.append(asyncio.create_task(self._budget_loop(), name="budgets"))
+            self._tasks.append(asyncio.create_task(self.budget_loop.run(), name="budgets"))
         await self._sync_providers()
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -303,14 +331,14 @@ class Operator(LocalLanes, SiteRounds):
         )
         self.addresses["swim"] = self.swim.address
         log.info("joined mesh", extra={"site": self.settings.site, "swim": self.swim.address})
-        await self._publish_site_lanes()
+        await self.lanes.publish_site_lanes()
         # The persisted slot goes out before anything else is counted.
-        await self._write_local(self.budget_meter.publish)
+        await self.lanes.write(self.budget_meter.publish)
 
     # -- inputs ----------------------------------------------------------------
 
     def _on_record(self, provider: str, record: ProviderRecord | None) -> None:
-        self._records[provider] = record
+        self.lanes.on_record(provider, record)
         self._dirty.set()
 
     async def _refresh_trust(self) -> None:
@@ -320,7 +348,7 @@ class Operator(LocalLanes, SiteRounds):
         replica and by the SWIM machine, so their items are taken again once
         they are trusted again.
         """
-        trust = trust_for(self._ca_pem, self.served.network, await self._sites())
+        trust = trust_for(self._ca_pem, self.served.network, await self.served.sites())
         auth = self.replica.auth
         if auth is None or auth.trust == trust:
             return
@@ -349,7 +377,7 @@ class Operator(LocalLanes, SiteRounds):
                         # A GridSite's labels decide which providers a siteSelector hosts here.
                         await self._sync_providers()
                         if event.object["metadata"]["name"] == self.settings.site:
-                            await self._publish_site_lanes()
+                            await self.lanes.publish_site_lanes()
                     self._dirty.set()
                 return
             except Expired:
@@ -382,7 +410,7 @@ class Operator(LocalLanes, SiteRounds):
             InferenceProvider.model_validate(o) for o in await self.store.list("InferenceProvider")
         ]
         site = self.settings.site
-        own_site = next((s for s in await self._sites() if s.name == site), None)
+        own_site = next((s for s in await self.served.sites() if s.name == site), None)
         return [
             pinned_to(p, site)
             for p in providers
@@ -397,7 +425,7 @@ class Operator(LocalLanes, SiteRounds):
 
     async def _write_matching_sites(self) -> None:
         """Write ``status.matchingSites`` of every siteSelector provider that changed."""
-        sites = await self._sites()
+        sites = await self.served.sites()
         for obj in await self.store.list("InferenceProvider"):
             provider = InferenceProvider.model_validate(obj)
             if provider.spec.grid_network_ref != self.served.name:
@@ -429,14 +457,14 @@ class Operator(LocalLanes, SiteRounds):
         # Rounds never overlap, whoever starts one: two would race on the same writes.
         async with self._round_lock:
             with self.reconcile_seconds.labels("render").time():
-                await self._publish_records()
+                await self.lanes.publish_records()
                 await self.reconcile_overlays()
 
     async def reconcile_overlays(self) -> None:
         """Render every gateway this site serves; write changed overlays and status."""
         network = self.served.network
         assert network is not None
-        sites = await self._sites()
+        sites = await self.served.sites()
         secrets = [Secret.model_validate(o) for o in await self.store.list("Secret")]
         own = [p for p in await self._own_providers() if p.name in self.providers.names]
         own = [
@@ -445,10 +473,10 @@ class Operator(LocalLanes, SiteRounds):
             if self.providers.credentials_ok(p.name)
         ]
         if await self.served.converge_grid_id(network, self.replica):
-            await self._publish_site_lanes()
+            await self.lanes.publish_site_lanes()
         view = None
         if self.signals.transport is not None:
-            records = dict(self._records)
+            records = dict(self.lanes.records)
 
             def view(
                 live: list[OriginRecord], now: dt.datetime, ttl: float | None
