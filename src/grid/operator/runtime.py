@@ -49,10 +49,6 @@ from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
 from grid.core.resources import (
     GridNetwork,
-    InferenceProvider,
-    hosting_sites,
-    hosts_here,
-    pinned_to,
 )
 from grid.core.resources.discovery import as_member
 from grid.core.resources.network_status import RoundOutcome
@@ -74,6 +70,7 @@ from grid.operator.local_lanes import LanePublisher
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
+from grid.operator.own_providers import OwnProviders
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
 from grid.operator.site_rounds import SiteRounds
@@ -152,6 +149,7 @@ class Operator:
         self.providers = ProviderController(
             store, settings.site, self._on_record, settings.record_refresh_s
         )
+        self.own = OwnProviders(store, settings.site, self.served, self.providers)
         self.signals = SignalLifecycle(settings, store, self.registry)
         self.feedback: FeedbackWriter | None = None
         tls = None
@@ -254,7 +252,7 @@ class Operator:
             )
         if self.gateways.urls:
             self._tasks.append(asyncio.create_task(self.budget_loop.run(), name="budgets"))
-        await self._sync_providers()
+        await self.own.sync()
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
         failed = [
@@ -363,7 +361,7 @@ class Operator:
             try:
                 async for event in self.store.watch(kind):
                     if kind == "InferenceProvider":
-                        await self._sync_providers()
+                        await self.own.sync()
                     elif kind == "GridNetwork":
                         self.served.on_event(event.type, event.object)
                         self._check_tuning()
@@ -375,7 +373,7 @@ class Operator:
                         await self._refresh_trust()
                         await self.signals.judge(self.served.network)
                         # A GridSite's labels decide which providers a siteSelector hosts here.
-                        await self._sync_providers()
+                        await self.own.sync()
                         if event.object["metadata"]["name"] == self.settings.site:
                             await self.lanes.publish_site_lanes()
                     self._dirty.set()
@@ -402,40 +400,6 @@ class Operator:
         keyring = await self.swim_keys.reload(network, self.swim.keyring)
         if keyring is not None:
             self.swim.set_keyring(keyring)
-
-    async def _own_providers(self) -> list[InferenceProvider]:
-        """The providers this site serves (§2a: its label, or a siteSelector selecting it),
-        each pinned to this site."""
-        providers = [
-            InferenceProvider.model_validate(o) for o in await self.store.list("InferenceProvider")
-        ]
-        site = self.settings.site
-        own_site = next((s for s in await self.served.sites() if s.name == site), None)
-        return [
-            pinned_to(p, site)
-            for p in providers
-            if p.spec.grid_network_ref == self.served.name and hosts_here(p, own_site, site)
-        ]
-
-    async def _sync_providers(self) -> None:
-        network = self.served.network
-        self.providers.metrics_default_s = network.spec.metrics_refresh_s if network else None
-        self.providers.sync(await self._own_providers())
-        await self._write_matching_sites()
-
-    async def _write_matching_sites(self) -> None:
-        """Write ``status.matchingSites`` of every siteSelector provider that changed."""
-        sites = await self.served.sites()
-        for obj in await self.store.list("InferenceProvider"):
-            provider = InferenceProvider.model_validate(obj)
-            if provider.spec.grid_network_ref != self.served.name:
-                continue
-            matching = hosting_sites(provider, sites)
-            current = provider.status.matching_sites if provider.status else []
-            if matching != current:
-                await self.store.patch_status(
-                    "InferenceProvider", provider.name, {"matchingSites": matching}
-                )
 
     async def _events(self) -> None:
         assert self.swim is not None
@@ -466,7 +430,7 @@ class Operator:
         assert network is not None
         sites = await self.served.sites()
         secrets = [Secret.model_validate(o) for o in await self.store.list("Secret")]
-        own = [p for p in await self._own_providers() if p.name in self.providers.names]
+        own = [p for p in await self.own.hosted() if p.name in self.providers.names]
         own = [
             self.providers.current(p.name) or p
             for p in own
