@@ -50,8 +50,8 @@ from grid.adapters.signals_server import INGEST_PATH, SignalsServer  # noqa: E40
 from grid.adapters.store.port import ResourceStore  # noqa: E402
 from grid.adapters.store.sqlite import SqliteStore  # noqa: E402
 from grid.adapters.tls_probe import client_context, server_context  # noqa: E402
-from grid.core.feedback import Report, report_headers  # noqa: E402
 from grid.core.routing.signals import Published, SignalsFeed, SignalsScope  # noqa: E402
+from grid.core.signals.feedback import Report, report_headers  # noqa: E402
 from grid.core.trust import TrustPolicy  # noqa: E402
 from grid.demo.pki import DevPki, write_dev_pki  # noqa: E402
 from grid.operator.feedback_ingest import wire_ingest  # noqa: E402

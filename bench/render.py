@@ -48,10 +48,11 @@ from grid.core.overlay import (  # noqa: E402
     build_overlay,
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider  # noqa: E402
-from grid.core.routing.candidate import BackendKind, SignalValues  # noqa: E402
+from grid.core.routing.candidate import SignalValues  # noqa: E402
 from grid.core.routing.ranking import order_candidates  # noqa: E402
 from grid.core.routing.render import RenderInputs, render  # noqa: E402
 from grid.core.routing.signals import ProviderSignals, SignalsDocument  # noqa: E402
+from grid.core.vocabulary import BackendKind  # noqa: E402
 
 API = "grid.praxis-proxy.io/v1alpha1"
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -50,9 +50,10 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 
 from grid.adapters.signals_server import SignalsServer  # noqa: E402
 from grid.adapters.tls_probe import client_context, server_context  # noqa: E402
-from grid.core.routing.scoring import BackendKind, SignalValues  # noqa: E402
+from grid.core.routing.scoring import SignalValues  # noqa: E402
 from grid.core.routing.signals import ProviderSignals, Published, SignalsFeed, SignalsScope  # noqa: E402
 from grid.core.trust import TrustPolicy  # noqa: E402
+from grid.core.vocabulary import BackendKind  # noqa: E402
 from grid.demo.pki import DevPki, write_dev_pki  # noqa: E402
 
 

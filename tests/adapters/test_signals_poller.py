@@ -11,9 +11,10 @@ from prometheus_client import CollectorRegistry
 from grid.adapters.signals_poller import PollOutcome, SignalsPoller
 from grid.adapters.signals_server import SignalsServer
 from grid.adapters.tls_probe import client_context, server_context
-from grid.core.routing.scoring import BackendKind, SignalValues
+from grid.core.routing.scoring import SignalValues
 from grid.core.routing.signals import ProviderSignals, Published, SignalsFeed, SignalsScope
 from grid.core.trust import TrustPolicy, fingerprint_der
+from grid.core.vocabulary import BackendKind
 
 from .conftest import SignalsPki
 

@@ -17,15 +17,16 @@ from prometheus_client import CollectorRegistry
 
 from grid.adapters.signals_server import SignalsServer
 from grid.adapters.tls_probe import client_context, server_context
-from grid.core.listener import ListenerLimits
-from grid.core.routing.scoring import BackendKind, SignalValues
+from grid.core.routing.scoring import SignalValues
 from grid.core.routing.signals import (
     ProviderSignals,
     Published,
     SignalsFeed,
     SignalsScope,
 )
+from grid.core.signals.connections import ListenerLimits
 from grid.core.trust import TrustPolicy, fingerprint_der
+from grid.core.vocabulary import BackendKind
 from grid.testing.poll import eventually
 
 from .conftest import SignalsPki

@@ -106,7 +106,7 @@ def test_the_poll_mode_scoring_and_sites_round_trip_through_the_rendered_file(
             ],
         }
     )
-    result = render_consumer_config(OVERLAY, SCOPE, config, ranking=ranking)
+    result = render_consumer_config(OVERLAY, SCOPE, config, ranking=ranking.route_fields())
     assert isinstance(result, RenderedConsumerConfig)
     route = result.document["filter_chains"][0]["filters"][1]
     assert route["sites"] == {"east": {"region": "r1", "zone": "a"}, "west": {"region": "r2"}}

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from grid.core.feedback import U64_MAX, Report, parse_report
+from grid.core.signals.feedback import U64_MAX, Report, parse_report
 from grid.gateway.feedback import (
     Delivery,
     FeedbackReporter,

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry
 
 from grid.adapters.signals_server import SignalsServer
 from grid.adapters.tls_probe import client_context, server_context
-from grid.core.feedback import Report, report_headers
-from grid.core.listener import ListenerLimits
 from grid.core.routing.signals import Published, SignalsFeed, SignalsScope
+from grid.core.signals.connections import ListenerLimits
+from grid.core.signals.feedback import Report, report_headers
 from grid.core.trust import TrustPolicy, fingerprint_pem
 from grid.operator.feedback_ingest import wire_ingest
 from grid.operator.feedback_writer import FeedbackEvents, FeedbackSettings

@@ -9,9 +9,9 @@ import aiohttp
 from aiohttp import web
 
 from grid.adapters.http_listener import HttpListener
-from grid.core.budgets import Ledger
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
+from grid.core.metering.budgets import Ledger
 from grid.errors import GridError
 from grid.gateway.settings import LISTENER_POLICY
 from grid.operator.budgets import BudgetMeter, cluster_prices

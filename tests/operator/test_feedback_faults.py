@@ -14,8 +14,8 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from grid.core.feedback import Report
-from grid.core.listener import ListenerLimits
+from grid.core.signals.connections import ListenerLimits
+from grid.core.signals.feedback import Report
 from grid.testing.feedback_model import FeedbackModel
 
 from .conftest import Pki

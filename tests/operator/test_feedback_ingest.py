@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from grid.core.feedback import U64_MAX, Report, report_headers
+from grid.core.signals.feedback import U64_MAX, Report, report_headers
 from grid.operator.feedback_writer import FeedbackSettings
 
 from .conftest import Pki

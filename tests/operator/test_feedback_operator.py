@@ -20,7 +20,7 @@ import pytest
 from grid.adapters.store.sqlite import SqliteStore
 from grid.adapters.tls_probe import client_context
 from grid.cli.operator_cmd import operator_cmd
-from grid.core.feedback import Report, report_headers
+from grid.core.signals.feedback import Report, report_headers
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import NETWORK, free_port
 from grid.operator.runtime import Operator

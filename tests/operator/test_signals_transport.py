@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client import CollectorRegistry
 
 from grid.core.resources import GridNetwork, GridSite
-from grid.core.routing.scoring import BackendKind, SignalValues
+from grid.core.routing.scoring import SignalValues
 from grid.core.routing.signals import ProviderSignals, SignalsScope
 from grid.core.swim.members import Member, MemberState
 from grid.core.trust import PeerClass
+from grid.core.vocabulary import BackendKind
 from grid.operator.signals import PollTransport, leaf_der, poll_targets, trust_of
 
 from .conftest import Pki

@@ -8,7 +8,7 @@ from decimal import ROUND_FLOOR, Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grid.core.budgets import Ledger, Price
+from grid.core.metering.budgets import Ledger, Price
 
 REQUESTS = 100_000
 SCRAPE_EVERY = 1_000

@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from grid.core.feedback import (
+from grid.core.signals.feedback import (
     U64_MAX,
     Admitted,
     Duplicate,

@@ -3,7 +3,7 @@
 Six sites gossip their G-Counter slots over the simulated SWIM mesh. Each has
 a gateway (a cumulative token counter per tenant) and the site's `Ledger`,
 which prices the counter into the site's own slot exactly as the operator does
-(`grid.core.budgets`), and enforces softly: a site refuses a tenant whose ratio
+(`grid.core.metering.budgets`), and enforces softly: a site refuses a tenant whose ratio
 in its own view is 1. The mesh splits in two for a while, both sides keep
 serving, then it heals. Throughout, every site's view of a tenant is at most
 the true spend (the sum of every site's own slot), no site refuses a tenant
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import random
 
-from grid.core.budgets import CounterKey, Ledger, Price, raise_own_slots, ratios
 from grid.core.crdt.replica import GridState
+from grid.core.metering.budgets import CounterKey, Ledger, Price, raise_own_slots, ratios
 from grid.testing.simulator import SimNode, Simulator
 
 CAPS = {"small": 0.40, "large": 1000.0}

@@ -1,7 +1,7 @@
 """The signals listener's connections: accept, bounded mTLS handshake, classify, serve.
 
 Each TCP connection the listener accepts is one `ClassifiedConnection`. It asks
-the `grid.core.listener.ConnectionBook` for a slot before reading a byte (past
+the `grid.core.signals.connections.ConnectionBook` for a slot before reading a byte (past
 the total cap the socket is aborted at once), upgrades the socket to TLS within
 the handshake deadline, and then classifies the verified leaf certificate with
 the declared `grid.core.trust.TrustPolicy`:
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from grid.adapters.connection_gate import ForwardingProtocol
-from grid.core.listener import ConnectionBook, ConnectionClass, Refusal
+from grid.core.signals.connections import ConnectionBook, ConnectionClass, Refusal
 from grid.core.trust import PeerClass, TrustPolicy
 
 

@@ -40,8 +40,8 @@ from grid.adapters.signals_listener import (
     ListenerState,
     cancel_tasks,
 )
-from grid.core.listener import ConnectionBook, ConnectionClass, ListenerLimits, Refusal
 from grid.core.routing.signals import Published, SignalsScope, etag_matches, parse_scope
+from grid.core.signals.connections import ConnectionBook, ConnectionClass, ListenerLimits, Refusal
 from grid.core.trust import TrustPolicy
 from grid.errors import ValidationError
 

@@ -7,25 +7,36 @@ without touching each other.
 
 from __future__ import annotations
 
-import importlib
-
 import click
 
 from grid import __version__
-
-# Append-only list of command modules; each defines `register(main: click.Group)`.
-COMMAND_MODULES: tuple[str, ...] = (
-    "grid.cli.telemetry_cmd",
-    "grid.cli.mock_provider_cmd",
-    "grid.cli.resources_cmd",
-    "grid.cli.routing_cmd",
-    "grid.cli.certs_cmd",
-    "grid.cli.operator_cmd",
-    "grid.cli.store_cmd",
-    "grid.cli.demo_cmd",
-    "grid.cli.telemetry_send",
-    "grid.cli.gateway_cmd",
+from grid.cli import (
+    certs_cmd,
+    demo_cmd,
+    gateway_cmd,
+    mock_provider_cmd,
+    operator_cmd,
+    resources_cmd,
+    routing_cmd,
+    store_cmd,
+    telemetry_cmd,
+    telemetry_send,
 )
+
+COMMAND_MODULES = (
+    telemetry_cmd,
+    mock_provider_cmd,
+    resources_cmd,
+    routing_cmd,
+    certs_cmd,
+    operator_cmd,
+    store_cmd,
+    demo_cmd,
+    telemetry_send,
+    gateway_cmd,
+)
+"""The command families, in the order `grid --help` lists them; each defines
+``register(main: click.Group)``."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,5 +45,5 @@ def main() -> None:
     """Grid: mesh AI inference backends across sites into one routable overlay."""
 
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(_name).register(main)
+for _module in COMMAND_MODULES:
+    _module.register(main)

@@ -20,7 +20,8 @@ from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.overlay import CANDIDATES_MAX, secret_ref_of
 from grid.core.routing.candidate import Geography
 from grid.core.routing.rerank import RerankContext
-from grid.core.routing.scoring import SIGNAL_NAMES, ScoringConfig, ScoringWeights
+from grid.core.routing.scoring import ScoringConfig, ScoringWeights
+from grid.core.vocabulary import SIGNAL_NAMES
 from grid.gateway.snapshot import Snapshot, snapshot_from_candidates
 
 TEXT_MAX = 256

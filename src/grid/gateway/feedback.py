@@ -40,7 +40,7 @@ from typing import Protocol
 
 import aiohttp
 
-from grid.core.feedback import EPOCH, SEQUENCE, U64_MAX, Report, report_headers
+from grid.core.signals.feedback import EPOCH, SEQUENCE, U64_MAX, Report, report_headers
 
 log = logging.getLogger(__name__)
 

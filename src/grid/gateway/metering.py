@@ -31,9 +31,9 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
-from grid.core.budgets import DIRECTIONS, CounterKey, exhausted_tenants, tenant_label
 from grid.core.json_document import DocumentError, decode_json
-from grid.core.usage import Usage
+from grid.core.metering.budgets import DIRECTIONS, CounterKey, exhausted_tenants, tenant_label
+from grid.core.metering.usage import Usage
 
 log = logging.getLogger(__name__)
 

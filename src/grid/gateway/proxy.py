@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from grid.core.usage import StreamUsage, answer_usage, ask_for_usage
+from grid.core.metering.usage import StreamUsage, answer_usage, ask_for_usage
 from grid.gateway.affinity import AffinityTable
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles

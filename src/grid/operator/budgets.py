@@ -4,7 +4,7 @@ Every ``budget_scrape_interval_s`` the site scrapes its local gateways'
 ``grid_gateway_tenant_tokens_total`` (the ``--gateway-metrics`` URLs, read by
 `grid.operator.gateway_scrape`), prices each increase with the cluster's
 provider costs from the replica's provider records, and folds it into its
-`Ledger` (`grid.core.budgets`). A changed ledger is persisted
+`Ledger` (`grid.core.metering.budgets`). A changed ledger is persisted
 (`grid.operator.ledger_store`: its ConfigMap, and the state file when there is
 a state directory) before anything is gossiped, and its whole cents become this
 site's own G-Counter slot in the state lane. A restart loads the ledger back,
@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from grid.core.budgets import (
+from grid.core.crdt.replica import GridState
+from grid.core.crdt.snapshot import GridStateSnapshot
+from grid.core.metering.budgets import (
     Ledger,
     Price,
     budget_status,
@@ -34,8 +36,6 @@ from grid.core.budgets import (
     ratios,
     view_moved,
 )
-from grid.core.crdt.replica import GridState
-from grid.core.crdt.snapshot import GridStateSnapshot
 from grid.core.overlay import format_timestamp
 from grid.core.resources import GridNetwork
 from grid.errors import GridError

@@ -8,7 +8,7 @@ admission and the store write share one request budget (5 s; past it 504
    submit: anyone else gets 403 ``unauthorized``, counted;
 2. any body byte or a chunked body gets 413 ``body_not_empty``, and the
    connection is closed without reading the body;
-3. the version-1 headers are parsed (`grid.core.feedback.parse_report`): 400s;
+3. the version-1 headers are parsed (`grid.core.signals.feedback.parse_report`): 400s;
 4. the single `FeedbackWriter` admits and persists the report: 409, 429, 503;
 5. only then the 204 echoes ``x-grid-ingest-epoch`` and ``x-grid-ingest-sequence``.
 
@@ -35,7 +35,8 @@ from prometheus_client import CollectorRegistry
 
 from grid.adapters.signals_server import INGEST_PATH, SignalsServer, refusal
 from grid.adapters.store.port import ResourceStore
-from grid.core.feedback import (
+from grid.core.signals.connections import ConnectionClass
+from grid.core.signals.feedback import (
     BodyNotEmpty,
     FeedbackEvent,
     FeedbackRefusal,
@@ -43,7 +44,6 @@ from grid.core.feedback import (
     echo_headers,
     parse_report,
 )
-from grid.core.listener import ConnectionClass
 from grid.operator.feedback_writer import FeedbackEvents, FeedbackSettings, FeedbackWriter
 
 KILL_HOOK_ENV = "GRID_TEST_KILL_AFTER_FEEDBACK_WRITE"

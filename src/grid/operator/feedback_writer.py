@@ -2,7 +2,7 @@
 
 Every ingest report goes through `FeedbackWriter.submit`, under one lock, so
 publication is serialized: the lock holder reads the GridNetwork, lets the
-pure `grid.core.feedback.FeedbackBook` decide every waiting report in arrival
+pure `grid.core.signals.feedback.FeedbackBook` decide every waiting report in arrival
 order, and writes the reporter states and the ``GatewayIngest`` condition
 together in one status merge patch that carries the resourceVersion it read.
 Reports that queue up behind a write share the next one (a group commit), so
@@ -26,7 +26,8 @@ from prometheus_client import CollectorRegistry
 
 from grid.adapters.health_server import ClosedCounter
 from grid.adapters.store.port import ResourceStore
-from grid.core.feedback import (
+from grid.core.resources import GridNetwork
+from grid.core.signals.feedback import (
     CONDITION_TYPE,
     DEFAULT_REPORTER_CAPACITY,
     Admitted,
@@ -42,7 +43,6 @@ from grid.core.feedback import (
     ingest_condition,
     status_patch,
 )
-from grid.core.resources import GridNetwork
 from grid.errors import Conflict
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ import aiohttp
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from grid.core.budgets import DIRECTIONS, CounterKey
+from grid.core.metering.budgets import DIRECTIONS, CounterKey
 
 SCRAPE_MAX_BYTES = 8 * 1024 * 1024
 """Largest gateway /metrics body read; a longer one fails that scrape."""

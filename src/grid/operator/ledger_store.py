@@ -1,6 +1,6 @@
 """Where the site's spend ledger survives a restart: a ConfigMap, and a file when there is a disk.
 
-The ledger (`grid.core.budgets.Ledger`) must outlive the process, or a restarted
+The ledger (`grid.core.metering.budgets.Ledger`) must outlive the process, or a restarted
 operator would publish a lower slot than it had gossiped, and a counter it had
 priced would be priced again. It is kept in two places:
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from grid.adapters.store.port import ResourceStore
-from grid.core.budgets import Ledger
+from grid.core.metering.budgets import Ledger
 from grid.errors import NotFound
 from grid.operator.output import atomic_write, short_name, upsert_configmap
 

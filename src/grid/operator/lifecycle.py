@@ -3,7 +3,7 @@
 `SignalLifecycle` reads the mode once, when the operator starts (seed 000).
 Under poll it builds the `grid.operator.signals.PollTransport` with the trust
 declared at that moment. Afterwards every GridNetwork or GridSite change is
-judged by `grid.core.signal_mode.judge`: a declared mode other than the running
+judged by `grid.core.signals.mode.judge`: a declared mode other than the running
 one, or (under poll) a peer-trust change, raises `StartupError` with one clear
 line, which ends the process so that its supervisor restarts it.
 
@@ -31,7 +31,7 @@ from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork, GridSite
 from grid.core.routing.mesh_view import OriginRecord, signals_entry
 from grid.core.routing.signals import SignalsDocument
-from grid.core.signal_mode import Mode, Running, judge, rotates
+from grid.core.signals.mode import Mode, Running, judge, rotates
 from grid.core.swim.members import Member
 from grid.core.trust import TrustPolicy
 from grid.operator.settings import OperatorSettings

@@ -239,12 +239,13 @@ class ConsumerConfigWriter:
         }
         if config is None or not config.enabled:
             return {**entry, "phase": "Disabled", "reason": "Disabled"}
+        ranking = poll_ranking(rendered)
         result = render_consumer_config(
             rendered.overlay,
             scope,
             config,
             self.overlay_file(config, scope.gateway),
-            poll_ranking(rendered),
+            ranking.route_fields() if ranking is not None else None,
         )
         if isinstance(result, ConsumerConfigError):
             return {**entry, "phase": "Error", "reason": result.reason, "message": result.message}

@@ -10,7 +10,7 @@ stops answering keeps its last entries until they age past
 ``staleCandidateTtlSeconds`` (`grid.core.routing.signals.merge_pulled`).
 
 The declared trust is read once, at start, and both the listener and the
-poller hold it; a later change restarts the process (`grid.core.signal_mode`).
+poller hold it; a later change restarts the process (`grid.core.signals.mode`).
 
 A site's signals port is the grid's (7947) unless it binds another: then it
 advertises the bound port in its metadata lane (`SIGNALS_PORT_LABEL`), which is
@@ -34,7 +34,6 @@ from grid.adapters.signals_poller import PollOutcome, SignalsPoller
 from grid.adapters.signals_server import DEFAULT_SIGNALS_PORT, SignalsServer
 from grid.adapters.tls_probe import client_context, server_context
 from grid.adapters.udp import parse_address
-from grid.core.listener import ListenerLimits
 from grid.core.resources import GridNetwork, GridSite
 from grid.core.routing.signals import (
     ProviderSignals,
@@ -44,6 +43,7 @@ from grid.core.routing.signals import (
     SignalsScope,
     merge_pulled,
 )
+from grid.core.signals.connections import ListenerLimits
 from grid.core.swim.members import Member, MemberState
 from grid.core.trust import TrustPolicy, declared_trust
 

@@ -7,15 +7,12 @@ the embedded default never loads the NATS client.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from grid.adapters.backbone import Backbone, RosterLog
 from grid.adapters.backbone.roster_sqlite import SqliteRosterLog
 from grid.adapters.backbone.sqlite import SqliteBackbone
 from grid.errors import ValidationError
-
-JETSTREAM_MODULE = "grid.adapters.backbone.jetstream"
 
 
 def check_backbone_spec(spec: str) -> str:
@@ -29,7 +26,8 @@ async def open_backbone(spec: str, data_dir: Path) -> Backbone:
     """The durable backbone named by ``spec``."""
     if check_backbone_spec(spec) == "sqlite":
         return await SqliteBackbone.open(data_dir)
-    jetstream = importlib.import_module(JETSTREAM_MODULE)
+    from grid.adapters.backbone import jetstream  # only when asked for: it loads nats
+
     backbone: Backbone = await jetstream.JetStreamBackbone.connect(spec)
     return backbone
 
@@ -38,6 +36,7 @@ async def open_roster(spec: str, data_dir: Path) -> RosterLog:
     """The roster log that lives with the backbone named by ``spec``."""
     if check_backbone_spec(spec) == "sqlite":
         return await SqliteRosterLog.open(data_dir)
-    jetstream = importlib.import_module(JETSTREAM_MODULE)
+    from grid.adapters.backbone import jetstream  # only when asked for: it loads nats
+
     roster: RosterLog = await jetstream.JetStreamRoster.connect(spec)
     return roster

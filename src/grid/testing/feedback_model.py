@@ -1,6 +1,6 @@
 """A reference model of seed 000's ingest-feedback rules, for tests to compare against.
 
-This is an oracle, deliberately written apart from `grid.core.feedback`: a
+This is an oracle, deliberately written apart from `grid.core.signals.feedback`: a
 plain dict of tuples and one function per rule, in the words of the seed, so a
 test can drive the real machine (or the real endpoint) and this model with the
 same reports and demand the same answers and the same final state.

@@ -3,7 +3,7 @@
 It serves ``GET /v1/site/signals`` over real mTLS on 127.0.0.1 (client
 certificate required), with a strong ``ETag`` and ``304`` on a matching
 ``If-None-Match``, as §6 fixes, and ``POST /v1/site/signals/ingest``, parsing
-each report with `grid.core.feedback.parse_report` and answering §7's ``204``
+each report with `grid.core.signals.feedback.parse_report` and answering §7's ``204``
 with the epoch and sequence echoed (or a chosen failure status). Tests set
 the document it serves, make it answer an error status, and read what it saw:
 requests, the ``If-None-Match`` values, the distinct connections (keep-alive),
@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from grid.core.feedback import FeedbackRefusal, Report, echo_headers, parse_report
+from grid.core.signals.feedback import FeedbackRefusal, Report, echo_headers, parse_report
 
 
 class SignalsOperator:

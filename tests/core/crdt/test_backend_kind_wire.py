@@ -11,7 +11,7 @@ import pytest
 
 from grid.core.crdt import GridStateSnapshot, Lane, ProviderRecord
 from grid.core.crdt.payload import PayloadError, decode_lane, encode_lane
-from grid.core.resources.provider_spec import BackendKind
+from grid.core.vocabulary import BackendKind
 from grid.errors import ValidationError
 from grid.proto_gen.grid.swim.v1 import state_pb2 as pb
 

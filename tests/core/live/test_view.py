@@ -16,8 +16,8 @@ from grid.cli.routing_cmd import _inputs, _signals
 from grid.core.live.activity import ActivityLog
 from grid.core.live.feed import EVENT_TYPES, changed_events
 from grid.core.live.view import SiteInputs, View, explain_all, merge_views, site_view
-from grid.core.routing.scoring import SIGNAL_NAMES
 from grid.core.swim.members import Member, MemberState
+from grid.core.vocabulary import SIGNAL_NAMES
 
 QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "quickstart"
 AT = "2026-01-01T00:00:00.000Z"

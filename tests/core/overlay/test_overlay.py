@@ -25,15 +25,10 @@ from grid.core.overlay import (
     verify,
 )
 from grid.core.overlay.ids import fnv1a_32, stable_id
-from grid.core.routing.candidate import (
-    BackendKind,
-    CandidateInput,
-    CredentialRef,
-    Geography,
-    SignalValues,
-)
+from grid.core.routing.candidate import CandidateInput, CredentialRef, Geography, SignalValues
 from grid.core.routing.ranking import score_candidates
 from grid.core.routing.scoring import ScoringConfig, ScoringContext, ScoringWeights
+from grid.core.vocabulary import BackendKind
 from grid.testing.strategies import json_values
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "overlay"

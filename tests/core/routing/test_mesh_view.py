@@ -16,7 +16,6 @@ from grid.core.crdt import GridStateSnapshot, Lane
 from grid.core.crdt.payload import decode_lane, encode_lane
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import API_VERSION, SITE_LABEL, GridNetwork, GridSite, InferenceProvider
-from grid.core.routing.candidate import BackendKind
 from grid.core.routing.mesh_view import (
     SIGNALS_SCHEMA_VERSION,
     OriginRecord,
@@ -28,6 +27,7 @@ from grid.core.routing.mesh_view import (
     signals_document,
 )
 from grid.core.routing.render import Rendered, render
+from grid.core.vocabulary import BackendKind
 
 NETWORK = "grid-test"
 MODEL = "llama"

@@ -14,7 +14,6 @@ import pytest
 
 from grid.core.routing import scoring
 from grid.core.routing.candidate import (
-    BackendKind,
     CandidateInput,
     CredentialRef,
     ExclusionReason,
@@ -30,15 +29,14 @@ from grid.core.routing.ranking import (
     sort_key,
 )
 from grid.core.routing.scoring import (
-    AdmissionState,
     AdmissionThresholds,
     Evaluation,
     ScoringConfig,
     ScoringContext,
     ScoringWeights,
-    SelectionTier,
     evaluate,
 )
+from grid.core.vocabulary import AdmissionState, BackendKind, SelectionTier
 
 EAST = Geography(region="us-east", zone="us-east-1a")
 EAST_B = Geography(region="us-east", zone="us-east-1b")

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grid.core.routing.candidate import BackendKind, SignalValues
+from grid.core.routing.candidate import SignalValues
 from grid.core.routing.signals import is_fresh, merge_entries, parse_signals
+from grid.core.vocabulary import BackendKind
 from grid.errors import ValidationError
 from grid.testing.strategies import json_values
 

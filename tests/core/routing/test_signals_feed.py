@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grid.core.routing.scoring import BackendKind, SignalValues
+from grid.core.routing.scoring import SignalValues
 from grid.core.routing.signals import (
     ProviderSignals,
     SignalsDocument,
@@ -21,6 +21,7 @@ from grid.core.routing.signals import (
     parse_scope,
     parse_signals,
 )
+from grid.core.vocabulary import BackendKind
 from grid.errors import ValidationError
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

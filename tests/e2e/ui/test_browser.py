@@ -29,8 +29,8 @@ from click.testing import CliRunner
 from grid.cli import main
 from grid.cli.routing_cmd import _inputs, _signals
 from grid.core.live.view import SiteInputs, explain_all, site_view
-from grid.core.routing.scoring import SIGNAL_NAMES
 from grid.core.swim.config import SwimConfig
+from grid.core.vocabulary import SIGNAL_NAMES
 from grid.demo.mesh import DEMO_TOKEN
 from grid.testing.live_view import detection_bound_s, simulated_view
 from grid.testing.simulator import Simulator
@@ -199,10 +199,13 @@ def test_a_poll_mode_page_shows_the_gateways_bars_and_says_so(
         _open(browser, url)
         for model in view["ranking"]["east"]:
             name = model["model"]
-            notes = browser.find_elements(
-                "css selector", f'.model[data-model="{name}"] .scored-by[data-scored-by="gateway"]'
+            # Read in one script: the page re-renders on every event, so an element
+            # found by one call may be gone by the next.
+            notes = browser.execute_script(
+                "return [...document.querySelectorAll(arguments[0])].map((n) => n.innerText);",
+                f'.model[data-model="{name}"] .scored-by[data-scored-by="gateway"]',
             )
-            assert [n.text for n in notes] == [
+            assert notes == [
                 "scored as the poll-mode gateway ranks: its order and its scores from the pulled"
                 " signals"
             ]

@@ -39,8 +39,8 @@ from grid.core.crdt.snapshot import (
     StateLaneValue,
     sorted_pairs,
 )
-from grid.core.resources.provider_spec import PROVIDER_KINDS, BackendKind
 from grid.core.swim.messages import Lane
+from grid.core.vocabulary import PROVIDER_KINDS, BackendKind
 from grid.errors import ProtocolError, ValidationError
 from grid.proto_gen.grid.swim.v1 import state_pb2 as pb
 

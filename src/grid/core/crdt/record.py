@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from grid.core.resources.provider_spec import PROVIDER_KINDS, BackendKind
+from grid.core.vocabulary import PROVIDER_KINDS, BackendKind
 from grid.errors import ValidationError
 
 """The ``spec.providerKind`` values of an InferenceProvider (seed 003)."""

@@ -24,9 +24,9 @@ from typing import Any
 from grid.core.live.activity import ACTIVITY_MAX
 from grid.core.routing.explain import ExplainRow, Explanation, explain_evaluated
 from grid.core.routing.render import RenderInputs, evaluate_network, select_network
-from grid.core.routing.scoring import SIGNAL_NAMES
 from grid.core.routing.signals import SignalsDocument
 from grid.core.swim.members import Member
+from grid.core.vocabulary import SIGNAL_NAMES
 
 View = dict[str, Any]
 """A live view: ``generated_at``, ``sites``, ``unreachable``, ``members``, ``activity``,

@@ -29,8 +29,6 @@ import yaml
 
 from grid.core.overlay.envelope import Scope
 from grid.core.resources.network_spec import ClusterEndpointSpec, ConsumerSpec
-from grid.core.routing.rerank import RerankContext
-from grid.core.routing.scoring import SIGNAL_NAMES
 
 CONFIG_KEY = "praxis.yaml"
 """The one data key of the consumer-config ConfigMap (and the embedded file name)."""
@@ -81,7 +79,7 @@ def render_consumer_config(
     scope: Scope,
     config: ConsumerSpec,
     overlay_file: str | None = None,
-    ranking: RerankContext | None = None,
+    ranking: Mapping[str, Any] | None = None,
 ) -> RenderedConsumerConfig | ConsumerConfigError:
     """The ``praxis.yaml`` for one gateway, or why it fails closed.
 
@@ -89,9 +87,9 @@ def render_consumer_config(
     the route filter reads the envelope at that path (verified against
     ``scope``) instead of carrying the candidates inline; the clusters and
     credentials are still those of ``overlay``'s candidates. With ``ranking``
-    (under ``signalTransport.mode: poll``) the route filter also carries the
-    network's ``scoring`` settings and the ``sites``' geography, which the
-    gateway scores pulled signals with.
+    (under ``signalTransport.mode: poll``; `RerankContext.route_fields`) the route
+    filter also carries the network's ``scoring`` settings and the ``sites``'
+    geography, which the gateway scores pulled signals with.
     """
     candidates: Sequence[Mapping[str, Any]] = overlay["candidates"]
     clusters = _distinct(str(c["cluster"]) for c in candidates)
@@ -162,7 +160,7 @@ def _route_filter(
     candidates: Sequence[Mapping[str, Any]],
     scope: Scope,
     overlay_file: str | None,
-    ranking: RerankContext | None,
+    ranking: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     route: dict[str, Any] = {
         "filter": "intelligent_route",
@@ -175,27 +173,8 @@ def _route_filter(
     else:
         route["candidates"] = [_inline_candidate(c) for c in candidates]
     if ranking is not None:
-        route.update(ranking_fields(ranking))
+        route.update(ranking)
     return route
-
-
-def ranking_fields(ranking: RerankContext) -> dict[str, Any]:
-    """The route filter's optional ``scoring`` and ``sites`` (poll mode, docs/gateway.md)."""
-    config = ranking.config
-    weights = dict(zip(SIGNAL_NAMES, config.weights.as_tuple(), strict=True))
-    sites: dict[str, Any] = {}
-    for name in sorted(ranking.geographies):
-        geo = ranking.geographies[name]
-        known = {"region": geo.region, "zone": geo.zone}
-        sites[name] = {k: v for k, v in known.items() if v is not None}
-    return {
-        "scoring": {
-            "weights": weights,
-            "latency_ceiling_ms": config.latency_ceiling_ms,
-            "cost_ceiling_per_million_input_tokens": config.cost_ceiling_per_million_input_tokens,
-        },
-        "sites": sites,
-    }
 
 
 def _inline_candidate(candidate: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from grid.core.overlay.digest import (
     canonical_breakdown,
@@ -25,11 +25,72 @@ from grid.core.overlay.digest import (
 )
 from grid.core.overlay.envelope import Provenance, Scope, envelope_with_digest, format_timestamp
 from grid.core.overlay.ids import model_prefix, stable_id_at
-from grid.core.routing.ranking import RankedCandidate
-from grid.core.routing.scoring import SIGNAL_NAMES, AdmissionState, ScoreBreakdown, SelectionTier
+from grid.core.vocabulary import (
+    SIGNAL_NAMES,
+    AdmissionState,
+    CandidateKind,
+    ScoreBreakdown,
+    SelectionTier,
+)
 
-KIND_INFERENCE_MODEL = "inference_model"
+KIND_INFERENCE_MODEL = CandidateKind.INFERENCE_MODEL.value
 """The candidate kind for an inference model served by a provider."""
+
+
+class Credential(Protocol):
+    """What the overlay writes of a credential reference (never token bytes)."""
+
+    @property
+    def strategy(self) -> str: ...
+    @property
+    def secret_name(self) -> str: ...
+    @property
+    def secret_namespace(self) -> str: ...
+    @property
+    def secret_key(self) -> str: ...
+
+
+class Routed(Protocol):
+    """What the overlay writes of the candidate itself (routing's `CandidateInput` fits)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def site(self) -> str: ...
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def fresh(self) -> bool: ...
+    @property
+    def credential(self) -> Credential | None: ...
+
+
+class Judged(Protocol):
+    """What the overlay writes of the engine's verdict (routing's `Evaluation` fits)."""
+
+    @property
+    def candidate(self) -> Routed: ...
+    @property
+    def admission(self) -> AdmissionState: ...
+    @property
+    def tier(self) -> SelectionTier: ...
+    @property
+    def breakdown(self) -> ScoreBreakdown | None: ...
+
+
+class Ranked(Protocol):
+    """One candidate in rank order, as the overlay writes it (routing's `Ranked`).
+
+    The overlay is below routing in the core's layers: it names what it reads
+    of a ranked candidate instead of importing the pipeline that ranks.
+    """
+
+    @property
+    def evaluation(self) -> Judged: ...
+    @property
+    def rank(self) -> int: ...
 
 
 def json_number(value: float) -> float | int:
@@ -73,7 +134,7 @@ class _Shared:
     breakdown_texts: dict[ScoreBreakdown, str] = field(default_factory=dict)
 
 
-def _candidate_document(ranked: RankedCandidate, shared: _Shared) -> dict[str, Any]:
+def _candidate_document(ranked: Ranked, shared: _Shared) -> dict[str, Any]:
     """`candidate_document`, reusing what ``shared`` already converted.
 
     Each candidate still gets its own dicts.
@@ -143,7 +204,7 @@ def _add_canonical_text(
         shared.texts.append(text)
 
 
-def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
+def candidate_document(ranked: Ranked) -> dict[str, Any]:
     """The §5 wire form of one ranked candidate (no field beyond §5's list)."""
     return _candidate_document(ranked, _Shared())
 
@@ -151,7 +212,7 @@ def candidate_document(ranked: RankedCandidate) -> dict[str, Any]:
 def build_overlay(
     network: str,
     local_site: str,
-    ranked: Sequence[RankedCandidate],
+    ranked: Sequence[Ranked],
     generated_at: datetime,
 ) -> dict[str, Any]:
     """``grid-config.json``: ``{network, local_site, candidates[], generated_at}``.
@@ -164,7 +225,7 @@ def build_overlay(
 def _build_overlay(
     network: str,
     local_site: str,
-    ranked: Sequence[RankedCandidate],
+    ranked: Sequence[Ranked],
     generated_at: datetime,
     shared: _Shared,
 ) -> dict[str, Any]:
@@ -179,7 +240,7 @@ def _build_overlay(
 def build_overlay_and_envelope(
     network: str,
     local_site: str,
-    ranked: Sequence[RankedCandidate],
+    ranked: Sequence[Ranked],
     generated_at: datetime,
     scope: Scope,
     provenance: Provenance,

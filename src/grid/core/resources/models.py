@@ -37,7 +37,6 @@ from grid.core.resources.phases import NetworkPhase, ProviderPhase, SitePhase, t
 from grid.core.resources.provider_spec import (
     AccessPolicy,
     AuthStrategy,
-    BackendKind,
     Cost,
     HealthCheck,
     InferenceProviderSpec,
@@ -59,6 +58,7 @@ from grid.core.resources.status import (
     OverlayStatus,
 )
 from grid.core.resources.types import WireModel
+from grid.core.vocabulary import BackendKind
 from grid.errors import NotFound
 
 GROUP: Final = "grid.praxis-proxy.io"

@@ -10,7 +10,6 @@ and the scrape's ``endpoint``/``tls``, ``staleMetricsSeconds``, ``poolName``,
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
@@ -30,26 +29,7 @@ from grid.core.resources.types import (
     Url,
     WireModel,
 )
-
-
-class BackendKind(StrEnum):
-    """Where an inference backend runs (InferenceProvider ``spec.backendKind``, seed 003).
-
-    The one type for the concept: the CRD field, the scoring engine and the CRDT
-    provider record all hold it; the wire maps it to ``grid.swim.v1.BackendKind``
-    by member name (``LOCAL`` <-> ``BACKEND_KIND_LOCAL``).
-    """
-
-    LOCAL = "local"
-    REMOTE = "remote"
-    CLOUD_MANAGED = "cloud_managed"
-    API_PROVIDER = "api_provider"
-
-    @property
-    def self_hosted(self) -> bool:
-        """True for capacity a Grid site runs itself (``local`` or ``remote``)."""
-        return self in (BackendKind.LOCAL, BackendKind.REMOTE)
-
+from grid.core.vocabulary import BackendKind
 
 _BackendKindField = Annotated[
     BackendKind,
@@ -59,9 +39,6 @@ _BackendKindField = Annotated[
     WithJsonSchema({"enum": [kind.value for kind in BackendKind], "type": "string"}),
 ]
 
-PROVIDER_KINDS = ("open_ai", "anthropic", "bedrock", "vertex", "self_hosted")
-"""The provider kinds seed 003 names. ``providerKind`` accepts any string (upstream
-Grid has no enum); it describes the API flavour and never changes routing."""
 
 ProviderKind = Annotated[str, Field(min_length=1, max_length=63)]
 

@@ -31,7 +31,8 @@ import math
 from grid.core.resources.network_policy import PRESSURE_SIGNALS, AdmissionPolicySpec
 from grid.core.resources.network_spec import GridNetworkSpec
 from grid.core.routing.candidate import SignalValues
-from grid.core.routing.scoring import AdmissionState, AdmissionThresholds
+from grid.core.routing.scoring import AdmissionThresholds
+from grid.core.vocabulary import AdmissionState
 
 DEFAULT_EXCLUDED_RATIO = 0.98
 """§2's excluded threshold, kept for both ratios under an admissionPolicy."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from grid.core.resources.provider_spec import BackendKind
+from grid.core.vocabulary import BackendKind
 
 __all__ = [
     "BackendKind",

@@ -32,8 +32,9 @@ from grid.core.routing.render import (
     select_gateway,
     select_network,
 )
-from grid.core.routing.scoring import SIGNAL_NAMES, Evaluation
+from grid.core.routing.scoring import Evaluation
 from grid.core.routing.signals import SignalsDocument
+from grid.core.vocabulary import SIGNAL_NAMES
 from grid.errors import ValidationError
 
 ScoredBy = Literal["operator", "gateway"]

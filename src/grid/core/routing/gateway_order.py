@@ -25,8 +25,9 @@ from grid.core.routing.rerank import (
     signal_entries,
     signal_scores_of,
 )
-from grid.core.routing.scoring import ScoreBreakdown, SignalScores
+from grid.core.routing.scoring import SignalScores
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
+from grid.core.vocabulary import ScoreBreakdown
 
 __all__ = ["GatewayRow", "gateway_order"]
 

@@ -34,12 +34,12 @@ from grid.core.resources import (
     GridSite,
     InferenceProvider,
 )
-from grid.core.resources.provider_spec import PROVIDER_KINDS
 from grid.core.resources.secret import Secret
 from grid.core.routing.candidate import SignalValues
 from grid.core.routing.render import RenderInputs
 from grid.core.routing.signals import SCHEMA_VERSION as SIGNALS_SCHEMA_VERSION
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
+from grid.core.vocabulary import PROVIDER_KINDS
 from grid.errors import ValidationError
 
 

@@ -22,13 +22,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from grid.core.routing.candidate import CandidateInput, ExclusionReason
-from grid.core.routing.scoring import (
-    AdmissionState,
-    Evaluation,
-    ScoringContext,
-    SelectionTier,
-    evaluate,
-)
+from grid.core.routing.scoring import Evaluation, ScoringContext, evaluate
+from grid.core.vocabulary import AdmissionState, SelectionTier
 
 _ADMISSION_ORDER = {
     AdmissionState.NEW_AND_EXISTING: 0,

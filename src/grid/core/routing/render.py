@@ -40,7 +40,6 @@ from grid.core.routing.capability import provider_with_capability
 from grid.core.routing.ranking import Ordering, RankedCandidate, Ranking, order_candidates
 from grid.core.routing.rerank import RerankContext
 from grid.core.routing.scoring import (
-    AdmissionState,
     Evaluation,
     ScoringConfig,
     ScoringContext,
@@ -49,6 +48,7 @@ from grid.core.routing.scoring import (
     pressure_missing,
 )
 from grid.core.routing.signals import SignalsDocument
+from grid.core.vocabulary import AdmissionState
 from grid.errors import ValidationError
 
 # `ExclusionReason` is defined with the candidates and is part of this module's interface too.

@@ -20,13 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from grid.core.routing.candidate import BackendKind, CandidateInput, Geography
+from grid.core.routing.candidate import CandidateInput, Geography
 from grid.core.routing.scoring import (
-    NEUTRAL_SIGNAL_SCORE,
-    SIGNAL_NAMES,
-    ScoreBreakdown,
     ScoringConfig,
     ScoringContext,
     SignalScores,
@@ -35,6 +32,7 @@ from grid.core.routing.scoring import (
     signal_scores,
 )
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
+from grid.core.vocabulary import NEUTRAL_SIGNAL_SCORE, SIGNAL_NAMES, BackendKind, ScoreBreakdown
 
 __all__ = [
     "OverlayCandidate",
@@ -88,6 +86,29 @@ class RerankContext:
     def scoring(self) -> ScoringContext:
         """The scoring engine's view from the gateway's site."""
         return ScoringContext(self.local_site, self.geographies.get(self.local_site), self.config)
+
+    def route_fields(self) -> dict[str, Any]:
+        """The route filter's optional ``scoring`` and ``sites`` (poll mode, docs/gateway.md).
+
+        `grid.gateway.config` reads them back into an equal context.
+        """
+        config = self.config
+        weights = dict(zip(SIGNAL_NAMES, config.weights.as_tuple(), strict=True))
+        sites: dict[str, Any] = {}
+        for name in sorted(self.geographies):
+            geo = self.geographies[name]
+            known = {"region": geo.region, "zone": geo.zone}
+            sites[name] = {k: v for k, v in known.items() if v is not None}
+        return {
+            "scoring": {
+                "weights": weights,
+                "latency_ceiling_ms": config.latency_ceiling_ms,
+                "cost_ceiling_per_million_input_tokens": (
+                    config.cost_ceiling_per_million_input_tokens
+                ),
+            },
+            "sites": sites,
+        }
 
 
 _N = NEUTRAL_SIGNAL_SCORE

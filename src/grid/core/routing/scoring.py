@@ -21,37 +21,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from operator import attrgetter, mul
 
-from grid.core.routing.candidate import BackendKind, CandidateInput, Geography, SignalValues
-
-NEUTRAL_SIGNAL_SCORE = 0.5
-"""The score of a missing signal: neutral, so absence neither helps nor hurts."""
-
-SIGNAL_NAMES = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
-"""The six signals in their fixed order (weights, scores and breakdowns follow it)."""
-
+from grid.core.routing.candidate import CandidateInput, Geography, SignalValues
+from grid.core.vocabulary import (
+    NEUTRAL_SIGNAL_SCORE,
+    SIGNAL_NAMES,
+    AdmissionState,
+    BackendKind,
+    ScoreBreakdown,
+    SelectionTier,
+)
 
 _in_signal_order = attrgetter(*SIGNAL_NAMES)
 """The six signal-named attributes of a record, as a tuple in `SIGNAL_NAMES` order."""
-
-
-class AdmissionState(StrEnum):
-    """Whether a candidate may take new sessions, only existing ones, or none."""
-
-    NEW_AND_EXISTING = "new_and_existing"
-    EXISTING_ONLY = "existing_only"
-    EXCLUDED = "excluded"
-
-
-class SelectionTier(StrEnum):
-    """The locality tier of a candidate relative to the gateway's local site."""
-
-    SAME_SITE = "same_site"
-    SAME_ZONE = "same_zone"
-    SAME_REGION = "same_region"
-    CROSS_REGION = "cross_region"
 
 
 @dataclass(frozen=True)
@@ -151,31 +134,6 @@ class SignalScores:
     def as_tuple(self) -> tuple[float, ...]:
         """The scores in signal order (`SIGNAL_NAMES`)."""
         return _in_signal_order(self)
-
-
-@dataclass(frozen=True)
-class ScoreBreakdown:
-    """Each signal's contribution wᵢ·sᵢ / Σw, and ``total`` (the score)."""
-
-    locality: float
-    queue_depth: float
-    kv_cache: float
-    prefix_cache: float
-    latency: float
-    cost: float
-    total: float
-
-    def as_dict(self) -> dict[str, float]:
-        """The wire form of §5 ``score_breakdown``."""
-        return {
-            "locality": self.locality,
-            "queue_depth": self.queue_depth,
-            "kv_cache": self.kv_cache,
-            "prefix_cache": self.prefix_cache,
-            "latency": self.latency,
-            "cost": self.cost,
-            "total": self.total,
-        }
 
 
 @dataclass(frozen=True)

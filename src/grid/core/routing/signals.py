@@ -34,7 +34,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from grid.core.overlay.envelope import format_timestamp
-from grid.core.routing.candidate import BackendKind, SignalValues
+from grid.core.routing.candidate import SignalValues
+from grid.core.vocabulary import BackendKind
 from grid.errors import ValidationError
 
 FRESHNESS_MAX_AGE_S = 60.0

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grid.core.feedback import (
+from grid.core.resources.status import GridNetworkStatus
+from grid.core.signals.feedback import (
     U64_MAX,
     Admitted,
     ChangedDuplicate,
@@ -27,7 +28,6 @@ from grid.core.feedback import (
     report_headers,
     status_patch,
 )
-from grid.core.resources.status import GridNetworkStatus
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:00:01Z"

@@ -1,6 +1,6 @@
 """Seed 000's mode lifecycle rules as pure decisions, one test per rule."""
 
-from grid.core.signal_mode import Running, judge, rotates
+from grid.core.signals.mode import Running, judge, rotates
 from grid.core.trust import TrustPolicy
 
 EAST, WEST, NORTH = "e" * 64, "a" * 64, "b" * 64

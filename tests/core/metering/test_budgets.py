@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from grid.core.budgets import (
+from grid.core.metering.budgets import (
     Ledger,
     Price,
     budget_status,

@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grid.core.usage import StreamUsage, Usage, answer_usage, ask_for_usage, usage_of
+from grid.core.metering.usage import StreamUsage, Usage, answer_usage, ask_for_usage, usage_of
 
 
 def _event(payload: object) -> bytes:

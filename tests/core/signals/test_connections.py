@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grid.core.listener import ConnectionBook, ConnectionClass, ListenerLimits, Refusal
+from grid.core.signals.connections import ConnectionBook, ConnectionClass, ListenerLimits, Refusal
 from grid.core.trust import PeerClass
 
 

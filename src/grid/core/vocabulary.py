@@ -1,0 +1,94 @@
+"""The words every part of the core shares: kinds, admission states, tiers and signals.
+
+These are the types that resources, the CRDT records, routing and the overlay all
+speak, so they live below all four (the import contract's layers inside the core):
+a module that needs only the vocabulary never pulls in the pipeline that produces
+it. Each enum has one definition here and is mapped to the wire by its value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class BackendKind(StrEnum):
+    """Where an inference backend runs (InferenceProvider ``spec.backendKind``, seed 003).
+
+    The one type for the concept: the CRD field, the scoring engine and the CRDT
+    provider record all hold it; the wire maps it to ``grid.swim.v1.BackendKind``
+    by member name (``LOCAL`` <-> ``BACKEND_KIND_LOCAL``).
+    """
+
+    LOCAL = "local"
+    REMOTE = "remote"
+    CLOUD_MANAGED = "cloud_managed"
+    API_PROVIDER = "api_provider"
+
+    @property
+    def self_hosted(self) -> bool:
+        """True for capacity a Grid site runs itself (``local`` or ``remote``)."""
+        return self in (BackendKind.LOCAL, BackendKind.REMOTE)
+
+
+PROVIDER_KINDS = ("open_ai", "anthropic", "bedrock", "vertex", "self_hosted")
+"""The provider kinds seed 003 names. ``providerKind`` accepts any string (upstream
+Grid has no enum); it describes the API flavour and never changes routing."""
+
+
+class CandidateKind(StrEnum):
+    """What an overlay candidate routes to (§5 ``kind``)."""
+
+    INFERENCE_MODEL = "inference_model"
+    """A model served by an inference provider (chat and completions)."""
+    MCP_TOOL = "mcp_tool"
+    """A tool served by an MCP server (upstream's reserved kind)."""
+
+
+class AdmissionState(StrEnum):
+    """Whether a candidate may take new sessions, only existing ones, or none."""
+
+    NEW_AND_EXISTING = "new_and_existing"
+    EXISTING_ONLY = "existing_only"
+    EXCLUDED = "excluded"
+
+
+class SelectionTier(StrEnum):
+    """The locality tier of a candidate relative to the gateway's local site."""
+
+    SAME_SITE = "same_site"
+    SAME_ZONE = "same_zone"
+    SAME_REGION = "same_region"
+    CROSS_REGION = "cross_region"
+
+
+SIGNAL_NAMES = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
+"""The six signals in their fixed order (weights, scores and breakdowns follow it)."""
+
+NEUTRAL_SIGNAL_SCORE = 0.5
+"""The score of a missing signal: neutral, so absence neither helps nor hurts."""
+
+
+@dataclass(frozen=True)
+class ScoreBreakdown:
+    """Each signal's contribution wᵢ·sᵢ / Σw, and ``total`` (the score)."""
+
+    locality: float
+    queue_depth: float
+    kv_cache: float
+    prefix_cache: float
+    latency: float
+    cost: float
+    total: float
+
+    def as_dict(self) -> dict[str, float]:
+        """The wire form of §5 ``score_breakdown``."""
+        return {
+            "locality": self.locality,
+            "queue_depth": self.queue_depth,
+            "kv_cache": self.kv_cache,
+            "prefix_cache": self.prefix_cache,
+            "latency": self.latency,
+            "cost": self.cost,
+            "total": self.total,
+        }
