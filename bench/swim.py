@@ -79,7 +79,6 @@ from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from grid.adapters.udp import encoded_size  # noqa: E402
 from grid.core.crdt.origin import item_signature_valid, item_signing_input  # noqa: E402
 from grid.core.crdt.payload import encode_lane  # noqa: E402
 from grid.core.crdt.record import ProviderRecord, RecordSignals  # noqa: E402
@@ -107,7 +106,7 @@ def log(message: str) -> None:
 def dissemination_rounds(n: int, seed: int) -> float:
     """Probe rounds until all `n` members delivered one item published by one of them."""
     config = SwimConfig(probe_interval_s=1.0, probe_timeout_s=0.5, push_pull_interval_s=0)
-    sim = Simulator(seed, config=config, size_of=encoded_size)
+    sim = Simulator(seed, config=config)
     got: set[str] = set()
     item = BroadcastItem(Lane.METADATA, "site-0000", 1, b"x" * 32)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -14,7 +13,6 @@ from grid.adapters.timers import TimerHeap
 from grid.adapters.udp import (
     DatagramEndpoint,
     TransportCounters,
-    encoded_size,
     format_address,
     open_endpoint,
     parse_address,
@@ -23,15 +21,10 @@ from grid.adapters.udp import (
 from grid.core.swim.messages import (
     Ack,
     Alive,
-    BroadcastItem,
     Datagram,
     Dead,
-    Gossip,
-    Lane,
-    Nack,
     Ping,
     PingReq,
-    Suspect,
 )
 from grid.core.wire import codec
 from grid.core.wire.frame import MAGIC, seal
@@ -149,34 +142,6 @@ async def test_an_overfull_datagram_is_trimmed_to_the_budget(
     assert got.updates == updates[: len(got.updates)]
     assert ep.counters.datagrams_trimmed == 1
     assert ep.counters.datagram_bytes_received <= 1400 + 33
-
-
-def test_encoded_size_is_exact_for_messages_and_parts() -> None:
-    item = BroadcastItem(Lane.GATEWAY, "site-a", 300, b"x" * 700)
-    parts = (
-        Alive("a", "127.0.0.1:7946", 1),
-        Suspect("bb", "10.1.2.3:7946", 2**40, "cc"),
-        Dead("ddd", "[::1]:7946", 0, "ddd"),
-    )
-    for bare in (
-        Ping(2**31, "s", None),
-        Ping(1, "s", "t"),
-        PingReq(5, "s", "t", "h:1"),
-        Nack(3, "n"),
-        Gossip("g"),
-    ):
-        full = dataclasses.replace(bare, updates=parts, items=(item,))
-        predicted = encoded_size(bare) + sum(encoded_size(p) for p in parts) + encoded_size(item)
-        assert predicted == len(codec.encode_datagram(full))
-
-
-def test_encoded_size_of_an_item_too_big_for_any_datagram_is_exact() -> None:
-    item = BroadcastItem(Lane.STATE, "site-a", 2**33, os.urandom(200_000))
-    carrier = Ack(1, "site-a", items=(item,))
-    unbounded = codec.CodecLimits(datagram_bytes_max=10**7)
-    assert encoded_size(Ack(1, "site-a")) + encoded_size(item) == len(
-        codec.encode_datagram(carrier, unbounded)
-    )
 
 
 def test_addresses_format_and_parse() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from grid.core.swim.effects import EventKind
 from grid.core.swim.members import MemberState
 from grid.testing.network import NetworkConditions
@@ -33,8 +35,9 @@ def detection_bounds(sim: Simulator, n: int) -> tuple[float, float, float]:
     return first_suspicion, cfg.suspicion_max_s + spread, spread
 
 
-def test_killed_node_is_marked_dead_by_every_survivor_within_the_bound(sim_seed: int):
-    sim = Simulator(sim_seed)
+@pytest.mark.parametrize("sealed", [False, True], ids=["messages", "sealed-bytes"])
+def test_killed_node_is_marked_dead_by_every_survivor_within_the_bound(sim_seed: int, sealed: bool):
+    sim = Simulator(sim_seed, sealed=sealed)
     nodes = [sim.add_node() for _ in range(32)]
     sim.bootstrap(nodes)
     sim.run_for(20.0)

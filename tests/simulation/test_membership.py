@@ -7,12 +7,9 @@ import math
 import pytest
 
 from grid.core.swim.config import SwimConfig
-from grid.core.swim.dissemination import (
-    DATAGRAM_HEADROOM_BYTES,
-    PART_OVERHEAD_BYTES,
-    estimate_size,
-)
+from grid.core.swim.dissemination import DATAGRAM_HEADROOM_BYTES, PART_OVERHEAD_BYTES
 from grid.core.swim.messages import Alive, BroadcastItem, Lane
+from grid.core.wire.codec import encoded_size
 from grid.testing.simulator import Simulator
 
 JOIN_SPACING_S = 0.1
@@ -100,7 +97,7 @@ def test_256_simultaneous_joins_reach_full_membership_within_the_bandwidth_bound
     n = len(nodes)
     alive = Alive(nodes[-1].id, nodes[-1].address, 0)
     slots = (sim.config.datagram_budget_bytes - DATAGRAM_HEADROOM_BYTES) // (
-        estimate_size(alive) + PART_OVERHEAD_BYTES
+        encoded_size(alive) + PART_OVERHEAD_BYTES
     )
     bound = math.ceil((n - 1) * sim.config.retransmit_limit(n) / (2 * slots))
     interval = sim.config.probe_interval_s

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
@@ -53,8 +55,9 @@ def provider(node: SimNode, queue_depth: float) -> ProviderRecord:
     )
 
 
-def test_healed_partition_reconverges_membership_and_crdt_state(sim_seed: int):
-    sim = Simulator(sim_seed)
+@pytest.mark.parametrize("sealed", [False, True], ids=["messages", "sealed-bytes"])
+def test_healed_partition_reconverges_membership_and_crdt_state(sim_seed: int, sealed: bool):
+    sim = Simulator(sim_seed, sealed=sealed)
     owners = Owners(sim)
     nodes = [sim.add_node() for _ in range(12)]
     for node in nodes:
@@ -103,3 +106,7 @@ def test_healed_partition_reconverges_membership_and_crdt_state(sim_seed: int):
     assert {pid for _, pid, _ in replica.providers()} == {"p"}
     assert len(list(replica.providers())) == 12
     assert all(sum(r.counters.dropped.values()) == 0 for r in owners.replicas.values())
+    if sealed:  # every datagram and exchange crossed as a GRID frame, none dropped
+        wire = sim.wire
+        assert wire.datagrams_sent > 0 and wire.push_pulls_started > 0
+        assert sum(wire.datagrams_dropped.values()) == sum(wire.streams_dropped.values()) == 0

@@ -12,9 +12,10 @@ big-endian length followed by that many bytes of one GRID frame (the same
 AES-256-GCM frame as datagrams), whose plaintext is one codec ``Stream``.
 
 The stream is split with the core's sans-IO `grid.core.wire.codec.StreamDeframer`
-and written with `prefix_length`; frames are opened with
-`Keyring.open_or_drop`, which counts a frame that fails to unseal under its
-reason in `TransportCounters.stream_frames`.
+and written with `prefix_length`; messages are sealed and opened with the
+core's `grid.core.wire.sealed` (as in the simulator's sealed mode), which
+counts a frame that fails to unseal under its reason in
+`TransportCounters.stream_frames`.
 
 Everything read from the network is bounded: the deframer checks the declared
 length against ``frame_bytes_max`` before it buffers the body, and the whole
@@ -36,6 +37,7 @@ from grid.core.wire import codec
 from grid.core.wire.codec import LENGTH_PREFIX_BYTES, StreamDeframer, prefix_length
 from grid.core.wire.frame import OVERHEAD_BYTES
 from grid.core.wire.keyring import Keyring
+from grid.core.wire.sealed import open_stream, seal_stream
 from grid.errors import ProtocolError, ValidationError
 
 READ_CHUNK_BYTES = 64 * 1024
@@ -85,16 +87,10 @@ class FrameDropped(ProtocolError):
     code = "push_pull_frame_dropped"
 
 
-async def read_frame(
-    reader: asyncio.StreamReader,
-    keyring: Keyring,
-    counters: TransportCounters,
-    frame_bytes_max: int,
-) -> tuple[bytes, int]:
-    """Read one length-prefixed frame and open it; returns plaintext and bytes read.
+async def read_frame(reader: asyncio.StreamReader, frame_bytes_max: int) -> bytes:
+    """Read one length-prefixed frame (not yet opened); raises `StreamDrop` with the reason.
 
-    Raises `StreamDrop` with the reason, or `FrameDropped` (already counted);
-    the caller applies the timeout.
+    The caller applies the timeout.
     """
     deframer = StreamDeframer(frame_bytes_max)
     frames: list[bytes] = []
@@ -106,21 +102,27 @@ async def read_frame(
             frames = deframer.feed(chunk)
         except codec.CodecError as exc:
             raise StreamDrop("oversize") from exc
-    frame = frames[0]
-    plaintext = keyring.open_or_drop(frame, counters.stream_frames)
-    if plaintext is None:
-        raise FrameDropped("push-pull frame failed to unseal")
-    return plaintext, LENGTH_PREFIX_BYTES + len(frame)
+    return frames[0]
 
 
-def decode_push_pull(
-    plaintext: bytes, limits: codec.CodecLimits = codec.DEFAULT_LIMITS
+def open_push_pull(
+    frame: bytes,
+    keyring: Keyring,
+    counters: TransportCounters,
+    limits: codec.CodecLimits = codec.DEFAULT_LIMITS,
 ) -> PushPull:
-    """Decode a stream message; raises `StreamDrop("malformed")`."""
+    """Unseal and decode one stream frame (`grid.core.wire.sealed.open_stream`).
+
+    Raises `FrameDropped` (already counted under its frame reason) or
+    `StreamDrop("malformed")`.
+    """
     try:
-        return codec.decode_stream(plaintext, limits)
+        message = open_stream(frame, keyring, counters.stream_frames, limits)
     except ProtocolError as exc:
         raise StreamDrop("malformed") from exc
+    if message is None:
+        raise FrameDropped("push-pull frame failed to unseal")
+    return message
 
 
 async def _close(writer: asyncio.StreamWriter) -> None:
@@ -130,7 +132,7 @@ async def _close(writer: asyncio.StreamWriter) -> None:
 
 
 def _encode(message: PushPull, settings: PushPullSettings, keyring: Keyring) -> bytes:
-    sealed = keyring.seal(codec.encode_stream(message))
+    sealed = seal_stream(message, keyring)
     if len(sealed) > settings.frame_bytes_max:
         raise StreamDrop("unsendable")
     return prefix_length(sealed)
@@ -178,16 +180,14 @@ class PushPullServer:
         self._active += 1
         try:
             async with asyncio.timeout(self.settings.timeout_s):
-                plaintext, size = await read_frame(
-                    reader, self.keyring, counters, self.settings.frame_bytes_max
-                )
-                counters.stream_bytes_received += size
-                remote = decode_push_pull(plaintext, self.settings.codec_limits)
+                frame = await read_frame(reader, self.settings.frame_bytes_max)
+                counters.stream_bytes_received += LENGTH_PREFIX_BYTES + len(frame)
+                remote = open_push_pull(frame, self.keyring, counters, self.settings.codec_limits)
                 reply = await self._respond(remote)
-                frame = _encode(reply, self.settings, self.keyring)
-                writer.write(frame)
+                sent = _encode(reply, self.settings, self.keyring)
+                writer.write(sent)
                 await writer.drain()
-                counters.stream_bytes_sent += len(frame)
+                counters.stream_bytes_sent += len(sent)
                 counters.push_pulls_served += 1
         except StreamDrop as exc:
             counters.stream_drops[exc.reason] += 1
@@ -236,9 +236,9 @@ async def exchange(
             writer.write(frame)
             await writer.drain()
             counters.stream_bytes_sent += len(frame)
-            plaintext, size = await read_frame(reader, keyring, counters, settings.frame_bytes_max)
-            counters.stream_bytes_received += size
-            reply = decode_push_pull(plaintext, settings.codec_limits)
+            received = await read_frame(reader, settings.frame_bytes_max)
+            counters.stream_bytes_received += LENGTH_PREFIX_BYTES + len(received)
+            reply = open_push_pull(received, keyring, counters, settings.codec_limits)
     except StreamDrop as exc:
         counters.stream_drops[exc.reason] += 1
         counters.push_pulls_failed += 1

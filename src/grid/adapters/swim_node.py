@@ -7,7 +7,8 @@ input (datagrams, timers, push-pull state, the owner's commands) reaches the
 machine through that task, so the machine needs no locks and sees one
 monotonic clock, the event loop's.
 
-The task carries out the machine's effects:
+The task drives the machine with the core's `grid.core.swim.runtime.Driver`,
+the same driver the simulator uses, and implements its `Runtime`:
 
 - ``Send`` → encode, seal and ``sendto`` (`grid.adapters.udp`);
 - ``Schedule`` → one timer heap with a single ``loop.call_at`` armed for its
@@ -18,7 +19,10 @@ The task carries out the machine's effects:
   `grid.core.crdt.sync.admission` before holding it (an item the replica
   refused is counted in ``replica.counters`` and leaves no trace);
 - ``PushPullRequest`` → a TCP exchange (`grid.adapters.pushpull`), whose reply
-  comes back to the machine through the task.
+  comes back through the task to `Driver.push_pull_reply`.
+
+A machine input that raises is logged with its traceback and counted
+(``machine_errors``); the node goes on with the next input.
 
 Usage::
 
@@ -38,14 +42,13 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import Any
 
 from grid.adapters.pushpull import PushPullServer, PushPullSettings, exchange
 from grid.adapters.timers import TimerHeap
 from grid.adapters.udp import (
     DatagramEndpoint,
     TransportCounters,
-    encoded_size,
     format_address,
     is_ip_literal,
     open_endpoint,
@@ -56,19 +59,13 @@ from grid.core.crdt import sync
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
 from grid.core.swim.config import SwimConfig
-from grid.core.swim.effects import (
-    Deliver,
-    Effect,
-    Notify,
-    PushPullRequest,
-    Schedule,
-    Send,
-    Timer,
-)
+from grid.core.swim.effects import Deliver, Effect, Notify, Timer
 from grid.core.swim.machine import NodeStatus, SwimMachine
 from grid.core.swim.members import Member, MemberState
 from grid.core.swim.messages import BroadcastItem, Datagram, PushPull
+from grid.core.swim.runtime import Driver
 from grid.core.wire import codec
+from grid.core.wire.codec import encoded_size
 from grid.core.wire.keyring import Keyring
 from grid.errors import ValidationError
 
@@ -76,7 +73,10 @@ log = logging.getLogger(__name__)
 
 SwimEvent = Notify | Deliver
 """What the owner reads from `SwimNode.events`."""
-Command = Callable[[float], tuple[Any, list[Effect]]]
+Command = Callable[[float], Any]
+"""One input for the machine's task, given ``now``; it returns the caller's result."""
+MachineCommand = Callable[[SwimMachine, float], tuple[Any, list[Effect]]]
+"""An owner's command on the machine: its result and the effects to carry out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +131,7 @@ class SwimNode:
         self, keyring: Keyring, settings: SwimNodeSettings, replica: GridState | None
     ) -> None:
         """Use `SwimNode.start`; this only prepares the pieces."""
-        self._machine: SwimMachine | None = None
+        self._driver: Driver | None = None
         self.keyring = keyring
         self.settings = settings
         self.replica = replica
@@ -139,7 +139,7 @@ class SwimNode:
         self.events: asyncio.Queue[SwimEvent] = asyncio.Queue(settings.events_max)
         self._loop = asyncio.get_running_loop()
         self._packets: deque[tuple[str, Datagram]] = deque()
-        self._commands: deque[tuple[Command, asyncio.Future[Any] | None]] = deque()
+        self._commands: deque[tuple[Command, asyncio.Future[Any], bool]] = deque()
         self._wakeup = asyncio.Event()
         self._timers: TimerHeap[Timer] = TimerHeap(self._loop, self._wakeup.set)
         self._exchanges: set[asyncio.Task[None]] = set()
@@ -223,16 +223,21 @@ class SwimNode:
             size_of=encoded_size,
             admit=None if self.replica is None else sync.admission(self.replica),
         )
-        self._machine = machine
+        self._driver = Driver(machine, _SocketRuntime(self))
         self._task = asyncio.create_task(self._run(), name=f"swim:{node_id}")
-        await self._submit(lambda now: (None, machine.join(resolved, now)))
+        await self._order(lambda m, now: (None, m.join(resolved, now)))
 
     @property
     def machine(self) -> SwimMachine:
         """The membership machine (read its views; only the node's task mutates it)."""
-        if self._machine is None:
+        return self.driver.machine
+
+    @property
+    def driver(self) -> Driver:
+        """The core driver of the machine (only the node's task feeds it)."""
+        if self._driver is None:
             raise RuntimeError("the SWIM node has not started")
-        return self._machine
+        return self._driver
 
     @property
     def node_id(self) -> str:
@@ -247,7 +252,7 @@ class SwimNode:
     async def leave(self) -> None:
         """Leave gracefully: tell peers we left (they record "left", not "failed"), then stop."""
         if self._task is not None and not self._task.done():
-            await self._submit(lambda now: (None, self.machine.leave(now)))
+            await self._order(lambda m, now: (None, m.leave(now)))
         await self.stop()
 
     async def stop(self) -> None:
@@ -261,8 +266,8 @@ class SwimNode:
                 await self._task
         self._timers.close()
         while self._commands:
-            _, future = self._commands.popleft()
-            if future is not None and not future.done():
+            _, future, _ = self._commands.popleft()
+            if not future.done():
                 future.set_exception(ConnectionAbortedError("the SWIM node stopped"))
         for task in list(self._exchanges):
             task.cancel()
@@ -282,11 +287,7 @@ class SwimNode:
 
     async def publish(self, item: BroadcastItem) -> None:
         """Disseminate an item of ours (its revision must grow per lane)."""
-
-        def command(now: float) -> tuple[None, list[Effect]]:
-            return None, self.machine.publish(item, now)
-
-        await self._submit(command)
+        await self._order(lambda m, now: (None, m.publish(item, now)))
 
     async def publish_snapshot(self, snapshot: GridStateSnapshot) -> int:
         """Install our new snapshot in the replica and publish the lanes that moved."""
@@ -302,20 +303,20 @@ class SwimNode:
         if replica is None:
             raise ValidationError("this node has no replica", path="replica")
 
-        def command(now: float) -> tuple[int, list[Effect]]:
-            return sync.write_local(replica, self.machine, change, now)
+        def command(machine: SwimMachine, now: float) -> tuple[int, list[Effect]]:
+            return sync.write_local(replica, machine, change, now)
 
-        count: int = await self._submit(command)
+        count: int = await self._order(command)
         return count
 
     async def forget_origin(self, origin: str) -> None:
         """Drop what the machine holds of ``origin`` (its trust was withdrawn)."""
 
-        def command(now: float) -> tuple[None, list[Effect]]:
-            self.machine.forget_origin(origin)
+        def command(machine: SwimMachine, _now: float) -> tuple[None, list[Effect]]:
+            machine.forget_origin(origin)
             return None, []
 
-        await self._submit(command)
+        await self._order(command)
 
     def set_keyring(self, keyring: Keyring) -> None:
         """Switch keys (rotation): later datagrams and exchanges use the new keyring.
@@ -343,11 +344,16 @@ class SwimNode:
 
     # -- the machine task ----------------------------------------------------
 
-    def _submit(self, command: Command) -> asyncio.Future[Any]:
+    def _order(self, command: MachineCommand) -> asyncio.Future[Any]:
+        """Run an owner's command on the machine in its task; the future holds its result."""
+        driver = self.driver
+        return self._submit(lambda now: driver.run(command, now))
+
+    def _submit(self, command: Command, *, from_peer: bool = False) -> asyncio.Future[Any]:
         if self._task is None or self._task.done() or self._stopped:
             raise ConnectionAbortedError("the SWIM node is not running")
         future: asyncio.Future[Any] = self._loop.create_future()
-        self._commands.append((command, future))
+        self._commands.append((command, future, from_peer))
         self._wakeup.set()
         return future
 
@@ -359,72 +365,61 @@ class SwimNode:
         self._wakeup.set()
 
     async def _respond(self, remote: PushPull) -> PushPull:
-        def command(now: float) -> tuple[PushPull, list[Effect]]:
-            return self.machine.handle_push_pull(remote, now)
-
-        reply: PushPull = await self._submit(command)
+        driver = self.driver
+        reply: PushPull = await self._submit(
+            lambda now: driver.push_pull(remote, now), from_peer=True
+        )
         return reply
 
     async def _run(self) -> None:
         """The one task that touches the machine."""
         budget = self.settings.batch_max
+        driver = self.driver
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
             handled = 0
             while self._commands and handled < budget:
-                command, future = self._commands.popleft()
-                self._run_command(command, future)
+                self._run_command(*self._commands.popleft())
                 handled += 1
             now = self._loop.time()
             for timer in self._timers.pop_due(now):
-                self._guarded(self.machine.handle_timer, timer)
+                self._guarded(driver.timer, timer)
             self._timers.rearm()
             while self._packets and handled < budget:
                 source, message = self._packets.popleft()
-                self._guarded(self.machine.handle_packet, source, message)
+                self._guarded(driver.packet, source, message)
                 handled += 1
             if self._commands or self._packets:
                 self._wakeup.set()
                 await asyncio.sleep(0)
 
-    def _run_command(self, command: Command, future: asyncio.Future[Any] | None) -> None:
+    def _run_command(self, command: Command, future: asyncio.Future[Any], from_peer: bool) -> None:
+        """Run one command; an owner's failure is its caller's, a peer's input failure ours."""
         try:
-            result, effects = command(self._loop.time())
+            result = command(self._loop.time())
         except Exception as exc:
-            if future is not None and not future.done():
-                future.set_exception(exc)
+            failure: Exception = exc
+            if from_peer:
+                self._machine_failed()
+                failure = ConnectionAbortedError("the SWIM machine failed on this input")
+            if not future.done():
+                future.set_exception(failure)
             return
-        if future is not None and not future.done():
+        if not future.done():
             future.set_result(result)
-        self._carry_out(effects)
 
-    def _guarded(self, step: Callable[..., list[Effect]], *args: Any) -> None:
+    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
         """Run one machine input (``now`` goes last); a bug in it must not take the node down."""
         try:
-            effects = step(*args, self._loop.time())
-        except Exception as exc:
-            self.counters.machine_errors += 1
-            log.error("SWIM machine input failed: %s", type(exc).__name__)
-            return
-        self._carry_out(effects)
+            step(*args, self._loop.time())
+        except Exception:
+            self._machine_failed()
 
-    def _carry_out(self, effects: list[Effect]) -> None:
-        for effect in effects:
-            match effect:
-                case Send(address=address, message=message):
-                    if self._endpoint is not None:
-                        self._endpoint.send(address, message)
-                case Schedule(timer=timer, at=at):
-                    self._timers.schedule(timer, at)
-                case Deliver():
-                    self._emit(effect)
-                case Notify():
-                    self._emit(effect)
-                case PushPullRequest():
-                    self._start_exchange(effect)
-                case _:
-                    assert_never(effect)
+    def _machine_failed(self) -> None:
+        """Count and log (with its traceback) the exception being handled; the node goes on."""
+        self.counters.machine_errors += 1
+        log.exception("SWIM machine input failed")
 
     def _emit(self, event: SwimEvent) -> None:
         try:
@@ -432,20 +427,52 @@ class SwimNode:
         except asyncio.QueueFull:
             self.counters.events_dropped += 1
 
-    def _start_exchange(self, request: PushPullRequest) -> None:
+    def _start_exchange(self, address: str, message: PushPull) -> None:
         if self._stopped or len(self._exchanges) >= self.settings.push_pull.outbound_max:
             return
-        task = asyncio.create_task(self._exchange(request))
+        task = asyncio.create_task(self._exchange(address, message))
         self._exchanges.add(task)
         task.add_done_callback(self._exchanges.discard)
 
-    async def _exchange(self, request: PushPullRequest) -> None:
+    async def _exchange(self, address: str, message: PushPull) -> None:
         reply = await exchange(
-            request.address, request.message, self.keyring, self.counters, self.settings.push_pull
+            address, message, self.keyring, self.counters, self.settings.push_pull
         )
-        if reply is None or self._task is None or self._task.done():
+        if reply is None or self._stopped or self._task is None or self._task.done():
             return
-        self._commands.append(
-            (lambda now: (None, self.machine.handle_push_pull(reply, now)[1]), None)
-        )
-        self._wakeup.set()
+        driver = self.driver
+        future = self._submit(lambda now: driver.push_pull_reply(reply, now), from_peer=True)
+        future.add_done_callback(_retrieve)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Take a finished future's exception, if any (it was counted and logged already)."""
+    if not future.cancelled():
+        future.exception()
+
+
+class _SocketRuntime:
+    """The `grid.core.swim.runtime.Runtime` of a `SwimNode`: its socket, timers and queue."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: SwimNode) -> None:
+        self._node = node
+
+    def send(self, address: str, message: Datagram) -> None:
+        """Encode, seal and send one datagram (`DatagramEndpoint.send`)."""
+        endpoint = self._node._endpoint
+        if endpoint is not None:
+            endpoint.send(address, message)
+
+    def schedule(self, timer: Timer, at: float) -> None:
+        """Put the timer in the node's heap (one ``call_at`` for the earliest)."""
+        self._node._timers.schedule(timer, at)
+
+    def emit(self, event: SwimEvent) -> None:
+        """Queue the event for the owner (`SwimNode.events`, bounded)."""
+        self._node._emit(event)
+
+    def exchange(self, address: str, message: PushPull) -> None:
+        """Start a TCP push-pull exchange; its reply returns through the task."""
+        self._node._start_exchange(address, message)

@@ -5,12 +5,12 @@ synchronous inside ``datagram_received``:
 
 1. a datagram longer than the largest legal frame is dropped (``oversize``)
    before any cryptography is spent on it;
-2. it is opened with `Keyring.open_or_drop` (`grid.core.wire.keyring`); a frame
-   that is too short, has a bad magic, an unknown version or fails
-   authentication is dropped and counted under that reason in the core's
-   `FrameCounters` (`TransportCounters.datagram_frames`);
-3. the plaintext is decoded with the codec; a `ProtocolError` is a drop
-   counted as ``malformed``;
+2. it is opened and decoded by the core's `grid.core.wire.sealed.open_datagram`
+   (the simulator's sealed mode runs the same function): a frame that is too
+   short, has a bad magic, an unknown version or fails authentication is
+   dropped and counted under that reason in the core's `FrameCounters`
+   (`TransportCounters.datagram_frames`); a plaintext that does not decode is
+   a drop counted as ``malformed``;
 4. the decoded message is handed to the owner (`SwimNode`), which feeds it to
    the machine from its one task. When the owner's backlog is full the message
    is dropped as ``backlog``: SWIM tolerates loss, memory must stay bounded.
@@ -19,16 +19,15 @@ Drops are silent: nothing about a dropped packet is logged or kept besides its
 reason counter (SPEC-DECISIONS §3), so neither packet contents nor keys can
 leak through logs.
 
-Outbound, a message is encoded, checked against the 1,400-byte plaintext
-budget, sealed with the primary key and sent. The machine sizes its piggyback
-with the codec's exact encoded sizes, so the budget check only trims when an
-estimate was wrong (counted as ``trimmed``).
+Outbound, `grid.core.wire.sealed.seal_datagram` encodes a message, checks it
+against the 1,400-byte plaintext budget and seals it with the primary key. The
+machine sizes its piggyback with the codec's exact `encoded_size`, so the
+budget check only trims when a size was wrong (counted as ``trimmed``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import ipaddress
 import logging
 import socket
@@ -40,21 +39,11 @@ from typing import Any, cast
 # Re-exported: the SWIM edge names addresses with the core's one parser and formatter.
 from grid.core.address import format_address as format_address
 from grid.core.address import parse_address as parse_address
-from grid.core.swim.messages import (
-    Ack,
-    Alive,
-    BroadcastItem,
-    Datagram,
-    Dead,
-    Gossip,
-    Nack,
-    Ping,
-    PingReq,
-    Suspect,
-)
+from grid.core.swim.messages import Datagram
 from grid.core.wire import codec
 from grid.core.wire.frame import FRAME_REASONS, OVERHEAD_BYTES, FrameCounters
 from grid.core.wire.keyring import Keyring
+from grid.core.wire.sealed import open_datagram, seal_datagram
 from grid.errors import ProtocolError, ValidationError
 
 log = logging.getLogger(__name__)
@@ -82,46 +71,8 @@ DROP_REASONS: tuple[str, ...] = (*FRAME_REASONS, *EDGE_REASONS)
 The first four are the frame's own reasons (`grid.core.wire.frame`), counted by
 `Keyring.open_or_drop`; the rest are `EDGE_REASONS`."""
 
-WireValue = Ping | PingReq | Ack | Nack | Gossip | Alive | Suspect | Dead | BroadcastItem
-"""What the machine's size estimator measures (as `grid.core.swim.dissemination`)."""
-
 ReceiveCallback = Callable[[str, Datagram], None]
 """Called with the sender's ``"host:port"`` and the decoded datagram."""
-
-
-_SIZING_LIMITS = codec.CodecLimits(datagram_bytes_max=2**31)
-_BARE_ACK = Ack(0, "")
-_BARE_ACK_BYTES = len(codec.encode_datagram(_BARE_ACK, _SIZING_LIMITS))
-
-
-_CACHED_PAYLOAD_BYTES_MAX = 2048
-"""Items with larger payloads are measured uncached: they never fit a datagram
-anyway, and the cache must not keep big payloads alive."""
-
-
-def encoded_size(value: WireValue) -> int:
-    """The exact encoded size of a bare datagram or of one piggybacked part.
-
-    This is the machine's `SizeEstimator`, so its piggyback fills datagrams to
-    the 1,400-byte budget without overflowing it. A part's size includes its
-    repeated-field tag and length, measured as the growth of a bare message.
-    """
-    if isinstance(value, BroadcastItem) and len(value.payload) > _CACHED_PAYLOAD_BYTES_MAX:
-        return _measure(value)
-    return _measure_cached(value)
-
-
-def _measure(value: WireValue) -> int:
-    if isinstance(value, BroadcastItem):
-        carrier = Ack(0, "", items=(value,))
-    elif isinstance(value, Ping | PingReq | Ack | Nack | Gossip):
-        return len(codec.encode_datagram(value, _SIZING_LIMITS))
-    else:
-        carrier = Ack(0, "", updates=(value,))
-    return len(codec.encode_datagram(carrier, _SIZING_LIMITS)) - _BARE_ACK_BYTES
-
-
-_measure_cached = functools.lru_cache(maxsize=4096)(_measure)
 
 
 def _edge_reasons() -> dict[str, int]:
@@ -248,13 +199,12 @@ class DatagramEndpoint(asyncio.DatagramProtocol):
         if len(data) > self._frame_bytes_max:
             counters.datagram_drops["oversize"] += 1
             return
-        plaintext = self.keyring.open_or_drop(data, counters.datagram_frames)
-        if plaintext is None:
-            return
         try:
-            message = codec.decode_datagram(plaintext, self._limits)
+            message = open_datagram(data, self.keyring, counters.datagram_frames, self._limits)
         except ProtocolError:
             counters.datagram_drops["malformed"] += 1
+            return
+        if message is None:
             return
         self._on_receive(format_address(str(addr[0]), int(addr[1])), message)
 
@@ -285,14 +235,11 @@ class DatagramEndpoint(asyncio.DatagramProtocol):
         if self._transport is None or self._transport.is_closing():
             return
         try:
-            plaintext = codec.encode_datagram(message, self._limits)
+            packet, trimmed = seal_datagram(message, self.keyring, self._limits)
         except codec.DatagramTooLarge:
-            try:
-                plaintext, _, _ = codec.pack_datagram(message, self._limits)
-            except codec.DatagramTooLarge:
-                self.counters.datagram_drops["unsendable"] += 1
-                return
-            self.counters.datagrams_trimmed += 1
+            self.counters.datagram_drops["unsendable"] += 1
+            return
+        self.counters.datagrams_trimmed += trimmed
         peer = self._peers.get(address)
         if peer is None:
             try:
@@ -302,7 +249,6 @@ class DatagramEndpoint(asyncio.DatagramProtocol):
                 return
             if len(self._peers) < 65536:
                 self._peers[address] = peer
-        packet = self.keyring.seal(plaintext)
         self.counters.datagrams_sent += 1
         self.counters.datagram_bytes_sent += len(packet)
         self._transport.sendto(packet, peer)

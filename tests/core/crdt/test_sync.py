@@ -10,6 +10,7 @@ from grid.core.crdt.replica import GridState
 from grid.core.swim.effects import Deliver
 from grid.core.swim.machine import SwimMachine
 from grid.core.swim.messages import BroadcastItem, Gossip
+from grid.core.wire.codec import encoded_size
 
 
 def _rec() -> ProviderRecord:
@@ -17,7 +18,7 @@ def _rec() -> ProviderRecord:
 
 
 def _joined(node_id: str) -> SwimMachine:
-    machine = SwimMachine(node_id, f"{node_id}:7946", rng=random.Random(1))
+    machine = SwimMachine(node_id, f"{node_id}:7946", rng=random.Random(1), size_of=encoded_size)
     machine.join([], 0.0)
     return machine
 
@@ -44,7 +45,9 @@ def test_admission_merges_a_peers_item_and_the_machine_holds_it() -> None:
     west = GridState("west")
     item = west.update_local(west.local.add_spend("t", 3))[0]
     east = GridState("east")
-    machine = SwimMachine("east", "east:7946", rng=random.Random(1), admit=sync.admission(east))
+    machine = SwimMachine(
+        "east", "east:7946", rng=random.Random(1), size_of=encoded_size, admit=sync.admission(east)
+    )
     machine.join([], 0.0)
     effects = machine.handle_packet("west:7946", Gossip("west", items=(item,)), 1.0)
     assert [e.item for e in effects if isinstance(e, Deliver)] == [item]
@@ -54,7 +57,13 @@ def test_admission_merges_a_peers_item_and_the_machine_holds_it() -> None:
 
 def test_admission_republishes_our_lane_past_a_reasserted_revision() -> None:
     replica = GridState("east")
-    machine = SwimMachine("east", "east:7946", rng=random.Random(1), admit=sync.admission(replica))
+    machine = SwimMachine(
+        "east",
+        "east:7946",
+        rng=random.Random(1),
+        size_of=encoded_size,
+        admit=sync.admission(replica),
+    )
     machine.join([], 0.0)
     sync.publish_snapshot(replica, machine, _write(replica), 1.0)
     # A peer still holds our gateway lane from before a restart, at revision 5.
@@ -69,7 +78,13 @@ def test_admission_republishes_our_lane_past_a_reasserted_revision() -> None:
 
 def test_an_undecodable_item_is_counted_and_never_held() -> None:
     replica = GridState("east")
-    machine = SwimMachine("east", "east:7946", rng=random.Random(1), admit=sync.admission(replica))
+    machine = SwimMachine(
+        "east",
+        "east:7946",
+        rng=random.Random(1),
+        size_of=encoded_size,
+        admit=sync.admission(replica),
+    )
     machine.join([], 0.0)
     bad = BroadcastItem(Lane.STATE, "west", 2**62, b"\xff" * 200)
     effects = machine.handle_packet("west:7946", Gossip("west", items=(bad,)), 1.0)

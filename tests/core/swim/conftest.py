@@ -11,6 +11,7 @@ from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Effect
 from grid.core.swim.machine import SwimMachine
 from grid.core.swim.members import Member, MemberState
+from grid.core.wire.codec import encoded_size
 
 MachineFactory = Callable[..., tuple[SwimMachine, list[Effect]]]
 
@@ -28,7 +29,11 @@ def make_machine() -> MachineFactory:
         peers: int = 4, *, config: SwimConfig | None = None, seed: int = 1
     ) -> tuple[SwimMachine, list[Effect]]:
         machine = SwimMachine(
-            "me", "10.0.0.254:7946", rng=random.Random(seed), config=config or SwimConfig()
+            "me",
+            "10.0.0.254:7946",
+            rng=random.Random(seed),
+            size_of=encoded_size,
+            config=config or SwimConfig(),
         )
         table = {
             f"p{i}": Member(f"p{i}", peer_address(i), 0, MemberState.ALIVE)

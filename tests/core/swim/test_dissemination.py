@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from grid.core.swim.config import SwimConfig
-from grid.core.swim.dissemination import PART_OVERHEAD_BYTES, DisseminationQueue, estimate_size
+from grid.core.swim.dissemination import PART_OVERHEAD_BYTES, DisseminationQueue
 from grid.core.swim.effects import ProbeTick, Schedule, Send
 from grid.core.swim.messages import Alive, BroadcastItem, Lane, Ping, PushPull, Suspect
+from grid.core.wire.codec import encoded_size
 
 from .conftest import MachineFactory
 
@@ -31,7 +32,7 @@ def test_each_update_is_sent_exactly_limit_times(limit: int):
     queue = DisseminationQueue(1200)
     updates = [Alive(f"m{i}", "10.0.0.1:7946", 0) for i in range(5)]
     for update in updates:
-        queue.enqueue_update(update, estimate_size(update))
+        queue.enqueue_update(update, encoded_size(update))
     sent = drain(queue, limit)
     assert sorted(sent, key=repr) == sorted(updates * limit, key=repr)
 
@@ -39,14 +40,14 @@ def test_each_update_is_sent_exactly_limit_times(limit: int):
 def test_least_sent_goes_first_and_newest_among_equals():
     queue = DisseminationQueue(1200)
     first, second = Alive("a", "x:1", 0), Alive("b", "x:1", 0)
-    size = estimate_size(first) + PART_OVERHEAD_BYTES
-    queue.enqueue_update(first, estimate_size(first))
+    size = encoded_size(first) + PART_OVERHEAD_BYTES
+    queue.enqueue_update(first, encoded_size(first))
     assert queue.select(size, 8).updates == [first]
-    queue.enqueue_update(second, estimate_size(second))
+    queue.enqueue_update(second, encoded_size(second))
     assert queue.select(size, 8).updates == [second]  # never sent beats sent once
     third = Alive("c", "x:1", 0)
-    queue.enqueue_update(third, estimate_size(third))
-    queue.enqueue_update(Alive("d", "x:1", 0), estimate_size(third))
+    queue.enqueue_update(third, encoded_size(third))
+    queue.enqueue_update(Alive("d", "x:1", 0), encoded_size(third))
     assert queue.select(size, 8).updates == [Alive("d", "x:1", 0)]
 
 
@@ -67,10 +68,10 @@ def test_lane_items_invalidate_within_origin_and_lane_only():
     gateway = item(Lane.GATEWAY, "a", 1)
     other_origin = item(Lane.STATE, "b", 1)
     for entry in (old_state, gateway, other_origin):
-        assert queue.enqueue_item(entry, estimate_size(entry))
+        assert queue.enqueue_item(entry, encoded_size(entry))
     new_state = item(Lane.STATE, "a", 2)
-    assert queue.enqueue_item(new_state, estimate_size(new_state))
-    assert not queue.enqueue_item(old_state, estimate_size(old_state))  # older: refused
+    assert queue.enqueue_item(new_state, encoded_size(new_state))
+    assert not queue.enqueue_item(old_state, encoded_size(old_state))  # older: refused
     assert len(queue) == 3
     assert set(drain(queue, 1)) == {new_state, gateway, other_origin}
 
@@ -78,10 +79,10 @@ def test_lane_items_invalidate_within_origin_and_lane_only():
 def test_a_burst_in_one_lane_never_evicts_another_lane():
     queue = DisseminationQueue(1200)
     cert = item(Lane.CERT, "a", 1)
-    queue.enqueue_item(cert, estimate_size(cert))
+    queue.enqueue_item(cert, encoded_size(cert))
     for revision in range(1, 50):
         state = item(Lane.STATE, "a", revision)
-        queue.enqueue_item(state, estimate_size(state))
+        queue.enqueue_item(state, encoded_size(state))
     assert set(drain(queue, 1)) == {cert, item(Lane.STATE, "a", 49)}
 
 
@@ -89,10 +90,10 @@ def test_selection_respects_the_budget_and_skips_what_does_not_fit():
     queue = DisseminationQueue(1200)
     big = item(Lane.STATE, "a", 1, size=600)
     small = [Alive(f"m{i}", "x:1", 0) for i in range(3)]
-    queue.enqueue_item(big, estimate_size(big))
+    queue.enqueue_item(big, encoded_size(big))
     for update in small:
-        queue.enqueue_update(update, estimate_size(update))
-    budget = 3 * (estimate_size(small[0]) + PART_OVERHEAD_BYTES) + 10
+        queue.enqueue_update(update, encoded_size(update))
+    budget = 3 * (encoded_size(small[0]) + PART_OVERHEAD_BYTES) + 10
     pick = queue.select(budget, 4)
     assert sorted(pick.updates, key=repr) == small and pick.items == []
     assert pick.used_bytes <= budget
@@ -108,9 +109,9 @@ def test_items_that_never_fit_are_left_to_push_pull(make_machine: MachineFactory
 
 
 def datagram_size(message: Ping) -> int:
-    base = estimate_size(Ping(message.seq, message.source, message.target))
+    base = encoded_size(Ping(message.seq, message.source, message.target))
     parts = (*message.updates, *message.items)
-    return base + sum(estimate_size(part) + PART_OVERHEAD_BYTES for part in parts)
+    return base + sum(encoded_size(part) + PART_OVERHEAD_BYTES for part in parts)
 
 
 def test_datagrams_stay_within_the_plaintext_budget(make_machine: MachineFactory):
@@ -142,7 +143,7 @@ def test_sustained_churn_does_not_grow_the_queue_without_bound():
     for round_ in range(2000):
         for member in ("flappy", "jumpy"):
             update = Alive(member, "x:1", round_)
-            queue.enqueue_update(update, estimate_size(update))
+            queue.enqueue_update(update, encoded_size(update))
         queue.select(60, 8)  # room for one part only: fresher news always wins
     assert len(queue) == 2
     assert queue.stacked <= 2 * len(queue) + 64 + 1

@@ -7,8 +7,9 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grid.core.swim.dissemination import PART_OVERHEAD_BYTES, DisseminationQueue, estimate_size
+from grid.core.swim.dissemination import PART_OVERHEAD_BYTES, DisseminationQueue
 from grid.core.swim.messages import Alive, BroadcastItem, Lane, Suspect
+from grid.core.wire.codec import encoded_size
 
 MEMBERS = ["a", "b", "c"]
 ORIGINS = ["x", "y"]
@@ -26,7 +27,7 @@ operations = st.lists(st.one_of(update_op, item_op, select_op), max_size=60)
 
 
 def part_size(value: object) -> int:
-    return estimate_size(value) + PART_OVERHEAD_BYTES  # type: ignore[arg-type]
+    return encoded_size(value) + PART_OVERHEAD_BYTES  # type: ignore[arg-type]
 
 
 @settings(max_examples=150, deadline=None)
@@ -43,7 +44,7 @@ def test_queue_sends_only_latest_news_within_budget_exactly_limit_times(ops, lim
                 if suspect
                 else Alive(member, "h:1", incarnation)
             )
-            if queue.enqueue_update(update, estimate_size(update)):
+            if queue.enqueue_update(update, encoded_size(update)):
                 latest[("m", member)] = update
                 sent[update] = 0
         elif op[0] == "item":
@@ -51,7 +52,7 @@ def test_queue_sends_only_latest_news_within_budget_exactly_limit_times(ops, lim
             item = BroadcastItem(lane, origin, revision, bytes(size))
             key = ("i", origin, lane.value)
             current = latest.get(key) if queue.transmits(key) is not None else None
-            accepted = queue.enqueue_item(item, estimate_size(item))
+            accepted = queue.enqueue_item(item, encoded_size(item))
             if isinstance(current, BroadcastItem) and current.revision >= revision:
                 assert not accepted  # a queued newer revision of its lane wins
             elif accepted:

@@ -9,6 +9,7 @@ import pytest
 from grid.core.swim.effects import Deliver
 from grid.core.swim.machine import SwimMachine
 from grid.core.swim.messages import BroadcastItem, Lane, Ping
+from grid.core.wire.codec import encoded_size
 from grid.errors import ValidationError
 
 from .conftest import MachineFactory, peer_address
@@ -40,7 +41,7 @@ def test_only_newer_items_are_delivered(make_machine: MachineFactory):
 def test_push_pull_carries_items_that_gossip_missed(make_machine: MachineFactory):
     source, _ = make_machine()
     source.publish(BroadcastItem(Lane.CERT, "me", 3, b"pem"))
-    sink = SwimMachine("sink", "10.0.0.200:7946", rng=random.Random(2))
+    sink = SwimMachine("sink", "10.0.0.200:7946", rng=random.Random(2), size_of=encoded_size)
     sink.join((), 0.0)
     reply, out = sink.handle_push_pull(source.push_pull_message(join=False), 2.0)
     assert [e.item for e in out if isinstance(e, Deliver)] == [

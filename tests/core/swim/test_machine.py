@@ -23,6 +23,7 @@ from grid.core.swim.machine import SwimMachine
 from grid.core.swim.members import Member, MemberState
 from grid.core.swim.messages import Ack, Alive, Dead, Nack, Ping, PingReq, Suspect
 from grid.core.swim.suspicion import suspicion_timeout_s
+from grid.core.wire.codec import encoded_size
 from grid.errors import TransitionError
 
 from .conftest import MachineFactory, peer_address
@@ -229,7 +230,9 @@ def test_ping_for_another_member_is_ignored(make_machine: MachineFactory):
 
 
 def peer_of(address_index: int, knows: SwimMachine) -> SwimMachine:
-    peer = SwimMachine(f"p{address_index}", peer_address(address_index), rng=random.Random(5))
+    peer = SwimMachine(
+        f"p{address_index}", peer_address(address_index), rng=random.Random(5), size_of=encoded_size
+    )
     peer.restore({"me": Member("me", knows.address, knows.incarnation, MemberState.ALIVE)})
     peer.join((), 0.0)
     return peer

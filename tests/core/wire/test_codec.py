@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +32,7 @@ from grid.core.wire.codec import (
     decode_stream,
     encode_datagram,
     encode_stream,
+    encoded_size,
     pack_datagram,
     prefix_length,
 )
@@ -172,3 +176,31 @@ def test_stream_deframer_splits_chunks_and_bounds_lengths() -> None:
     with pytest.raises(CodecError) as info:
         StreamDeframer(frame_bytes_max=10).feed((11).to_bytes(4, "big"))
     assert info.value.code == "stream_frame_too_large"
+
+
+def test_encoded_size_is_exact_for_messages_and_parts() -> None:
+    item = BroadcastItem(Lane.GATEWAY, "site-a", 300, b"x" * 700)
+    parts = (
+        Alive("a", "127.0.0.1:7946", 1),
+        Suspect("bb", "10.1.2.3:7946", 2**40, "cc"),
+        Dead("ddd", "[::1]:7946", 0, "ddd"),
+    )
+    for bare in (
+        Ping(2**31, "s", None),
+        Ping(1, "s", "t"),
+        PingReq(5, "s", "t", "h:1"),
+        Nack(3, "n"),
+        Gossip("g"),
+    ):
+        full = dataclasses.replace(bare, updates=parts, items=(item,))
+        predicted = encoded_size(bare) + sum(encoded_size(p) for p in parts) + encoded_size(item)
+        assert predicted == len(encode_datagram(full))
+
+
+def test_encoded_size_of_an_item_too_big_for_any_datagram_is_exact() -> None:
+    item = BroadcastItem(Lane.STATE, "site-a", 2**33, os.urandom(200_000))
+    carrier = Ack(1, "site-a", items=(item,))
+    unbounded = CodecLimits(datagram_bytes_max=10**7)
+    assert encoded_size(Ack(1, "site-a")) + encoded_size(item) == len(
+        encode_datagram(carrier, unbounded)
+    )

@@ -14,9 +14,10 @@ Invalidation keeps the queue small and correct:
   queued older one within the same origin and lane only, so a burst in one lane
   never evicts another lane's news (seed 003's four lanes).
 
-Sizes come from an injected `SizeEstimator`: the codec supplies the exact
-encoded size; `estimate_size` is a conservative default. An entry that cannot
-fit even an otherwise empty datagram is never queued; it travels by push-pull.
+Sizes come from an injected `SizeEstimator`, the codec's exact
+`grid.core.wire.codec.encoded_size` wherever a machine runs. An entry that
+cannot fit even an otherwise empty datagram is never queued; it travels by
+push-pull.
 
 Entries live in buckets by transmit count (an insertion-ordered dict each), so
 selection touches only the entries it returns plus the few it skips.
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import assert_never
 
 from grid.core.swim.messages import (
     Ack,
@@ -51,49 +51,6 @@ PART_OVERHEAD_BYTES = 4
 DATAGRAM_HEADROOM_BYTES = 192
 """Room kept for the datagram's own fields when deciding whether a part can ever
 fit; a part larger than the budget minus this is left to push-pull."""
-
-_INT_BYTES = 11  # tag plus the longest varint
-_STR_OVERHEAD = 4  # tag plus a length varint up to 2^21 bytes
-_MESSAGE_OVERHEAD = 4  # the oneof wrapper's tag and length
-
-
-def _text(value: str | None) -> int:
-    if value is None:
-        return 0
-    return _STR_OVERHEAD + len(value.encode("utf-8"))
-
-
-def estimate_size(value: WireValue) -> int:
-    """A conservative Protobuf size: every int costs its longest varint."""
-    match value:
-        case BroadcastItem(origin=origin, payload=payload, signature=signature):
-            signed = _STR_OVERHEAD + len(signature) if signature else 0
-            return (
-                _MESSAGE_OVERHEAD
-                + 2 * _INT_BYTES
-                + _text(origin)
-                + _STR_OVERHEAD
-                + len(payload)
-                + signed
-            )
-        case Alive(member=member, address=address):
-            return _MESSAGE_OVERHEAD + _INT_BYTES + _text(member) + _text(address)
-        case (
-            Suspect(member=member, address=address, accuser=accuser)
-            | Dead(member=member, address=address, accuser=accuser)
-        ):
-            return _MESSAGE_OVERHEAD + _INT_BYTES + _text(member) + _text(address) + _text(accuser)
-        case Gossip(source=source):
-            return _MESSAGE_OVERHEAD + _text(source)
-        case Ping(source=source, target=target):
-            return _MESSAGE_OVERHEAD + _INT_BYTES + _text(source) + _text(target)
-        case PingReq(source=source, target=target, target_address=address):
-            return _MESSAGE_OVERHEAD + _INT_BYTES + _text(source) + _text(target) + _text(address)
-        case Ack(source=source) | Nack(source=source):
-            return _MESSAGE_OVERHEAD + _INT_BYTES + _text(source)
-        case _:
-            assert_never(value)
-
 
 QueueKey = tuple[str, str] | tuple[str, str, str]
 

@@ -1,7 +1,7 @@
 """What the membership machine asks its adapter to do, and the timers it sets.
 
 The machine never performs I/O. Every input returns a list of effects, which
-the adapter carries out in order:
+`grid.core.swim.runtime.carry_out` hands, in order, to the runtime's verbs:
 
 - `Send(address, message)`: send one datagram (UDP) to ``"host:port"``.
 - `Schedule(timer, at)`: call `handle_timer(timer, now)` at time `at` (same
@@ -15,7 +15,8 @@ the adapter carries out in order:
   into the owner's CRDT replica, so this only says that something changed.
 - `PushPullRequest(address, message)`: open a TCP anti-entropy exchange with
   ``address``: send `message`, read the peer's `PushPull` reply and pass it to
-  `handle_push_pull_reply`. A failed exchange needs no report.
+  `Driver.push_pull_reply` (the machine's `handle_push_pull_reply`). A failed
+  exchange needs no report.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ its (origin, lane) before the machine holds, delivers or relays anything
 leaves no trace, so it can neither shadow later items nor spread.
 
 Each input returns effects (see `grid.core.swim.effects`): `Send`, `Schedule`,
-`Notify`, `Deliver` and `PushPullRequest`. An adapter is thus a loop: decode,
-call, carry out the effects.
+`Notify`, `Deliver` and `PushPullRequest`. Runtimes never call these inputs
+themselves: `grid.core.swim.runtime.Driver` does, and carries out the effects.
 
 The probe cycle (ping, ping-req, nack, suspect, with Lifeguard's local health)
 is `grid.core.swim.probing`.
@@ -42,7 +42,7 @@ from enum import StrEnum
 from typing import assert_never
 
 from grid.core.swim.config import SwimConfig
-from grid.core.swim.dissemination import PART_OVERHEAD_BYTES, SizeEstimator, estimate_size
+from grid.core.swim.dissemination import PART_OVERHEAD_BYTES, SizeEstimator
 from grid.core.swim.effects import (
     Effect,
     GossipTick,
@@ -96,8 +96,8 @@ class SwimMachine:
         address: str,
         *,
         rng: random.Random,
+        size_of: SizeEstimator,
         config: SwimConfig | None = None,
-        size_of: SizeEstimator = estimate_size,
         incarnation: int = 0,
         admit: ItemAdmission | None = None,
     ) -> None:

@@ -14,12 +14,14 @@ multiple of it, and every count and string length is then checked against
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
 from google.protobuf.message import DecodeError, Message
 
+from grid.core.swim.dissemination import WireValue
 from grid.core.swim.messages import (
     Ack,
     Alive,
@@ -339,6 +341,43 @@ def decode_stream(data: bytes, limits: CodecLimits = DEFAULT_LIMITS) -> PushPull
         items=_items(pp.items, len(pp.items), limits.stream_items_max, limits),
         join=pp.join,
     )
+
+
+# -- sizes ------------------------------------------------------------------------------
+
+_SIZING_LIMITS = CodecLimits(datagram_bytes_max=2**31)
+_BARE_ACK = Ack(0, "")
+_BARE_ACK_BYTES = len(encode_datagram(_BARE_ACK, _SIZING_LIMITS))
+
+_CACHED_PAYLOAD_BYTES_MAX = 2048
+"""Items with larger payloads are measured uncached: they never fit a datagram
+anyway, and the cache must not keep big payloads alive."""
+
+
+def encoded_size(value: WireValue) -> int:
+    """The exact encoded size of a bare datagram or of one piggybacked part.
+
+    This is the machine's `SizeEstimator` (`grid.core.swim.dissemination`), in
+    production and in the simulator alike, so piggyback fills datagrams to the
+    1,400-byte budget without overflowing it. A part's size includes its
+    repeated-field tag and length, measured as the growth of a bare message.
+    """
+    if isinstance(value, BroadcastItem) and len(value.payload) > _CACHED_PAYLOAD_BYTES_MAX:
+        return _measure(value)
+    return _measure_cached(value)
+
+
+def _measure(value: WireValue) -> int:
+    if isinstance(value, BroadcastItem):
+        carrier = Ack(0, "", items=(value,))
+    elif isinstance(value, Ping | PingReq | Ack | Nack | Gossip):
+        return len(encode_datagram(value, _SIZING_LIMITS))
+    else:
+        carrier = Ack(0, "", updates=(value,))
+    return len(encode_datagram(carrier, _SIZING_LIMITS)) - _BARE_ACK_BYTES
+
+
+_measure_cached = functools.lru_cache(maxsize=4096)(_measure)
 
 
 # -- the TCP stream: 4-byte big-endian length, then one GRID frame ------------------
