@@ -37,3 +37,35 @@ async def test_operator_gossips_its_site_lanes_without_key_material(tmp_path: Pa
             assert local.gateway.egress_address == f"127.0.0.1:{site.egress_port}"
     finally:
         await store.close()
+
+
+async def test_a_site_without_geography_gossips_the_network_region_and_zone(
+    tmp_path: Path,
+) -> None:
+    mesh = DemoMesh(tmp_path, ["east"])
+    await mesh.prepare()
+    site = mesh.plan.sites["east"]
+    store = await SqliteStore.open(site.store)
+    own = await store.get("GridSite", "east")
+    for field in ("region", "zone"):
+        own["spec"].pop(field, None)
+    await store.replace(own)
+    (net,) = await store.list("GridNetwork")
+    net["spec"]["region"] = "us-west"
+    await store.replace(net)
+    operator = Operator(site_settings(mesh, "east"), store)
+    try:
+        async with running(operator) as task:
+
+            def geography() -> tuple[str, str]:
+                assert not task.done(), task
+                metadata = operator.replica.local.metadata
+                return metadata.region, metadata.zone
+
+            await eventually(lambda: geography() == ("us-west", ""), "the network's region")
+            net = await store.get("GridNetwork", net["metadata"]["name"])
+            net["spec"]["zone"] = "us-west-2b"
+            await store.replace(net)
+            await eventually(lambda: geography() == ("us-west", "us-west-2b"), "its new zone")
+    finally:
+        await store.close()

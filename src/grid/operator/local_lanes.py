@@ -27,7 +27,9 @@ from grid.core.crdt.snapshot import (
     sorted_pairs,
 )
 from grid.core.resources import GridSite
+from grid.core.routing.candidate import Geography
 from grid.core.routing.mesh_view import GRID_ID_LABEL
+from grid.core.routing.render import own_geography
 from grid.core.trust import public_chain_pem
 from grid.errors import NotFound, ValidationError
 from grid.operator.lifecycle import SignalLifecycle
@@ -94,9 +96,16 @@ class LanePublisher:
         except NotFound:
             await self.write(lambda snap: snap.set_lane(Lane.CERT, cert))
             return
+        # The network's region and zone stand in where our GridSite names none.
+        network = self.served.network
+        geography = (
+            own_geography(network, own)
+            if network is not None
+            else Geography(own.spec.region, own.spec.zone)
+        )
         metadata = MetadataLaneValue(
-            region=own.spec.region or "",
-            zone=own.spec.zone or "",
+            region=geography.region or "",
+            zone=geography.zone or "",
             sovereignty_zone=own.spec.sovereignty_zone or "",
             labels=sorted_pairs(
                 {

@@ -363,10 +363,14 @@ class Operator:
                     if kind == "InferenceProvider":
                         await self.own.sync()
                     elif kind == "GridNetwork":
+                        before = _geography_of(self.served.network)
                         self.served.on_event(event.type, event.object)
                         self._check_tuning()
                         await self._refresh_trust()
                         await self.signals.judge(self.served.network)
+                        if _geography_of(self.served.network) != before:
+                            # spec.region and zone stand in for our GridSite's.
+                            await self.lanes.publish_site_lanes()
                     elif kind == "Secret":
                         await self._reload_keys()
                     elif kind == "GridSite":
@@ -481,3 +485,8 @@ class Operator:
             self.overlays.consumer_status,
             self.overlays.budget_status,
         )
+
+
+def _geography_of(network: GridNetwork | None) -> tuple[str | None, str | None]:
+    """A network's ``spec.region`` and ``spec.zone`` (None, None without one)."""
+    return (network.spec.region, network.spec.zone) if network is not None else (None, None)

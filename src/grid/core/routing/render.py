@@ -61,11 +61,13 @@ __all__ = [
     "Rendered",
     "evaluate_network",
     "gateway_ranking",
+    "own_geography",
     "poll_ranking",
     "render",
     "scoring_config",
     "select_gateway",
     "select_network",
+    "site_geographies",
 ]
 
 DEFAULT_NAMESPACE = "default"
@@ -253,6 +255,34 @@ def select_network(
     return candidates[0]
 
 
+def site_geographies(
+    network: GridNetwork, sites: dict[str, GridSite], own_site: str
+) -> dict[str, Geography]:
+    """Each GridSite's region and zone, with the network's own standing in for ``own_site``.
+
+    A GridNetwork is applied at one site, and its ``spec.region``/``zone`` say where
+    that site runs (upstream's fallback): where the site's own GridSite names no
+    region (or there is none), the network's region is used, and the network's
+    zone where the site names no zone and the regions agree. Other sites keep
+    exactly what their GridSite says.
+    """
+    geographies = {name: Geography(s.spec.region, s.spec.zone) for name, s in sites.items()}
+    geographies[own_site] = own_geography(network, sites.get(own_site))
+    return geographies
+
+
+def own_geography(network: GridNetwork, own: GridSite | None) -> Geography:
+    """The operator's own site's region and zone: its GridSite's, else the network's."""
+    region = own.spec.region if own is not None else None
+    zone = own.spec.zone if own is not None else None
+    spec = network.spec
+    if region is None:
+        region = spec.region
+    if zone is None and region is not None and region == spec.region:
+        zone = spec.zone
+    return Geography(region, zone)
+
+
 def evaluate_network(
     inputs: RenderInputs,
     network: GridNetwork,
@@ -274,7 +304,7 @@ def evaluate_network(
     name = network.name
     sites = {s.name: s for s in inputs.sites if s.spec.grid_network_ref == name}
     index = signals.index() if signals else {}
-    geographies = {name: Geography(s.spec.region, s.spec.zone) for name, s in sites.items()}
+    geographies = site_geographies(network, sites, default_site)
     view = DraftView(
         network,
         local_site,
