@@ -1,4 +1,5 @@
-"""The operator's /metrics: SWIM drops, discarded PEMs, members, push-pull, reconcile times.
+"""The operator's /metrics: SWIM drops, discarded PEMs, members, push-pull, reconcile times,
+and upstream Grid's probe and phase-transition metrics under upstream's names.
 
 One operator runs on real sockets; a garbage datagram is sent to its SWIM port
 so a drop reason moves. The exposition must hold every family with its whole
@@ -46,7 +47,9 @@ async def test_metrics_export_every_counter_with_closed_labels(tmp_path: Path) -
     mesh = DemoMesh(tmp_path, ["east"])
     await mesh.prepare()
     store = await SqliteStore.open(mesh.plan.sites["east"].store)
-    operator = Operator(site_settings(mesh, "east"), store)
+    egress = f"127.0.0.1:{mesh.plan.sites['east'].egress_port}"
+    settings = site_settings(mesh, "east", egress_bind=egress, site_probe_interval_s=0.2)
+    operator = Operator(settings, store)
     try:
         async with running(operator) as task:
             await eventually(lambda: operator.ready or task.done(), "ready", timeout_s=20)
@@ -61,9 +64,14 @@ async def test_metrics_export_every_counter_with_closed_labels(tmp_path: Path) -
                     (("reason", "bad_magic"), ("transport", "datagram")),
                 )
                 rounds = ("grid_reconcile_duration_seconds_count", (("loop", "render"),))
-                return samples(text).get(key, 0) >= 1 and samples(text).get(rounds, 0) >= 1
+                verified = (
+                    "grid_gateway_probe_total",
+                    (("outcome", "Verified"), ("tls_mode", "Mutual")),
+                )
+                found = samples(text)
+                return all(found.get(k, 0) >= 1 for k in (key, rounds, verified))
 
-            await eventually(dropped, "the bad-magic drop is exported", timeout_s=10)
+            await eventually(dropped, "the drop and a verified probe are exported", timeout_s=20)
             text = await scrape(operator.addresses["metrics"])
             found = samples(text)
             for transport in ("datagram", "stream"):
@@ -79,6 +87,12 @@ async def test_metrics_export_every_counter_with_closed_labels(tmp_path: Path) -
                 assert ("grid_swim_members", (("state", state),)) in found
             for loop in ("sites", "render"):
                 assert ("grid_reconcile_duration_seconds_count", (("loop", loop),)) in found
+            # Upstream Grid's names: the egress probe and the GridSite phase transitions.
+            probes = ("grid_gateway_probe_total", (("outcome", "Verified"), ("tls_mode", "Mutual")))
+            assert found[probes] >= 1
+            assert found["grid_gateway_probe_duration_seconds_count", ()] >= 1
+            moved = [k for k in found if k[0] == "grid_site_phase_transition_total"]
+            assert {dict(k[1])["to_phase"] for k in moved} >= {"Connecting", "Active"}
             promtool = shutil.which("promtool")
             if promtool is None:
                 pytest.skip("promtool not installed (make test installs Debian prometheus)")

@@ -36,26 +36,36 @@ class ProviderTlsError(GridError):
     code = "provider_tls_unavailable"
 
 
-async def secret_bytes(store: ResourceStore, name: str, namespace: str, key: str) -> bytes:
-    """The value of ``key`` in Secret ``namespace/name`` (``data`` or ``stringData``)."""
+async def secret_bytes(
+    store: ResourceStore,
+    name: str,
+    namespace: str,
+    key: str,
+    error: type[GridError] = ProviderTlsError,
+) -> bytes:
+    """The value of ``key`` in Secret ``namespace/name`` (``data`` or ``stringData``).
+
+    A missing Secret or key, bad base64 or an oversized value raises ``error``
+    with a message naming the Secret and the key only.
+    """
     where = f"Secret {namespace}/{name} key {key!r}"
     try:
         obj = await store.get("Secret", name, namespace=namespace)
     except NotFound:
-        raise ProviderTlsError(f"{where}: Secret not found") from None
+        raise error(f"{where}: Secret not found") from None
     encoded = (obj.get("data") or {}).get(key)
     if isinstance(encoded, str):
         try:
             value = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
-            raise ProviderTlsError(f"{where}: not valid base64") from None
+            raise error(f"{where}: not valid base64") from None
     else:
         plain = (obj.get("stringData") or {}).get(key)
         if not isinstance(plain, str):
-            raise ProviderTlsError(f"{where}: key missing")
+            raise error(f"{where}: key missing")
         value = plain.encode()
     if len(value) > SECRET_VALUE_MAX_BYTES:
-        raise ProviderTlsError(f"{where}: larger than {SECRET_VALUE_MAX_BYTES} bytes")
+        raise error(f"{where}: larger than {SECRET_VALUE_MAX_BYTES} bytes")
     return value
 
 
@@ -75,11 +85,19 @@ async def provider_ssl_context(store: ResourceStore, tls: ProviderTls) -> ssl.SS
     if client is not None:
         cert = await secret_bytes(store, client.name, client.namespace, client.certificate_key)
         key = await secret_bytes(store, client.name, client.namespace, client.private_key_key)
-        _load_chain(ctx, cert, key, f"Secret {client.namespace}/{client.name}")
+        load_chain(ctx, cert, key, f"Secret {client.namespace}/{client.name}")
     return ctx
 
 
-def _load_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes, where: str) -> None:
+def load_chain(
+    ctx: ssl.SSLContext,
+    cert: bytes,
+    key: bytes,
+    where: str,
+    error: type[GridError] = ProviderTlsError,
+) -> None:
+    """Load a certificate chain and its key from memory into ``ctx`` (``error`` when they
+    do not load, naming ``where`` only), through a private directory removed at once."""
     with tempfile.TemporaryDirectory(prefix="grid-tls-") as tmp:
         os.chmod(tmp, 0o700)
         cert_path, key_path = Path(tmp) / "tls.crt", Path(tmp) / "tls.key"
@@ -90,6 +108,4 @@ def _load_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes, where: str) -> Non
         try:
             ctx.load_cert_chain(str(cert_path), str(key_path))
         except (ssl.SSLError, ValueError):
-            raise ProviderTlsError(
-                f"{where}: the client certificate or key does not load"
-            ) from None
+            raise error(f"{where}: the certificate or key does not load") from None

@@ -107,7 +107,7 @@ async def _serve(settings: OperatorSettings) -> None:
             raise GridError("--leader-election needs --store kubernetes", code="invalid")
         operator = ElectedOperator(settings, store)
     else:
-        operator = Operator(settings, store)
+        operator = await Operator.prepared(settings, store)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, operator.stop)

@@ -45,6 +45,7 @@ from grid.core.signals.feedback import (
     parse_report,
 )
 from grid.operator.feedback_writer import FeedbackEvents, FeedbackSettings, FeedbackWriter
+from grid.operator.settings import OperatorSettings
 
 KILL_HOOK_ENV = "GRID_TEST_KILL_AFTER_FEEDBACK_WRITE"
 """Test-only: ``1`` makes the operator SIGKILL itself between a durable write and its 204."""
@@ -113,3 +114,21 @@ def wire_ingest(
     writer = FeedbackWriter(store, network, events, settings) if settings is not None else None
     IngestEndpoint(server, events, writer).register()
     return events, writer
+
+
+def wire_feedback(
+    server: SignalsServer,
+    store: ResourceStore,
+    network: str,
+    registry: CollectorRegistry,
+    settings: OperatorSettings,
+) -> FeedbackWriter | None:
+    """Under poll, the ingest route from the operator's settings: the single feedback
+    writer, or None (the POST answers 405) with ``--no-ingest-feedback``."""
+    feedback = None
+    if settings.ingest_feedback:
+        feedback = FeedbackSettings(
+            reporter_capacity=settings.feedback_reporter_capacity,
+            write_attempts=settings.feedback_write_attempts,
+        )
+    return wire_ingest(server, store, network, registry, feedback)[1]

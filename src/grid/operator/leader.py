@@ -90,7 +90,7 @@ class ElectedOperator:
         if not await self._follow():
             await self.elector.release()
             return
-        self.operator = Operator(self.settings, self.store)
+        self.operator = await Operator.prepared(self.settings, self.store)
         self.operator.health.role = "leader"
         if self._stop.is_set():
             self.operator.stop()

@@ -126,6 +126,17 @@ class LanePublisher:
             )
         )
 
+    def geography(self) -> tuple[str | None, str | None]:
+        """The served network's ``spec.region`` and ``spec.zone``."""
+        network = self.served.network
+        return (network.spec.region, network.spec.zone) if network is not None else (None, None)
+
+    async def republish_if_moved(self, before: tuple[str | None, str | None]) -> None:
+        """Publish the site lanes again when the network's geography moved from ``before``:
+        it stands in for our GridSite's region and zone."""
+        if self.geography() != before:
+            await self.publish_site_lanes()
+
     def _public_cert_pem(self) -> str:
         """This site's public certificate chain for the cert lane ("" without --cert)."""
         if self.cert is None:

@@ -61,11 +61,17 @@ def dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so readers see the old or the new file, never half."""
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` so readers see the old or the new file, never half.
+
+    ``mode`` is the file's permission bits, set before any byte is written (0o600
+    for private material), whatever the umask.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    os.fchmod(fd, mode)
+    with os.fdopen(fd, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

@@ -34,6 +34,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
@@ -59,8 +60,8 @@ from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.operator.budgets import BudgetLoop, BudgetMeter
 from grid.operator.discovery import SiteDiscovery
-from grid.operator.feedback_ingest import wire_ingest
-from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
+from grid.operator.feedback_ingest import wire_feedback
+from grid.operator.feedback_writer import FeedbackWriter
 from grid.operator.gateway_scrape import GatewayScrape
 from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_for
 from grid.operator.ledger_store import LedgerStore
@@ -73,8 +74,9 @@ from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.own_providers import OwnProviders
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
+from grid.operator.site_pki import SitePki, with_site_pki
 from grid.operator.site_rounds import SiteRounds
-from grid.operator.sites import SiteController
+from grid.operator.sites import SiteController, SiteMetrics
 from grid.operator.startup import StartupError, select_network
 from grid.operator.swim_keys import SwimKeys, tuning_change
 
@@ -90,9 +92,13 @@ round that waits on probe timeouts takes seconds."""
 class Operator:
     """One site's operator; `run` until `stop` is called or a task fails."""
 
-    def __init__(self, settings: OperatorSettings, store: ResourceStore) -> None:
+    def __init__(
+        self, settings: OperatorSettings, store: ResourceStore, pki: SitePki | None = None
+    ) -> None:
+        """``pki`` holds the certificates read from the network's Secrets (`prepared`)."""
         self.settings = settings
         self.store = store
+        self.pki = pki
         self.registry = CollectorRegistry()
         self.members_gauge = Gauge(
             "grid_swim_members", "SWIM members by state.", ["state"], registry=self.registry
@@ -156,7 +162,7 @@ class Operator:
         if settings.ca and settings.cert and settings.key:
             tls = client_context(settings.ca, settings.cert, settings.key)
             self.signals.tls_contexts.append(tls)
-        self.sites = SiteController(store, settings.site, tls)
+        self.sites = SiteController(store, settings.site, tls, metrics=SiteMetrics(self.registry))
         self.site_rounds = SiteRounds(
             self.served,
             lambda: self.swim,
@@ -196,23 +202,14 @@ class Operator:
             spend_changed=self._dirty.set,
         )
 
-    # -- lifecycle -----------------------------------------------------------
+    @classmethod
+    async def prepared(cls, settings: OperatorSettings, store: ResourceStore) -> Operator:
+        """An operator whose missing ``--ca``/``--cert``/``--key`` come from the network's
+        ``caSecretRef``/``siteSecretRef`` Secrets, read through the store (`site_pki`)."""
+        settings, pki = await with_site_pki(settings, store)
+        return cls(settings, store, pki)
 
-    def _wire_feedback(self, network: GridNetwork) -> None:
-        """Under poll, add the ingest route: the single feedback writer, or 405 when off."""
-        transport = self.signals.transport
-        if transport is None:
-            return
-        s = self.settings
-        settings = None
-        if s.ingest_feedback:
-            settings = FeedbackSettings(
-                reporter_capacity=s.feedback_reporter_capacity,
-                write_attempts=s.feedback_write_attempts,
-            )
-        _events, self.feedback = wire_ingest(
-            transport.server, self.store, network.name, self.registry, settings
-        )
+    # -- lifecycle -----------------------------------------------------------
 
     async def run(self) -> None:
         """Start everything, serve until stopped, then shut down gracefully."""
@@ -220,7 +217,14 @@ class Operator:
         network = await self.served.initialize(network)
         await self._refresh_trust()
         self.served.mode = await self.signals.fix(network, int(time.time()))
-        self._wire_feedback(network)
+        if self.signals.transport is not None:
+            self.feedback = wire_feedback(
+                self.signals.transport.server,
+                self.store,
+                network.name,
+                self.registry,
+                self.settings,
+            )
         await self.budget_meter.load()
         await self._start_endpoints()
         await self._start_swim(network)
@@ -290,6 +294,8 @@ class Operator:
         if self.signals.transport is not None:
             await self.signals.transport.stop()
         await self.health.stop()
+        if self.pki is not None:
+            self.pki.close()
         log.info("operator stopped", extra={"site": self.settings.site})
 
     async def _start_endpoints(self) -> None:
@@ -363,16 +369,16 @@ class Operator:
                     if kind == "InferenceProvider":
                         await self.own.sync()
                     elif kind == "GridNetwork":
-                        before = _geography_of(self.served.network)
+                        before = self.lanes.geography()
                         self.served.on_event(event.type, event.object)
                         self._check_tuning()
+                        await self._check_pki()
                         await self._refresh_trust()
                         await self.signals.judge(self.served.network)
-                        if _geography_of(self.served.network) != before:
-                            # spec.region and zone stand in for our GridSite's.
-                            await self.lanes.publish_site_lanes()
+                        await self.lanes.republish_if_moved(before)
                     elif kind == "Secret":
                         await self._reload_keys()
+                        await self._check_pki(event.object)
                     elif kind == "GridSite":
                         await self._refresh_trust()
                         await self.signals.judge(self.served.network)
@@ -395,6 +401,11 @@ class Operator:
         changed = tuning_change(self._swim_started_from, self.served.network)
         if changed is not None:
             raise StartupError(f"GridNetwork {changed} changed; restarting to apply it")
+
+    async def _check_pki(self, secret: dict[str, Any] | None = None) -> None:
+        """Follow the certificate Secrets: rewritten files, or a restart (`SitePki.check`)."""
+        if self.pki is not None:
+            await self.pki.check(self.store, self.served.network, secret)
 
     async def _reload_keys(self) -> None:
         """Install the swimKeyRef Secret's keyring when it changed (no restart)."""
@@ -485,8 +496,3 @@ class Operator:
             self.overlays.consumer_status,
             self.overlays.budget_status,
         )
-
-
-def _geography_of(network: GridNetwork | None) -> tuple[str | None, str | None]:
-    """A network's ``spec.region`` and ``spec.zone`` (None, None without one)."""
-    return (network.spec.region, network.spec.zone) if network is not None else (None, None)

@@ -7,6 +7,15 @@ Connecting or beyond, did an mTLS probe of ``egress.address`` present the
 pinned certificate), asks `grid.core.resources.lifecycle.next_site_phase` for the next
 phase, and writes status only when the phase, the reason or a shown field changed.
 
+An egress declared ``tls.mode: Plaintext`` is probed as upstream Grid probes it, by
+a TCP connect (`grid.adapters.tls_probe.tcp_probe`): reachable is reason
+``IdentityVerificationRequired`` and never Active (an Active site falls to
+Unreachable), unreachable is ``PlaintextUnreachable``. `SiteMetrics` exports
+upstream's ``grid_gateway_probe_total{outcome,tls_mode}``,
+``grid_gateway_probe_duration_seconds`` and
+``grid_site_phase_transition_total{from_phase,to_phase,reason}`` (``from_phase``
+``None`` for a site with no status yet).
+
 A member counts as departed when it left gracefully (at once) or has been
 declared dead for the network's ``staleCandidateTtlSeconds`` (300 s unset); the
 controller measures "dead for" on its own clock from the round it first saw the
@@ -19,6 +28,7 @@ cert lane gossips, so a person can pin a site nobody probed yet.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 import ssl
@@ -26,8 +36,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
 from grid.adapters.store.port import ResourceStore
-from grid.adapters.tls_probe import PROBE_TIMEOUT_S, probe
+from grid.adapters.tls_probe import (
+    MUTUAL_OUTCOMES,
+    PLAINTEXT_OUTCOMES,
+    PROBE_TIMEOUT_S,
+    ProbeOutcome,
+    ProbeResult,
+    probe,
+    tcp_probe,
+)
 from grid.core.resources import GridSite
 from grid.core.resources.discovery import discovery_enabled, member_of
 from grid.core.resources.lifecycle import Probe, SiteObservation, departed, next_site_phase
@@ -51,6 +71,45 @@ _REASONS = {
 }
 
 
+PLAINTEXT_REASONS = {
+    Probe.IDENTITY_UNVERIFIED: "IdentityVerificationRequired",
+    Probe.UNREACHABLE: "PlaintextUnreachable",
+}
+"""Upstream's reasons for a plaintext egress probe: reachable, or not."""
+
+
+class SiteMetrics:
+    """Upstream Grid's probe and phase-transition metrics, under its names and labels."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.probes = Counter(
+            "grid_gateway_probe",
+            "Gateway egress probe attempts, by outcome and egress TLS mode.",
+            ["outcome", "tls_mode"],
+            registry=registry,
+        )
+        for outcome in MUTUAL_OUTCOMES:
+            self.probes.labels(outcome.value, "Mutual")
+        for plain in PLAINTEXT_OUTCOMES:
+            self.probes.labels(plain.value, "Plaintext")
+        self.probe_seconds = Histogram(
+            "grid_gateway_probe_duration_seconds",
+            "Duration of one gateway egress probe (connect and handshake).",
+            registry=registry,
+        )
+        self.transitions = Counter(
+            "grid_site_phase_transition",
+            "GridSite phase or reason changes written, by the phases and the new reason.",
+            ["from_phase", "to_phase", "reason"],
+            registry=registry,
+        )
+
+    def probed(self, outcome: ProbeOutcome, tls_mode: str, duration_s: float) -> None:
+        """Count one probe (``tls_mode``: the GridSite's ``Mutual`` or ``Plaintext``)."""
+        self.probes.labels(outcome.value, tls_mode).inc()
+        self.probe_seconds.observe(duration_s)
+
+
 class SiteController:
     """Moves GridSites through their phases from SWIM events and egress probes."""
 
@@ -61,8 +120,10 @@ class SiteController:
         tls: ssl.SSLContext | None,
         probe_timeout_s: float = PROBE_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
+        metrics: SiteMetrics | None = None,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._own_site = own_site
         self._tls = tls
         self._probe_timeout_s = probe_timeout_s
@@ -119,17 +180,36 @@ class SiteController:
 
     async def _probe(self, site: GridSite) -> Probe:
         egress = site.spec.egress
-        if self._tls is None or egress is None or not egress.address:
+        mode = egress.tls.mode if egress is not None and egress.tls is not None else "Mutual"
+        if egress is None or not egress.address:
+            self._count(ProbeOutcome.ADDRESS_MISSING, mode, 0.0)
+            return Probe.NOT_RUN
+        if mode == "Plaintext":
+            result = await tcp_probe(egress.address, self._probe_timeout_s)
+            self._record(site, result, mode)
+            return Probe.IDENTITY_UNVERIFIED if result.reachable else Probe.UNREACHABLE
+        if self._tls is None:
+            self._count(ProbeOutcome.TRUST_MATERIAL_MISSING, mode, 0.0)
             return Probe.NOT_RUN
         server_name = egress.tls.server_name if egress.tls else None
         result = await probe(egress.address, self._tls, server_name, self._probe_timeout_s)
-        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        self._probed[site.name] = (now, result.pem)
+        # A site matches any of its pins (certFingerprint and canonicalFingerprints).
+        matched = result.fingerprint in site.spec.accepted_fingerprints
+        if result.reachable and not matched:
+            result = dataclasses.replace(result, outcome=ProbeOutcome.PIN_MISMATCH)
+        self._record(site, result, mode)
         if not result.reachable:
             return Probe.UNREACHABLE
-        # A site matches any of its pins (certFingerprint and canonicalFingerprints).
-        accepted = site.spec.accepted_fingerprints
-        return Probe.PASSED if result.fingerprint in accepted else Probe.FINGERPRINT_MISMATCH
+        return Probe.PASSED if matched else Probe.FINGERPRINT_MISMATCH
+
+    def _record(self, site: GridSite, result: ProbeResult, mode: str) -> None:
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        self._probed[site.name] = (now, result.pem)
+        self._count(result.outcome, mode, result.duration_s)
+
+    def _count(self, outcome: ProbeOutcome, mode: str, duration_s: float) -> None:
+        if self._metrics is not None:
+            self._metrics.probed(outcome, mode, duration_s)
 
     async def _reconcile_one(
         self,
@@ -157,6 +237,9 @@ class SiteController:
         reason = _REASONS.get(phase, "Pending")
         if result is Probe.FINGERPRINT_MISMATCH and phase is not SitePhase.LEFT:
             reason = "FingerprintMismatch"
+        plaintext = egress is not None and egress.tls is not None and egress.tls.mode == "Plaintext"
+        if plaintext and result in PLAINTEXT_REASONS and phase is not SitePhase.LEFT:
+            reason = PLAINTEXT_REASONS[result]
         if phase is SitePhase.LEFT:
             reason = "LeftMesh" if state is MemberState.LEFT else "MemberDead"
         status = site.status
@@ -168,6 +251,9 @@ class SiteController:
             patch.update(
                 phase=phase.value, reason=reason, observedGeneration=site.metadata.generation
             )
+            if self._metrics is not None:
+                was = status.phase.value if status is not None else "None"
+                self._metrics.transitions.labels(was, phase.value, reason).inc()
             if phase is not current or status is None:
                 log.info(
                     "site phase",

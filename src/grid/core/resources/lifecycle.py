@@ -58,12 +58,15 @@ def next_provider_phase(current: ProviderPhase, seen: ProviderObservation) -> Pr
 
 
 class Probe(enum.StrEnum):
-    """The outcome of a GridSite's mTLS egress probe."""
+    """The outcome of a GridSite's egress probe."""
 
     NOT_RUN = "not_run"
     PASSED = "passed"
     UNREACHABLE = "unreachable"
     FINGERPRINT_MISMATCH = "fingerprint_mismatch"
+    IDENTITY_UNVERIFIED = "identity_unverified"
+    """A plaintext egress answered a TCP connect: reachable, but no identity was proven,
+    so the site is never verified by it (upstream's ``IdentityVerificationRequired``)."""
 
 
 LEFT_AFTER_DEAD_S = 300.0
@@ -119,7 +122,7 @@ def next_site_phase(current: SitePhase, seen: SiteObservation) -> SitePhase:
         if seen.probe is Probe.PASSED:
             wanted = SitePhase.ACTIVE
     elif current is SitePhase.ACTIVE:
-        if seen.probe in (Probe.UNREACHABLE, Probe.FINGERPRINT_MISMATCH):
+        if seen.probe in (Probe.UNREACHABLE, Probe.FINGERPRINT_MISMATCH, Probe.IDENTITY_UNVERIFIED):
             wanted = SitePhase.UNREACHABLE
     elif current is SitePhase.UNREACHABLE and seen.probe is Probe.PASSED:
         wanted = SitePhase.ACTIVE
