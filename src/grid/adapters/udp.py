@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from grid.core.swim.admission import AdmissionCounters
 from grid.core.swim.messages import Datagram
 from grid.core.wire import codec
 from grid.core.wire.frame import FRAME_REASONS, OVERHEAD_BYTES, FrameCounters
@@ -110,6 +111,8 @@ class TransportCounters:
     stream_drops: dict[str, int] = field(default_factory=_edge_reasons)
     machine_errors: int = 0
     events_dropped: int = 0
+    members: AdmissionCounters = field(default_factory=AdmissionCounters)
+    """The machine's member admission (`SwimNode` hands these to its machine)."""
 
     @property
     def datagrams_dropped(self) -> Mapping[str, int]:
