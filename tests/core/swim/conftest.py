@@ -56,6 +56,6 @@ def answer_challenges(machine: SwimMachine, effects: list[Effect], now: float) -
     out: list[Effect] = []
     for effect in effects:
         message = effect.message if isinstance(effect, Send) else None
-        if isinstance(message, Ping) and not message.updates and message.target:
+        if isinstance(message, Ping) and message.target:
             out += machine.handle_packet(effect.address, Ack(message.seq, message.target), now)
     return out

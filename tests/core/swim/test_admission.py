@@ -63,7 +63,9 @@ def test_3000_fakes_at_one_address_never_enter_the_table_and_draw_two_challenges
     effects = fire_all(machine, out, until=100.0)
     challenges = sends_to(effects, SINK)
     assert len(challenges) == machine.config.proof_attempts
-    assert all(isinstance(c.message, Ping) and not c.message.updates for c in challenges)
+    # A challenge carries no piggyback, only our own Alive.
+    me = Alive("me", machine.address, machine.incarnation)
+    assert all(isinstance(c.message, Ping) and c.message.updates == (me,) for c in challenges)
     assert machine.unproven_count == 0 and machine.admission.unanswered == 1
     # Announced again while the address cools down: refused, nothing sent.
     again = flood(machine, fakes(38), 20.0)

@@ -7,8 +7,9 @@ So a member first heard of through gossip, or at a new address, only counts
 (is probed, gossiped on, can accuse, is listed in push-pull) once it proves
 itself in one of three ways:
 
-- **a direct answer**: we send a bare challenge (a `Ping` naming the member,
-  with an unpredictable sequence number) to the address it claims, and an
+- **a direct answer**: we send a challenge (a `Ping` naming the member, with an
+  unpredictable sequence number, carrying nothing but our own `Alive`) to the
+  address it claims, and an
   `Ack` for that sequence comes back from that member. Only someone at that
   address sees the sequence number;
 - **the verifier's word** (`MemberVouch`, injected): the operator vouches for
@@ -95,7 +96,7 @@ class Applicants:
         "_by_seq",
         "_config",
         "_cooling",
-        "_node_id",
+        "_me",
         "_refilled_at",
         "_rng",
         "_tick_armed",
@@ -105,9 +106,13 @@ class Applicants:
     )
 
     def __init__(
-        self, node_id: str, config: SwimConfig, rng: random.Random, counters: AdmissionCounters
+        self,
+        me: Callable[[], Alive],
+        config: SwimConfig,
+        rng: random.Random,
+        counters: AdmissionCounters,
     ) -> None:
-        self._node_id = node_id
+        self._me = me
         self._config = config
         self._rng = rng
         self.counters = counters
@@ -220,8 +225,11 @@ class Applicants:
         applicant.attempts += 1
         self._by_seq[seq] = applicant.address
         self.counters.challenges += 1
-        # Bare: no piggyback rides to an address nobody vouched for.
-        out.append(Send(applicant.address, Ping(seq, self._node_id, applicant.member)))
+        # No piggyback rides to an address nobody vouched for, only our own Alive:
+        # the challenged member learns of us at once, and challenges us in turn.
+        me = self._me()
+        ping = Ping(seq, me.member, applicant.member, updates=(me,))
+        out.append(Send(applicant.address, ping))
         out.append(Schedule(ProofTimeout(seq), now + self._config.probe_timeout_s))
 
     def _cooling_down(self, address: str, now: float) -> bool:

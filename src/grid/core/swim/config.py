@@ -131,17 +131,22 @@ class SwimConfig:
     of again later. More room admits a mass join sooner; less bounds what a
     flood of fake names can hold."""
 
-    unproven_probe_rate_per_s: float = 10.0
+    unproven_probe_rate_per_s: float = 20.0
     """Challenge pings per second to addresses of unproven members (a token
-    bucket, `unproven_probe_burst` deep). Each challenge is one bare datagram of
-    under 100 bytes, so this bounds the traffic anyone holding the SWIM key can
-    aim at an address by announcing fake members there. Higher admits a mass
-    join faster; lower reflects less."""
+    bucket, `unproven_probe_burst` deep). Each challenge is one datagram of
+    about 130 bytes carrying only our own Alive, so this bounds the traffic
+    anyone holding the SWIM key can spray at addresses by announcing fake
+    members there (one address draws at most `proof_attempts` per
+    `unproven_retry_s`). Higher admits a long join wave faster; lower
+    reflects less."""
 
-    unproven_probe_burst: int = 32
+    unproven_probe_burst: int = 128
     """The depth of the challenge token bucket: how many challenges may go out
-    at once after a quiet spell (a join wave). Deeper admits a burst of joiners
-    at once; shallower caps the burst a flood can draw."""
+    at once after a quiet spell. A mesh that starts at once has every member
+    challenge every other within one burst (128 members join everywhere in
+    well under a second in simulation; at a depth of 32, about 11 s).
+    Shallower caps the burst one flood can draw, at most `unproven_max`
+    applicants × `proof_attempts` datagrams in any case."""
 
     proof_attempts: int = 2
     """Challenges sent to one unproven member, each waiting `probe_timeout_s`,

@@ -198,7 +198,7 @@ class SwimMachine:
         self._epoch += 1
         self._gossip.restart(now + self._rng.uniform(0.0, self.config.gossip_interval_s))
         self._seeds = tuple(seed for seed in seeds if seed != self.address)
-        view.gossip(Alive(self.node_id, self.address, view.incarnation))
+        view.gossip(view.me())
         cfg = self.config
         out: list[Effect] = [
             PushPullRequest(seed, self.push_pull_message(join=True)) for seed in self._seeds
@@ -400,7 +400,7 @@ class SwimMachine:
         return out
 
     def _me(self) -> Alive:
-        return Alive(self.node_id, self.address, self._view.incarnation)
+        return self._view.me()
 
     def _introduction(self, target: str) -> tuple[MemberUpdate, ...]:
         """Our Alive when `target` has not had it from us yet (`grid.core.swim.gossip`)."""
@@ -449,7 +449,7 @@ class SwimMachine:
         if self.status is NodeStatus.LEFT:
             me = Dead(self.node_id, self.address, view.incarnation, self.node_id)
         else:
-            me = Alive(self.node_id, self.address, view.incarnation)
+            me = view.me()
         members = [member.update for member in self._members.records.values()]
         members.append(me)
         return PushPull(self.node_id, tuple(members), tuple(view.items.values()), join)

@@ -90,9 +90,13 @@ class Membership:
         self.items: dict[tuple[str, Lane], BroadcastItem] = {}
         self.admit: ItemAdmission | None = None
         self.vouch: MemberVouch | None = None
-        self.applicants = Applicants(node_id, config, rng, counters)
+        self.applicants = Applicants(self.me, config, rng, counters)
         self.health = LocalHealth(config.awareness_max_multiplier)
         self._limits: dict[int, int] = {}
+
+    def me(self) -> Alive:
+        """Our own Alive at our current incarnation."""
+        return Alive(self.node_id, self.address, self.incarnation)
 
     def new_queue(self) -> DisseminationQueue:
         """An empty piggyback queue sized to the datagram budget."""
@@ -397,6 +401,6 @@ class Membership:
     def refute(self, incarnation: int, *, penalize: bool) -> None:
         """Raise our incarnation above `incarnation` and gossip that we live."""
         self.incarnation = max(self.incarnation, incarnation) + 1
-        self.gossip(Alive(self.node_id, self.address, self.incarnation))
+        self.gossip(self.me())
         if penalize:
             self.health.apply(1)  # Lifeguard: being accused hints that we are the slow one
