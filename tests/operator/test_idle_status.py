@@ -80,5 +80,5 @@ async def test_thirty_idle_seconds_write_no_status(tmp_path: Path, store: Counti
 async def one_second(operator: Operator, clock: list[float]) -> None:
     """One simulated second: a site round and a render round."""
     clock[0] += 1.0
-    await operator._site_round()
+    await operator.site_rounds.round()
     await operator._render_round()

@@ -63,7 +63,7 @@ async def test_keys_rotate_across_three_sites_with_no_lost_membership(tmp_path: 
     async def watch() -> None:
         while True:
             for name, op in operators.items():
-                for member, state in op.member_states().items():
+                for member, state in op.site_rounds.member_states().items():
                     if state is not MemberState.ALIVE:
                         lost.append((name, member, state))
             await asyncio.sleep(0.05)

@@ -231,3 +231,15 @@ def test_any_answer_parses_to_a_refusal_code_and_a_finite_pause(
     assert refusal.code
     pause = retry_after_s(response, refusal)
     assert 0.0 <= pause < float("inf")
+
+
+def test_the_client_reads_every_refusal_remedy_from_the_gateway_table() -> None:
+    """One vocabulary: the client's next step for each wire code is the refusal's remedy."""
+    from grid.core.telemetry.refusals import REFUSALS, Remedy
+    from grid.telemetry.client import remedy_of
+
+    assert {r.code: remedy_of(r.code) for r in REFUSALS} == {r.code: r.remedy for r in REFUSALS}
+    assert remedy_of("tls_failed") is Remedy.STOP
+    assert remedy_of("transport_error") is Remedy.RETRY
+    assert remedy_of("http_503", 503) is Remedy.RETRY
+    assert remedy_of("http_404", 404) is Remedy.RETAIN

@@ -354,8 +354,3 @@ class HttpListener:
             await self._server.wait_closed()
             self._server = None
         self._trim.cancel()
-
-
-def listen_address(host: str, port: int) -> str:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) of a bound address."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

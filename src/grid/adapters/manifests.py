@@ -22,6 +22,7 @@ from grid.core.resources.manifest import (
     Source,
     parse_manifests,
 )
+from grid.errors import GridError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 """File name endings read from a directory."""
@@ -66,7 +67,7 @@ def load_manifests(path: str | os.PathLike[str]) -> Manifests:
     return parse_manifests(read_sources(path))
 
 
-class _Unreadable(Exception):
+class _Unreadable(GridError):
     """A file could not be read as UTF-8 text within the size limit."""
 
 

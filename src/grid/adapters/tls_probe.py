@@ -14,7 +14,9 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from grid.core.address import parse_address
 from grid.core.trust import fingerprint_der
+from grid.errors import ValidationError
 
 PROBE_TIMEOUT_S = 3.0
 """Connect-plus-handshake budget. Shorter marks slow peers Unreachable sooner."""
@@ -53,13 +55,13 @@ async def probe(
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> ProbeResult:
     """Connect to ``host:port``, complete mTLS, and report the peer leaf fingerprint."""
-    host, _, port = address.rpartition(":")
     try:
+        host, port = parse_address(address)
         async with asyncio.timeout(timeout_s):
             _reader, writer = await asyncio.open_connection(
-                host, int(port), ssl=ctx, server_hostname=server_name or host
+                host, port, ssl=ctx, server_hostname=server_name or host
             )
-    except (OSError, TimeoutError, ValueError, ssl.SSLError) as exc:
+    except (OSError, TimeoutError, ValidationError, ssl.SSLError) as exc:
         return ProbeResult(False, error=type(exc).__name__)
     try:
         ssl_obj = writer.get_extra_info("ssl_object")

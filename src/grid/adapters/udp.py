@@ -36,6 +36,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+# Re-exported: the SWIM edge names addresses with the core's one parser and formatter.
+from grid.core.address import format_address as format_address
+from grid.core.address import parse_address as parse_address
 from grid.core.swim.admission import AdmissionCounters
 from grid.core.swim.messages import Datagram
 from grid.core.wire import codec
@@ -133,24 +136,6 @@ class TransportCounters:
     def bytes_received(self) -> int:
         """Datagram and stream bytes received."""
         return self.datagram_bytes_received + self.stream_bytes_received
-
-
-def format_address(host: str, port: int) -> str:
-    """``"host:port"``, with brackets around an IPv6 host."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """Split ``"host:port"`` (or ``"[v6]:port"``); raises `ValidationError`."""
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not host or not port_text.isdigit():
-        raise ValidationError("expected host:port", path="address")
-    port = int(port_text)
-    if not 0 <= port <= 65535:
-        raise ValidationError("port out of range", path="address")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, port
 
 
 def is_ip_literal(host: str) -> bool:

@@ -22,13 +22,14 @@ from grid.core.routing.candidate import Geography
 from grid.core.routing.rerank import RerankContext
 from grid.core.routing.scoring import ScoringConfig, ScoringWeights
 from grid.core.vocabulary import SIGNAL_NAMES
+from grid.errors import ValidationError
 from grid.gateway.snapshot import Snapshot, snapshot_from_candidates
 
 TEXT_MAX = 256
 """Longest candidate kind, name, site or cluster (§5)."""
 
 
-class ConfigError(ValueError):
+class ConfigError(ValidationError):
     """praxis.yaml is unreadable or not in the §11 shape; the message names the field."""
 
 

@@ -32,7 +32,13 @@ from prometheus_client.registry import Collector
 
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.json_document import DocumentError, decode_json
-from grid.core.metering.budgets import DIRECTIONS, CounterKey, exhausted_tenants, tenant_label
+from grid.core.metering.budgets import (
+    DIRECTIONS,
+    BudgetDocumentError,
+    CounterKey,
+    exhausted_tenants,
+    tenant_label,
+)
 from grid.core.metering.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -113,7 +119,7 @@ class TenantMeter(Collector):
             document = decode_json(read_bounded(self.budgets_path, BUDGETS_MAX_BYTES))
             exhausted = exhausted_tenants(document)
             known = frozenset(str(b["tenant_id"]) for b in document["budgets"])
-        except (UnreadableFile, DocumentError, ValueError):
+        except (UnreadableFile, DocumentError, BudgetDocumentError):
             self.view_rejected += 1
             log.warning("grid-budgets.json does not load; keeping the last good view")
             return False

@@ -22,7 +22,8 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from grid.adapters.http_listener import HttpListener, listen_address
+from grid.adapters.http_listener import HttpListener
+from grid.core.address import format_address, parse_address
 from grid.core.routing.rerank import RerankContext, rerank
 from grid.core.routing.signals import SignalsDocument
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
@@ -48,12 +49,6 @@ def _stamp(path: Path | None) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` (IPv6 in brackets) as (host, port)."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 class Gateway:
@@ -276,9 +271,9 @@ class Gateway:
 
     async def start(self) -> tuple[str, str]:
         """Serve both listeners; returns (public address, admin address)."""
-        admin = listen_address(*await self.admin.start(*split_address(self.config.admin)))
+        admin = format_address(*await self.admin.start(*parse_address(self.config.admin)))
         try:
-            public = listen_address(*await self.public.start(*split_address(self.config.listen)))
+            public = format_address(*await self.public.start(*parse_address(self.config.listen)))
         except OSError:
             await self.admin.stop()
             raise

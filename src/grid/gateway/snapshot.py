@@ -19,6 +19,7 @@ from typing import Any
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.json_document import DocumentError, decode_json
 from grid.core.overlay import secret_ref_of, stable_id_of, verify
+from grid.errors import GridError
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +111,11 @@ def snapshot_of(candidates: Sequence[Candidate], revision: str | None, source: s
     )
 
 
-class OverlayRejected(Exception):
+class OverlayRejected(GridError):
     """An overlay file that did not verify; ``reason`` is the §5 code (or io/json)."""
 
     def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
+        super().__init__(f"{reason}: {detail}", code=reason)
         self.reason = reason
         self.detail = detail
 

@@ -19,11 +19,14 @@ ratio moved by 0.01 or reached 1.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
 from typing import Any
+
+import aiohttp
 
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
@@ -39,7 +42,7 @@ from grid.core.metering.budgets import (
 from grid.core.overlay import format_timestamp
 from grid.core.resources import GridNetwork
 from grid.errors import GridError
-from grid.operator.gateway_scrape import GatewayCounters
+from grid.operator.gateway_scrape import GatewayCounters, GatewayScrape
 from grid.operator.ledger_store import LedgerStore
 
 log = logging.getLogger(__name__)
@@ -139,3 +142,48 @@ class BudgetView:
             b["tenant_id"]: Decimal(repr(b["spend_ratio"])) for b in document["budgets"]
         }
         self.writes += 1
+
+
+class BudgetLoop:
+    """Scrape the local gateways, price their tokens, raise and gossip our slot, forever."""
+
+    def __init__(
+        self,
+        gateways: GatewayScrape,
+        meter: BudgetMeter,
+        replica: GridState,
+        write: Callable[[Callable[[GridStateSnapshot], GridStateSnapshot]], Awaitable[bool]],
+        *,
+        interval_s: float,
+        traffic_changed: Callable[[], None],
+        spend_changed: Callable[[], None],
+    ) -> None:
+        """``write`` applies a change to our snapshot (`LanePublisher.write`);
+        ``traffic_changed`` tells the live view the gateways' traffic moved, and
+        ``spend_changed`` asks for a render round (the budget view may move)."""
+        self.gateways = gateways
+        self.meter = meter
+        self.replica = replica
+        self._write = write
+        self.interval_s = interval_s
+        self._traffic_changed = traffic_changed
+        self._spend_changed = spend_changed
+
+    async def run(self) -> None:
+        """A scrape every ``interval_s``."""
+        async with aiohttp.ClientSession() as http:
+            while True:
+                await self.round(http)
+                await asyncio.sleep(self.interval_s)
+
+    async def round(self, http: aiohttp.ClientSession) -> None:
+        """One scrape, priced into our slot and published."""
+        traffic = self.gateways.traffic()
+        scraped = await self.gateways.scrape(http)
+        if self.gateways.traffic() != traffic:
+            self._traffic_changed()
+        grew = await self.meter.observe(scraped, self.replica)
+        before = self.replica.local
+        await self._write(self.meter.publish)
+        if grew or self.replica.local != before:
+            self._spend_changed()

@@ -25,7 +25,7 @@ from grid.adapters.health_server import HealthServer
 from grid.adapters.kube.lease import LeadershipLost, LeaseElector, LeaseSettings
 from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.url import pod_namespace
-from grid.adapters.udp import parse_address
+from grid.core.address import parse_address
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from grid.adapters.store.port import ResourceStore
-from grid.core.metering.budgets import Ledger
+from grid.core.metering.budgets import BudgetDocumentError, Ledger
 from grid.errors import NotFound
 from grid.operator.output import atomic_write, short_name, upsert_configmap
 
@@ -50,7 +50,7 @@ def _parse(text: str, where: str) -> tuple[int, Ledger] | None:
         doc = json.loads(text)
         ledger = Ledger.from_wire(doc)
         sequence = int(doc.get(SEQUENCE_KEY, 0))
-    except (ValueError, TypeError, AttributeError) as exc:
+    except (ValueError, TypeError, AttributeError, BudgetDocumentError) as exc:
         log.error(
             "budget ledger copy unreadable; ignoring it",
             extra={"copy": where, "error": type(exc).__name__},

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from grid.adapters.health_server import HealthServer
 from grid.adapters.live_view import ChangeSignal, LiveViewRoutes, is_loopback
 from grid.adapters.swim_node import SwimEvent, SwimNode
-from grid.adapters.udp import parse_address
+from grid.core.address import parse_address
 from grid.core.crdt.replica import GridState
 from grid.core.live.activity import ActivityLog
 from grid.core.live.view import SiteInputs, View, explain_all, site_view

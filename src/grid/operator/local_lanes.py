@@ -1,26 +1,23 @@
 """Our own lanes: how the operator writes this site's state into the CRDT replica.
 
 The operator publishes four lanes of its own (SPEC-DECISIONS §4): the provider
-records, capabilities and tenant-spend slot (state), and the cert, metadata and gateway lanes from
-its certificate and GridSite. Every write goes through the SWIM node's task, so
-it builds on the newest revision of our lanes, re-assertions included. This is
-a mixin of `grid.operator.runtime.Operator`, kept apart so the wiring stays
-readable; it holds no state of its own.
+records, capabilities and tenant-spend slot (state), and the cert, metadata and
+gateway lanes from its certificate and GridSite. Every write goes through the
+SWIM node's task, so it builds on the newest revision of our lanes,
+re-assertions included. `LanePublisher` also holds the latest record of each own
+provider, as the InferenceProvider controller reports them, until it is published.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
-
-import aiohttp
+from pathlib import Path
 
 from grid.adapters.store.port import ResourceStore
 from grid.adapters.swim_node import SwimNode
 from grid.core.crdt.record import ProviderRecord, RecordSignals
-from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import (
     CertLaneValue,
     GatewayLaneValue,
@@ -33,32 +30,45 @@ from grid.core.resources import GridSite
 from grid.core.routing.mesh_view import GRID_ID_LABEL
 from grid.core.trust import public_chain_pem
 from grid.errors import NotFound, ValidationError
-from grid.operator.budgets import BudgetMeter
-from grid.operator.gateway_scrape import GatewayScrape
 from grid.operator.lifecycle import SignalLifecycle
-from grid.operator.live import OperatorLiveView
 from grid.operator.network import ServedNetwork
-from grid.operator.settings import OperatorSettings
 
 log = logging.getLogger("grid.operator.runtime")
 
+Change = Callable[[GridStateSnapshot], GridStateSnapshot]
+"""A change to our own snapshot, applied in the SWIM node's task."""
 
-class LocalLanes:
-    """Publishing this site's lanes; mixed into `Operator`, which owns the attributes."""
 
-    settings: OperatorSettings
-    store: ResourceStore
-    swim: SwimNode | None
-    served: ServedNetwork
-    signals: SignalLifecycle
-    _records: dict[str, ProviderRecord | None]
-    _dirty: asyncio.Event
-    replica: GridState
-    budget_meter: BudgetMeter
-    gateways: GatewayScrape
-    live: OperatorLiveView
+class LanePublisher:
+    """Writes this site's lanes: records, site lanes, and any other change to our snapshot."""
 
-    async def _write_local(self, change: Callable[[GridStateSnapshot], GridStateSnapshot]) -> bool:
+    def __init__(
+        self,
+        site: str,
+        cert: Path | None,
+        store: ResourceStore,
+        served: ServedNetwork,
+        signals: SignalLifecycle,
+        swim: Callable[[], SwimNode | None],
+        retry: Callable[[], None],
+    ) -> None:
+        """``cert`` is the site certificate for the cert lane; ``swim`` gives the running
+        node; ``retry`` asks for another render round (a refused write is retried there)."""
+        self.site = site
+        self.cert = cert
+        self.store = store
+        self.served = served
+        self.signals = signals
+        self._swim = swim
+        self._retry = retry
+        self.records: dict[str, ProviderRecord | None] = {}
+        """The latest record of each own provider (None: withdrawn, not yet published)."""
+
+    def on_record(self, provider: str, record: ProviderRecord | None) -> None:
+        """The InferenceProvider controller's latest record of ``provider``."""
+        self.records[provider] = record
+
+    async def write(self, change: Change) -> bool:
         """Apply ``change`` to our snapshot and disseminate it; True when published.
 
         The change runs in the SWIM node's task (`SwimNode.write_local`), so it
@@ -66,22 +76,23 @@ class LocalLanes:
         included. A refusal (a change that breaks a snapshot rule) is logged by
         its code and retried on the next render round.
         """
-        assert self.swim is not None
+        swim = self._swim()
+        assert swim is not None
         try:
-            await self.swim.write_local(change)
+            await swim.write_local(change)
         except ValidationError as exc:
             log.warning("local state write refused; retrying", extra={"code": exc.code})
-            self._dirty.set()
+            self._retry()
             return False
         return True
 
-    async def _publish_site_lanes(self) -> None:
+    async def publish_site_lanes(self) -> None:
         """Publish our cert lane, and the metadata and gateway lanes from our GridSite."""
         cert = CertLaneValue(pem=self._public_cert_pem())
         try:
-            own = GridSite.model_validate(await self.store.get("GridSite", self.settings.site))
+            own = GridSite.model_validate(await self.store.get("GridSite", self.site))
         except NotFound:
-            await self._write_local(lambda snap: snap.set_lane(Lane.CERT, cert))
+            await self.write(lambda snap: snap.set_lane(Lane.CERT, cert))
             return
         metadata = MetadataLaneValue(
             region=own.spec.region or "",
@@ -98,7 +109,7 @@ class LocalLanes:
         gateway = GatewayLaneValue(
             egress_address=own.spec.egress.address if own.spec.egress else ""
         )
-        await self._write_local(
+        await self.write(
             lambda snap: (
                 snap.set_lane(Lane.METADATA, metadata)
                 .set_lane(Lane.GATEWAY, gateway)
@@ -108,21 +119,21 @@ class LocalLanes:
 
     def _public_cert_pem(self) -> str:
         """This site's public certificate chain for the cert lane ("" without --cert)."""
-        if self.settings.cert is None:
+        if self.cert is None:
             return ""
         try:
-            return public_chain_pem(self.settings.cert.read_bytes())
+            return public_chain_pem(self.cert.read_bytes())
         except (OSError, ValueError):
             log.warning("site certificate unreadable; cert lane left empty")
             return ""
 
-    async def _publish_records(self) -> None:
+    async def publish_records(self) -> None:
         """Write changed own records into the local snapshot and disseminate them.
 
         Under poll the signal values travel by poll, not over SWIM, so the
         records published carry none.
         """
-        records = dict(self._records)
+        records = dict(self.records)
         if self.signals.transport is not None:
             records = {
                 n: (None if r is None else dataclasses.replace(r, signals=RecordSignals()))
@@ -139,22 +150,7 @@ class LocalLanes:
             models = {m for r in snap.state.live_providers().values() for m in r.models}
             return snap.sync_capability("models", models)
 
-        if await self._write_local(change):
+        if await self.write(change):
             for name, record in records.items():
-                if record is None and self._records.get(name) is None:
-                    self._records.pop(name, None)
-
-    async def _budget_loop(self) -> None:
-        """Scrape the local gateways, price their tokens, raise and gossip our slot."""
-        async with aiohttp.ClientSession() as http:
-            while True:
-                traffic = self.gateways.traffic()
-                scraped = await self.gateways.scrape(http)
-                if self.gateways.traffic() != traffic:
-                    self.live.changes.notify()
-                grew = await self.budget_meter.observe(scraped, self.replica)
-                before = self.replica.local
-                await self._write_local(self.budget_meter.publish)
-                if grew or self.replica.local != before:
-                    self._dirty.set()
-                await asyncio.sleep(self.settings.budget_scrape_interval_s)
+                if record is None and self.records.get(name) is None:
+                    self.records.pop(name, None)

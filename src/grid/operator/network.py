@@ -21,7 +21,7 @@ from typing import Any
 
 from grid.adapters.store.port import EventType, ResourceStore
 from grid.core.crdt.replica import GridState
-from grid.core.resources import GridNetwork
+from grid.core.resources import GridNetwork, GridSite
 from grid.core.resources.network_status import RoundOutcome, rendered_patch, start_patch
 from grid.core.resources.phases import SitePhase
 from grid.core.resources.seed_fields import upstream_policy_patch
@@ -47,6 +47,11 @@ class ServedNetwork:
         """The served network's name (set once `initialize` ran)."""
         assert self.network is not None
         return self.network.name
+
+    async def sites(self) -> list[GridSite]:
+        """The GridSites of the served network, as the store holds them now."""
+        sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
+        return [s for s in sites if s.spec.grid_network_ref == self.name]
 
     async def initialize(self, network: GridNetwork) -> GridNetwork:
         """Persist a gridId on first join and move Pending -> Initializing."""

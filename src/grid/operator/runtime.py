@@ -43,16 +43,12 @@ from grid.adapters.store.url import pod_namespace
 from grid.adapters.swim_metrics import SwimCollector
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
-from grid.adapters.udp import parse_address
+from grid.core.address import parse_address
 from grid.core.crdt.origin import AuthLimits
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
 from grid.core.resources import (
     GridNetwork,
-    InferenceProvider,
-    hosting_sites,
-    hosts_here,
-    pinned_to,
 )
 from grid.core.resources.discovery import as_member
 from grid.core.resources.network_status import RoundOutcome
@@ -61,7 +57,7 @@ from grid.core.routing.mesh_view import OriginRecord
 from grid.core.routing.signals import SignalsDocument
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
-from grid.operator.budgets import BudgetMeter
+from grid.operator.budgets import BudgetLoop, BudgetMeter
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.feedback_ingest import wire_ingest
 from grid.operator.feedback_writer import FeedbackSettings, FeedbackWriter
@@ -70,10 +66,11 @@ from grid.operator.integrity import ItemCounters, origin_auth, read_ca, trust_fo
 from grid.operator.ledger_store import LedgerStore
 from grid.operator.lifecycle import SignalLifecycle
 from grid.operator.live import OperatorLiveView
-from grid.operator.local_lanes import LocalLanes
+from grid.operator.local_lanes import LanePublisher
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
+from grid.operator.own_providers import OwnProviders
 from grid.operator.providers import ProviderController
 from grid.operator.settings import OperatorSettings
 from grid.operator.site_rounds import SiteRounds
@@ -90,7 +87,7 @@ RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 round that waits on probe timeouts takes seconds."""
 
 
-class Operator(LocalLanes, SiteRounds):
+class Operator:
     """One site's operator; `run` until `stop` is called or a task fails."""
 
     def __init__(self, settings: OperatorSettings, store: ResourceStore) -> None:
@@ -144,8 +141,6 @@ class Operator(LocalLanes, SiteRounds):
         self._dirty = asyncio.Event()
         self._stop = asyncio.Event()
         self._round_lock = asyncio.Lock()
-        self._site_lock = asyncio.Lock()
-        self._records: dict[str, ProviderRecord | None] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._egress: EgressListener | None = None
         self._swim_started_from: GridNetwork | None = None
@@ -154,6 +149,7 @@ class Operator(LocalLanes, SiteRounds):
         self.providers = ProviderController(
             store, settings.site, self._on_record, settings.record_refresh_s
         )
+        self.own = OwnProviders(store, settings.site, self.served, self.providers)
         self.signals = SignalLifecycle(settings, store, self.registry)
         self.feedback: FeedbackWriter | None = None
         tls = None
@@ -161,7 +157,26 @@ class Operator(LocalLanes, SiteRounds):
             tls = client_context(settings.ca, settings.cert, settings.key)
             self.signals.tls_contexts.append(tls)
         self.sites = SiteController(store, settings.site, tls)
-        self.discovery = SiteDiscovery(store, settings.site)
+        self.site_rounds = SiteRounds(
+            self.served,
+            lambda: self.swim,
+            self.replica,
+            self.sites,
+            SiteDiscovery(store, settings.site),
+            interval_s=settings.site_probe_interval_s,
+            members_gauge=self.members_gauge,
+            durations=self.reconcile_seconds,
+            changed=self._dirty.set,
+        )
+        self.lanes = LanePublisher(
+            settings.site,
+            settings.cert,
+            store,
+            self.served,
+            self.signals,
+            lambda: self.swim,
+            retry=self._dirty.set,
+        )
         self.swim_keys = SwimKeys(store, settings.swim_key_file)
         self.live = OperatorLiveView(
             settings.site,
@@ -171,6 +186,15 @@ class Operator(LocalLanes, SiteRounds):
             self.gateways.traffic,
         )
         self.live.mount(self.health, settings.metrics_bind, settings.ui_public)
+        self.budget_loop = BudgetLoop(
+            self.gateways,
+            self.budget_meter,
+            self.replica,
+            self.lanes.write,
+            interval_s=settings.budget_scrape_interval_s,
+            traffic_changed=self.live.changes.notify,
+            spend_changed=self._dirty.set,
+        )
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -207,13 +231,15 @@ class Operator(LocalLanes, SiteRounds):
         ]
         self._tasks += [
             asyncio.create_task(self._events(), name="swim-events"),
-            asyncio.create_task(self._site_loop(), name="sites"),
+            asyncio.create_task(self.site_rounds.run(), name="sites"),
             asyncio.create_task(
                 render_rounds(self._dirty, self.settings.render_interval_s, self._render_round),
                 name="render",
             ),
             asyncio.create_task(
-                self.signals.rotation_loop(lambda: self.served.network, self._publish_site_lanes),
+                self.signals.rotation_loop(
+                    lambda: self.served.network, self.lanes.publish_site_lanes
+                ),
                 name="cert-rotation",
             ),
         ]
@@ -225,8 +251,8 @@ class Operator(LocalLanes, SiteRounds):
                 )
             )
         if self.gateways.urls:
-            self._tasks.append(asyncio.create_task(self._budget_loop(), name="budgets"))
-        await self._sync_providers()
+            self._tasks.append(asyncio.create_task(self.budget_loop.run(), name="budgets"))
+        await self.own.sync()
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
         failed = [
@@ -303,14 +329,14 @@ class Operator(LocalLanes, SiteRounds):
         )
         self.addresses["swim"] = self.swim.address
         log.info("joined mesh", extra={"site": self.settings.site, "swim": self.swim.address})
-        await self._publish_site_lanes()
+        await self.lanes.publish_site_lanes()
         # The persisted slot goes out before anything else is counted.
-        await self._write_local(self.budget_meter.publish)
+        await self.lanes.write(self.budget_meter.publish)
 
     # -- inputs ----------------------------------------------------------------
 
     def _on_record(self, provider: str, record: ProviderRecord | None) -> None:
-        self._records[provider] = record
+        self.lanes.on_record(provider, record)
         self._dirty.set()
 
     async def _refresh_trust(self) -> None:
@@ -320,7 +346,7 @@ class Operator(LocalLanes, SiteRounds):
         replica and by the SWIM machine, so their items are taken again once
         they are trusted again.
         """
-        trust = trust_for(self._ca_pem, self.served.network, await self._sites())
+        trust = trust_for(self._ca_pem, self.served.network, await self.served.sites())
         auth = self.replica.auth
         if auth is None or auth.trust == trust:
             return
@@ -335,7 +361,7 @@ class Operator(LocalLanes, SiteRounds):
             try:
                 async for event in self.store.watch(kind):
                     if kind == "InferenceProvider":
-                        await self._sync_providers()
+                        await self.own.sync()
                     elif kind == "GridNetwork":
                         self.served.on_event(event.type, event.object)
                         self._check_tuning()
@@ -347,9 +373,9 @@ class Operator(LocalLanes, SiteRounds):
                         await self._refresh_trust()
                         await self.signals.judge(self.served.network)
                         # A GridSite's labels decide which providers a siteSelector hosts here.
-                        await self._sync_providers()
+                        await self.own.sync()
                         if event.object["metadata"]["name"] == self.settings.site:
-                            await self._publish_site_lanes()
+                            await self.lanes.publish_site_lanes()
                     self._dirty.set()
                 return
             except Expired:
@@ -375,40 +401,6 @@ class Operator(LocalLanes, SiteRounds):
         if keyring is not None:
             self.swim.set_keyring(keyring)
 
-    async def _own_providers(self) -> list[InferenceProvider]:
-        """The providers this site serves (§2a: its label, or a siteSelector selecting it),
-        each pinned to this site."""
-        providers = [
-            InferenceProvider.model_validate(o) for o in await self.store.list("InferenceProvider")
-        ]
-        site = self.settings.site
-        own_site = next((s for s in await self._sites() if s.name == site), None)
-        return [
-            pinned_to(p, site)
-            for p in providers
-            if p.spec.grid_network_ref == self.served.name and hosts_here(p, own_site, site)
-        ]
-
-    async def _sync_providers(self) -> None:
-        network = self.served.network
-        self.providers.metrics_default_s = network.spec.metrics_refresh_s if network else None
-        self.providers.sync(await self._own_providers())
-        await self._write_matching_sites()
-
-    async def _write_matching_sites(self) -> None:
-        """Write ``status.matchingSites`` of every siteSelector provider that changed."""
-        sites = await self._sites()
-        for obj in await self.store.list("InferenceProvider"):
-            provider = InferenceProvider.model_validate(obj)
-            if provider.spec.grid_network_ref != self.served.name:
-                continue
-            matching = hosting_sites(provider, sites)
-            current = provider.status.matching_sites if provider.status else []
-            if matching != current:
-                await self.store.patch_status(
-                    "InferenceProvider", provider.name, {"matchingSites": matching}
-                )
-
     async def _events(self) -> None:
         assert self.swim is not None
         while True:
@@ -429,26 +421,26 @@ class Operator(LocalLanes, SiteRounds):
         # Rounds never overlap, whoever starts one: two would race on the same writes.
         async with self._round_lock:
             with self.reconcile_seconds.labels("render").time():
-                await self._publish_records()
+                await self.lanes.publish_records()
                 await self.reconcile_overlays()
 
     async def reconcile_overlays(self) -> None:
         """Render every gateway this site serves; write changed overlays and status."""
         network = self.served.network
         assert network is not None
-        sites = await self._sites()
+        sites = await self.served.sites()
         secrets = [Secret.model_validate(o) for o in await self.store.list("Secret")]
-        own = [p for p in await self._own_providers() if p.name in self.providers.names]
+        own = [p for p in await self.own.hosted() if p.name in self.providers.names]
         own = [
             self.providers.current(p.name) or p
             for p in own
             if self.providers.credentials_ok(p.name)
         ]
         if await self.served.converge_grid_id(network, self.replica):
-            await self._publish_site_lanes()
+            await self.lanes.publish_site_lanes()
         view = None
         if self.signals.transport is not None:
-            records = dict(self._records)
+            records = dict(self.lanes.records)
 
             def view(
                 live: list[OriginRecord], now: dt.datetime, ttl: float | None

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry
 from grid.adapters.signals_poller import PollOutcome, SignalsPoller
 from grid.adapters.signals_server import DEFAULT_SIGNALS_PORT, SignalsServer
 from grid.adapters.tls_probe import client_context, server_context
-from grid.adapters.udp import parse_address
+from grid.core.address import parse_address
 from grid.core.resources import GridNetwork, GridSite
 from grid.core.routing.signals import (
     ProviderSignals,

@@ -2,64 +2,76 @@
 
 Each round reads the GridSites of the served network and SWIM's member states,
 lets auto-discovery create sites for new members, then moves every site's phase
-(`grid.operator.sites.SiteController`). Rounds never overlap. This is a mixin of
-`grid.operator.runtime.Operator`, kept apart so the wiring stays readable; it
-holds no state of its own.
+(`grid.operator.sites.SiteController`). Rounds never overlap, whoever starts one.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from prometheus_client import Gauge, Histogram
 
-from grid.adapters.store.port import ResourceStore
 from grid.adapters.swim_node import SwimNode
 from grid.core.crdt.replica import GridState
-from grid.core.resources import GridSite
 from grid.core.resources.site_offers import member_certs, member_offers
 from grid.core.swim.members import MemberState
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.network import ServedNetwork
-from grid.operator.settings import OperatorSettings
 from grid.operator.sites import SiteController
 
 
 class SiteRounds:
-    """The GridSite rounds; mixed into `Operator`, which owns the attributes."""
+    """The GridSite controller's rounds, every ``interval_s`` and on demand."""
 
-    settings: OperatorSettings
-    store: ResourceStore
-    swim: SwimNode | None
-    served: ServedNetwork
-    replica: GridState
-    sites: SiteController
-    discovery: SiteDiscovery
-    members_gauge: Gauge
-    reconcile_seconds: Histogram
-    _site_lock: asyncio.Lock
-    _dirty: asyncio.Event
+    def __init__(
+        self,
+        served: ServedNetwork,
+        swim: Callable[[], SwimNode | None],
+        replica: GridState,
+        sites: SiteController,
+        discovery: SiteDiscovery,
+        *,
+        interval_s: float,
+        members_gauge: Gauge,
+        durations: Histogram,
+        changed: Callable[[], None],
+    ) -> None:
+        """``swim`` gives the running node (None before it joined); ``changed`` is called
+        when a round moved a phase, so the overlays are rendered again."""
+        self.served = served
+        self._swim = swim
+        self.replica = replica
+        self.sites = sites
+        self.discovery = discovery
+        self.interval_s = interval_s
+        self.members_gauge = members_gauge
+        self.durations = durations
+        self._changed = changed
+        self._lock = asyncio.Lock()
 
     def member_states(self) -> dict[str, MemberState]:
         """SWIM's view of every member, by site name."""
-        if self.swim is None:
+        swim = self._swim()
+        if swim is None:
             return {}
-        return {m.id: m.state for m in self.swim.members()}
+        return {m.id: m.state for m in swim.members()}
 
-    async def _site_loop(self) -> None:
+    async def run(self) -> None:
+        """A round every ``interval_s``, forever."""
         while True:
-            with self.reconcile_seconds.labels("sites").time():
-                await self._site_round()
-            await asyncio.sleep(self.settings.site_probe_interval_s)
+            with self.durations.labels("sites").time():
+                await self.round()
+            await asyncio.sleep(self.interval_s)
 
-    async def _site_round(self) -> None:
+    async def round(self) -> None:
         """One site round; rounds never overlap, whoever starts one."""
-        async with self._site_lock:
-            await self._reconcile_sites()
+        async with self._lock:
+            await self._reconcile()
 
-    async def _reconcile_sites(self) -> None:
-        """Discover sites, then move every site's phase; marks the view dirty on change."""
-        sites = await self._sites()
+    async def _reconcile(self) -> None:
+        """Discover sites, then move every site's phase; reports a change."""
+        sites = await self.served.sites()
         members = self.member_states()
         for state in MemberState:
             self.members_gauge.labels(state.value).set(
@@ -68,7 +80,7 @@ class SiteRounds:
         network = self.served.network
         assert network is not None
         if await self.discovery.reconcile(network, sites, members, self.replica):
-            sites = await self._sites()
+            sites = await self.served.sites()
         ttl = network.spec.stale_candidate_ttl_seconds
         if await self.sites.reconcile(
             sites,
@@ -77,8 +89,4 @@ class SiteRounds:
             certs=member_certs(self.replica, members),
             offers=member_offers(self.replica, sites),
         ):
-            self._dirty.set()
-
-    async def _sites(self) -> list[GridSite]:
-        sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
-        return [s for s in sites if s.spec.grid_network_ref == self.served.name]
+            self._changed()

@@ -33,7 +33,7 @@ from typing import Any, Final
 from grid.adapters.store.port import ResourceStore
 from grid.core.resources import GridNetwork
 from grid.core.wire.keyring import Keyring
-from grid.errors import NotFound
+from grid.errors import NotFound, ValidationError
 from grid.operator.startup import SWIM_KEY_DEFAULT_ITEM, StartupError
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ OLDER_ITEMS: Final = ("previous-1", "previous-2")
 """Secret items of older keys still accepted on receipt, newest first."""
 
 
-class SwimKeyError(ValueError):
+class SwimKeyError(ValidationError):
     """The Secret's content is not a usable keyring (the message names no bytes)."""
 
 

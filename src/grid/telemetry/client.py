@@ -39,6 +39,7 @@ import aiohttp
 from google.protobuf.message import DecodeError
 
 from grid.adapters.backbone import Route
+from grid.core.telemetry.refusals import REMEDIES, Remedy
 from grid.errors import GridError
 from grid.proto_gen.grid.telemetry.v1 import telemetry_pb2 as pb
 
@@ -47,13 +48,22 @@ SCHEMA_VERSION = 1
 PROTOBUF_CONTENT_TYPE = "application/x-protobuf"
 ROUTE_PATHS: dict[Route, str] = {"events": "/v1/events", "inventory": "/v1/inventory"}
 
-RETRY_CODES = frozenset({"rate_limited", "gateway_at_capacity", "backbone_unavailable"})
-"""Refusals after which the same batch is retried later."""
+TLS_FAILED = "tls_failed"
+"""The client's own code for a gateway certificate that did not verify: like a refusal
+whose remedy is `Remedy.STOP`, no batch can succeed until an operator acts."""
 
-STOP_CODES = frozenset(
-    {"agent_not_registered", "agent_not_admitted", "unsupported_protocol_version", "tls_failed"}
-)
-"""Refusals after which no batch can succeed until an operator acts: stop and retain all."""
+
+def remedy_of(code: str, status: int = 0) -> Remedy:
+    """What to do after the outcome ``code``: the gateway's table for its codes (`REMEDIES`),
+    retry for a transport failure or a 5xx without a known code, stop for a bad certificate."""
+    if code == TLS_FAILED:
+        return Remedy.STOP
+    known = REMEDIES.get(code)
+    if known is not None:
+        return known
+    if code.startswith("transport") or status >= 500 or code.startswith("http_5"):
+        return Remedy.RETRY
+    return Remedy.RETAIN
 
 
 @dataclass(frozen=True)
@@ -241,7 +251,7 @@ def parse_refusal(response: Response) -> pb.Refusal:
 def _stops_sending(code: str) -> bool:
     """After this final outcome no later batch can succeed now: refused for good, or out
     of attempts against a gateway that is busy, down or unreachable."""
-    return code in STOP_CODES or code in RETRY_CODES or code.startswith(("transport", "http_5"))
+    return remedy_of(code) in (Remedy.STOP, Remedy.RETRY)
 
 
 class TelemetryClient:
@@ -278,7 +288,7 @@ class TelemetryClient:
             outcome = await self._deliver(route, batch, report)
             if outcome is None:
                 continue
-            if outcome.code == "batch_body_too_large" and len(batch) > 1:
+            if remedy_of(outcome.code) is Remedy.SPLIT and len(batch) > 1:
                 half = len(batch) // 2
                 queue[0:0] = [(route, batch[:half]), (route, batch[half:])]
                 continue
@@ -308,7 +318,7 @@ class TelemetryClient:
             except TransportError as exc:
                 last = RetainedBatch(batch, exc.code, exc.message)
                 report.refusals[exc.code] = report.refusals.get(exc.code, 0) + 1
-                if exc.code in STOP_CODES:
+                if remedy_of(exc.code) is Remedy.STOP:
                     return last
                 continue
             if response.status == 200:
@@ -324,9 +334,7 @@ class TelemetryClient:
             refusal = parse_refusal(response)
             report.refusals[refusal.code] = report.refusals.get(refusal.code, 0) + 1
             last = RetainedBatch(batch, refusal.code, refusal.message)
-            if refusal.code in RETRY_CODES or (
-                refusal.code.startswith("http_") and response.status >= 500
-            ):
+            if remedy_of(refusal.code, response.status) is Remedy.RETRY:
                 wait = retry_after_s(response, refusal)
                 continue
             return last
@@ -374,9 +382,7 @@ class HttpsTransport:
             ) as resp:
                 return Response(resp.status, dict(resp.headers), await resp.read())
         except aiohttp.ClientConnectorCertificateError as exc:
-            raise TransportError(
-                "the gateway certificate did not verify", code="tls_failed"
-            ) from exc
+            raise TransportError("the gateway certificate did not verify", code=TLS_FAILED) from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise TransportError(f"no answer from the gateway: {type(exc).__name__}") from exc
 

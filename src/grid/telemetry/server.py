@@ -39,7 +39,8 @@ from aiohttp import HttpVersion11, web
 from cryptography import x509
 
 from grid.adapters.backbone import Backbone, PublishBatch, RosterLog
-from grid.adapters.http_listener import HttpListener, ListenerPolicy, listen_address
+from grid.adapters.http_listener import HttpListener, ListenerPolicy
+from grid.core.address import format_address, parse_address
 from grid.core.telemetry.admission import Admission, StampedBatch, Ticket
 from grid.core.telemetry.refusals import (
     BackboneUnavailable,
@@ -116,14 +117,6 @@ async def _send_continue(request: web.Request) -> None:
         request.writer.output_size = 0
 
 
-def split_listen(listen: str) -> tuple[str, int]:
-    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6) into host and port."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"listen address {listen!r} is not HOST:PORT")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
 class TelemetryGateway:
     """The admission gateway service: the pipeline, the listener and the roster tail."""
 
@@ -175,8 +168,8 @@ class TelemetryGateway:
     async def start(self) -> str:
         """Replay the roster in full, open the listener, then tail the roster."""
         self.admission.roster.replay(await self.roster_log.replay())
-        host, port = split_listen(self.settings.listen)
-        self.address = listen_address(*await self.listener.start(host, port))
+        host, port = parse_address(self.settings.listen, default_host="0.0.0.0")
+        self.address = format_address(*await self.listener.start(host, port))
         self._tail_task = asyncio.create_task(self._follow_roster(), name="grid-roster-tail")
         return self.address
 

@@ -216,7 +216,9 @@ class KubeApiEmulator(KubeState):
             status, answer = self._dispatch(request, verb, resource, namespace, name, sub, body)
             return web.json_response(answer, status=status)
         except ApiError as exc:
-            return web.json_response(_status(exc.code, exc.reason, exc.message), status=exc.code)
+            return web.json_response(
+                _status(exc.status, exc.reason, exc.message), status=exc.status
+            )
 
     @staticmethod
     def _verb(method: str, name: str | None, watch: bool) -> str:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grid.adapters.store import objects
-from grid.errors import ValidationError
+from grid.core.resources import GROUP, KINDS, VERSION
+from grid.errors import GridError, ValidationError
 
 Obj = dict[str, Any]
 DEFAULT_RETENTION = 1_000
@@ -41,24 +42,22 @@ class Resource:
 
 
 RESOURCES = (
-    Resource("grid.praxis-proxy.io", "v1alpha1", "gridnetworks", "GridNetwork", False, True),
-    Resource("grid.praxis-proxy.io", "v1alpha1", "gridsites", "GridSite", False, True),
-    Resource(
-        "grid.praxis-proxy.io", "v1alpha1", "inferenceproviders", "InferenceProvider", False, True
-    ),
+    *(Resource(GROUP, VERSION, k.plural, k.kind, False, True) for k in KINDS.values()),
     Resource("", "v1", "configmaps", "ConfigMap", True),
     Resource("", "v1", "secrets", "Secret", True),
     Resource("", "v1", "events", "Event", True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
 )
+"""What the emulator serves: every Grid kind (the core's `KINDS` table, with a status
+subresource) and the core and coordination kinds the operator reads and writes."""
 
 
-class ApiError(Exception):
+class ApiError(GridError):
     """An API error answered as a ``Status`` object."""
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message, code=reason)
+        self.status, self.reason = status, reason
 
 
 def _now() -> str:

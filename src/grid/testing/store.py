@@ -52,7 +52,7 @@ class InMemoryStore:
 
     async def get(self, kind: str, name: str, *, namespace: str | None = None) -> Obj:
         """The object, or `NotFound`."""
-        info = objects.kind_info(kind)
+        info = objects.stored_kind(kind)
         key = (kind, objects.resolve_namespace(info, namespace), name)
         found = self._objects.get(key)
         if found is None:
@@ -67,7 +67,7 @@ class InMemoryStore:
         namespace: str | None = None,
     ) -> list[Obj]:
         """Objects of a kind matching the selector, ordered by (namespace, name)."""
-        info = objects.kind_info(kind)
+        info = objects.stored_kind(kind)
         ns = objects.resolve_namespace(info, namespace) if namespace else None
         requirements = objects.parse_selector(label_selector)
         found = [
@@ -113,7 +113,7 @@ class InMemoryStore:
         return copy.deepcopy(stored)
 
     def _current(self, kind: str, name: str, namespace: str | None) -> tuple[_Key, Obj]:
-        info = objects.kind_info(kind)
+        info = objects.stored_kind(kind)
         key = (kind, objects.resolve_namespace(info, namespace), name)
         found = self._objects.get(key)
         if found is None:
@@ -168,7 +168,7 @@ class InMemoryStore:
         self, kind: str, since_resource_version: str | None = None
     ) -> AsyncIterator[WatchEvent]:
         """Ordered changes to a kind (see `ResourceStore.watch`)."""
-        objects.kind_info(kind)
+        objects.stored_kind(kind)
         return self._watch(kind, since_resource_version)
 
     async def _watch(self, kind: str, since: str | None) -> AsyncIterator[WatchEvent]:

@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 
 from grid.core.metering.budgets import (
+    BudgetDocumentError,
     Ledger,
     Price,
     budget_status,
@@ -75,7 +76,7 @@ def test_the_ledger_round_trips_and_refuses_garbage() -> None:
     ledger = Ledger().observe("gw", {("acme", "c", "input"): 12_345}, {"c": PRICE})
     assert Ledger.from_wire(ledger.to_wire()) == ledger
     for bad in ({}, {"cents": {"a": -1}, "remainder": {}, "seen": []}, {"cents": 3}):
-        with pytest.raises(ValueError):
+        with pytest.raises(BudgetDocumentError):
             Ledger.from_wire(bad)
 
 
@@ -112,5 +113,5 @@ def test_the_view_document_names_exhausted_tenants() -> None:
     }
     assert exhausted_tenants(doc) == {"a"}
     for bad in ([], {"budgets": [{"tenant_id": "a"}]}, {"budgets": [{"spend_ratio": 1}]}):
-        with pytest.raises(ValueError):
+        with pytest.raises(BudgetDocumentError):
             exhausted_tenants(bad)

@@ -49,9 +49,9 @@ from grid.adapters.store.port import (
     DEFAULT_NAMESPACE,
     EventType,
     Expired,
-    KindInfo,
     LabelSelector,
     Obj,
+    StoredKind,
     WatchEvent,
 )
 from grid.errors import GridError, ValidationError
@@ -75,7 +75,7 @@ def _selector(selector: LabelSelector | None) -> str:
     return selector
 
 
-def _clean(obj: Obj, info: KindInfo) -> Obj:
+def _clean(obj: Obj, info: StoredKind) -> Obj:
     obj.setdefault("apiVersion", info.api_version)
     obj.setdefault("kind", info.kind)
     obj.get("metadata", {}).pop("managedFields", None)
@@ -115,8 +115,8 @@ class KubernetesStore:
         """A store on the cluster named by ``kubeconfig``, ``KUBECONFIG`` or in-cluster config."""
         return cls(await KubeClient.connect(kubeconfig, settings), **options)
 
-    def _where(self, kind: str, namespace: str | None) -> tuple[KindInfo, str]:
-        info = objects.kind_info(kind)
+    def _where(self, kind: str, namespace: str | None) -> tuple[StoredKind, str]:
+        info = objects.stored_kind(kind)
         return info, objects.resolve_namespace(info, namespace)
 
     def _check_open(self) -> None:
@@ -140,7 +140,7 @@ class KubernetesStore:
         )
         return _clean(obj, info)
 
-    async def _list(self, info: KindInfo, ns: str | None, selector: str) -> tuple[_Objs, str]:
+    async def _list(self, info: StoredKind, ns: str | None, selector: str) -> tuple[_Objs, str]:
         path = api_path(info.api_version, info.plural, ns)
         query = {"labelSelector": selector} if selector else {}
         answer = await self.client.request(
@@ -159,7 +159,7 @@ class KubernetesStore:
     ) -> list[Obj]:
         """Objects of a kind matching the selector, ordered by (namespace, name)."""
         self._check_open()
-        info = objects.kind_info(kind)
+        info = objects.stored_kind(kind)
         ns = objects.resolve_namespace(info, namespace) if namespace else None
         items, _rv = await self._list(info, ns, _selector(label_selector))
         return items
@@ -271,7 +271,7 @@ class KubernetesStore:
 
     # -- events --------------------------------------------------------------
 
-    async def _note_phase(self, info: KindInfo, ns: str, obj: Obj) -> None:
+    async def _note_phase(self, info: StoredKind, ns: str, obj: Obj) -> None:
         """Record a phase change as an Event, throttled per object; failures only log."""
         phase = str((obj.get("status") or {}).get("phase") or "")
         key = (info.kind, ns, obj["metadata"]["name"])
@@ -299,10 +299,10 @@ class KubernetesStore:
         self, kind: str, since_resource_version: str | None = None
     ) -> AsyncIterator[WatchEvent]:
         """Ordered changes to a kind (see `ResourceStore.watch`)."""
-        info = objects.kind_info(kind)
+        info = objects.stored_kind(kind)
         return self._watch(info, since_resource_version)
 
-    async def _watch(self, info: KindInfo, since: str | None) -> AsyncIterator[WatchEvent]:
+    async def _watch(self, info: StoredKind, since: str | None) -> AsyncIterator[WatchEvent]:
         if since is None:
             items, version = await self._list(info, None, "")
             for obj in items:
@@ -341,7 +341,7 @@ class KubernetesStore:
                 log.info("watch dropped; resuming", extra={"kind": info.kind, "from": version})
                 await self._pause(self.client.backoff_s(min(failures, 8)))
 
-    async def _until_closed(self, path: str, info: KindInfo, query: dict[str, str]) -> Any:
+    async def _until_closed(self, path: str, info: StoredKind, query: dict[str, str]) -> Any:
         """The watch's lines, ending when the store closes."""
         lines = self.client.stream(path, what=f"{info.kind} watch", query=query)
         closing = asyncio.ensure_future(self._closed.wait())
@@ -362,7 +362,7 @@ class KubernetesStore:
             closing.cancel()
             await lines.aclose()
 
-    def _raise_watch_error(self, info: KindInfo, status: Obj) -> None:
+    def _raise_watch_error(self, info: StoredKind, status: Obj) -> None:
         code = int(status.get("code") or 0)
         message = str(status.get("message", ""))[:300]
         if code == 410:

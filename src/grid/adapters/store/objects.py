@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from grid.adapters.store.port import DEFAULT_NAMESPACE, STORED_KINDS, KindInfo, LabelSelector, Obj
+from grid.adapters.store.port import DEFAULT_NAMESPACE, STORED_KINDS, LabelSelector, Obj, StoredKind
 from grid.core.resources.types import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 from grid.errors import Conflict, ValidationError
 
@@ -40,7 +40,7 @@ def format_timestamp(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def kind_info(kind: str) -> KindInfo:
+def stored_kind(kind: str) -> StoredKind:
     """The stored kind's description, or `ValidationError` for an unknown kind."""
     info = STORED_KINDS.get(kind)
     if info is None:
@@ -49,7 +49,7 @@ def kind_info(kind: str) -> KindInfo:
     return info
 
 
-def resolve_namespace(info: KindInfo, namespace: str | None) -> str:
+def resolve_namespace(info: StoredKind, namespace: str | None) -> str:
     """The namespace key for a kind: ``""`` when cluster-scoped, else a valid namespace."""
     if not info.namespaced:
         if namespace:
@@ -76,11 +76,11 @@ def _check_name(name: object, path: str) -> None:
         )
 
 
-def identify(obj: Obj) -> tuple[KindInfo, str, str]:
+def identify(obj: Obj) -> tuple[StoredKind, str, str]:
     """Check an incoming object's envelope and return (kind info, namespace key, name)."""
     if not isinstance(obj, dict):
         raise ValidationError("a resource must be a mapping", path="")
-    info = kind_info(str(obj.get("kind", "")))
+    info = stored_kind(str(obj.get("kind", "")))
     api_version = obj.get("apiVersion")
     if api_version != info.api_version:
         raise ValidationError(

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from grid.core.resources import API_VERSION, KINDS
 from grid.errors import GridError
 
 Obj = dict[str, Any]
@@ -39,13 +40,13 @@ Obj = dict[str, Any]
 LabelSelector = Mapping[str, str] | str
 """``{"key": "value"}`` (every pair must match) or a string like ``a=b,c!=d,e,!f``."""
 
-CRD_API_VERSION = "grid.praxis-proxy.io/v1alpha1"
+CRD_API_VERSION = API_VERSION
 CORE_API_VERSION = "v1"
 DEFAULT_NAMESPACE = "default"
 
 
 @dataclass(frozen=True)
-class KindInfo:
+class StoredKind:
     """What a store must know about a kind: its apiVersion, plural and scope."""
 
     kind: str
@@ -54,18 +55,16 @@ class KindInfo:
     namespaced: bool
 
 
-STORED_KINDS: dict[str, KindInfo] = {
+STORED_KINDS: dict[str, StoredKind] = {
     info.kind: info
     for info in (
-        KindInfo("GridNetwork", CRD_API_VERSION, "gridnetworks", namespaced=False),
-        KindInfo("GridSite", CRD_API_VERSION, "gridsites", namespaced=False),
-        KindInfo("InferenceProvider", CRD_API_VERSION, "inferenceproviders", namespaced=False),
-        KindInfo("ConfigMap", CORE_API_VERSION, "configmaps", namespaced=True),
-        KindInfo("Secret", CORE_API_VERSION, "secrets", namespaced=True),
+        *(StoredKind(k.kind, API_VERSION, k.plural, namespaced=False) for k in KINDS.values()),
+        StoredKind("ConfigMap", CORE_API_VERSION, "configmaps", namespaced=True),
+        StoredKind("Secret", CORE_API_VERSION, "secrets", namespaced=True),
     )
 }
-"""The kinds a store accepts: the three cluster-scoped CRDs and the namespaced
-core kinds the operator writes (overlay ConfigMaps) or reads (Secrets)."""
+"""The kinds a store accepts: every cluster-scoped Grid kind (the core's `KINDS` table)
+and the namespaced core kinds the operator writes (overlay ConfigMaps) or reads (Secrets)."""
 
 
 class Expired(GridError):

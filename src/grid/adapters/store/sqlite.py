@@ -133,7 +133,7 @@ class SqliteStore:
 
     async def get(self, kind: str, name: str, *, namespace: str | None = None) -> Obj:
         """The object, or `NotFound`."""
-        info = objects.kind_info(kind)
+        info = objects.stored_kind(kind)
         ns = objects.resolve_namespace(info, namespace)
         found = await self._run(self._get_sync, kind, ns, name)
         if found is None:
@@ -154,7 +154,7 @@ class SqliteStore:
         namespace: str | None = None,
     ) -> list[Obj]:
         """Objects of a kind matching the selector, ordered by (namespace, name)."""
-        info = objects.kind_info(kind)
+        info = objects.stored_kind(kind)
         ns = objects.resolve_namespace(info, namespace) if namespace else None
         requirements = objects.parse_selector(label_selector)
         found, _rv = await self._run(self._list_sync, kind, ns)
@@ -271,7 +271,7 @@ class SqliteStore:
         namespace: str | None = None,
     ) -> Obj:
         """Merge-patch the status; optimistic when ``resource_version`` is given."""
-        ns = objects.resolve_namespace(objects.kind_info(kind), namespace)
+        ns = objects.resolve_namespace(objects.stored_kind(kind), namespace)
 
         def change(current: Obj | None, rv: int) -> _Write | Obj:
             if current is None:
@@ -285,7 +285,7 @@ class SqliteStore:
 
     async def delete(self, kind: str, name: str, *, namespace: str | None = None) -> Obj:
         """Remove an object and return its last state."""
-        ns = objects.resolve_namespace(objects.kind_info(kind), namespace)
+        ns = objects.resolve_namespace(objects.stored_kind(kind), namespace)
 
         def change(current: Obj | None, rv: int) -> _Write:
             if current is None:
@@ -300,7 +300,7 @@ class SqliteStore:
         self, kind: str, since_resource_version: str | None = None
     ) -> AsyncIterator[WatchEvent]:
         """Ordered changes to a kind (see `ResourceStore.watch`)."""
-        objects.kind_info(kind)
+        objects.stored_kind(kind)
         return self._watch(kind, since_resource_version)
 
     async def _watch(self, kind: str, since: str | None) -> AsyncIterator[WatchEvent]:

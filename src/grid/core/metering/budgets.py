@@ -27,10 +27,18 @@ from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Literal
 
 from grid.core.crdt.snapshot import GridStateSnapshot
+from grid.errors import ProtocolError
 
 Direction = Literal["input", "output"]
 DIRECTIONS: tuple[Direction, ...] = ("input", "output")
 """Every value of the ``direction`` label."""
+
+
+class BudgetDocumentError(ProtocolError):
+    """A saved ledger or a ``grid-budgets.json`` document is not in its shape."""
+
+    code = "malformed_budget_document"
+
 
 OTHER_TENANT = "other"
 """The ``tenant`` label of every tenant that ``budgetPolicy`` does not name."""
@@ -143,15 +151,15 @@ class Ledger:
 
     @classmethod
     def from_wire(cls, doc: Mapping[str, Any]) -> Ledger:
-        """Read `to_wire`'s form back; raises ValueError on anything else."""
+        """Read `to_wire`'s form back; raises `BudgetDocumentError` on anything else."""
         try:
             cents = {str(t): int(c) for t, c in dict(doc["cents"]).items()}
             remainder = {str(t): Decimal(str(r)) for t, r in dict(doc["remainder"]).items()}
             seen = {(str(s), str(t), str(c), str(d)): int(v) for s, t, c, d, v in list(doc["seen"])}
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
-            raise ValueError("not a budget ledger") from exc
+            raise BudgetDocumentError("not a budget ledger") from exc
         if any(c < 0 for c in cents.values()) or any(not 0 <= r < 1 for r in remainder.values()):
-            raise ValueError("a budget ledger holds a negative slot or remainder")
+            raise BudgetDocumentError("a budget ledger holds a negative slot or remainder")
         return cls(cents=cents, remainder=remainder, seen=seen)
 
 
@@ -223,21 +231,24 @@ def budget_view(network: str, current: Mapping[str, Decimal], generated_at: str)
 
 
 def exhausted_tenants(doc: object, tenant_max: int = 4096) -> frozenset[str]:
-    """Tenants at ratio 1 in a ``grid-budgets.json`` document; raises ValueError if malformed."""
+    """Tenants at ratio 1 in a ``grid-budgets.json`` document.
+
+    Raises `BudgetDocumentError` when the document is not in its shape.
+    """
     if not isinstance(doc, dict) or not isinstance(doc.get("budgets"), list):
-        raise ValueError("grid-budgets.json must be an object with a budgets list")
+        raise BudgetDocumentError("grid-budgets.json must be an object with a budgets list")
     budgets: Iterable[object] = doc["budgets"]
     out: set[str] = set()
     for i, item in enumerate(budgets):
         if i >= tenant_max:
-            raise ValueError("grid-budgets.json names too many tenants")
+            raise BudgetDocumentError("grid-budgets.json names too many tenants")
         if not isinstance(item, dict):
-            raise ValueError("a budget entry must be an object")
+            raise BudgetDocumentError("a budget entry must be an object")
         tenant, ratio = item.get("tenant_id"), item.get("spend_ratio")
         if not isinstance(tenant, str) or not tenant:
-            raise ValueError("a budget entry needs a tenant_id")
+            raise BudgetDocumentError("a budget entry needs a tenant_id")
         if isinstance(ratio, bool) or not isinstance(ratio, int | float):
-            raise ValueError("a budget entry needs a numeric spend_ratio")
+            raise BudgetDocumentError("a budget entry needs a numeric spend_ratio")
         if ratio >= 1:
             out.add(tenant)
     return frozenset(out)

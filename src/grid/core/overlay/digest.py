@@ -38,13 +38,15 @@ from typing import Any
 
 import rfc8785
 
+from grid.errors import GridError
+
 _INT_MAX = 2**53 - 1
 _PLAIN_FLOAT_MIN = 1e-4
 _PLAIN_FLOAT_MAX = 1e16
 _SURROGATE_START = "\ud800"
 
 
-class _NeedsReference(Exception):
+class _NeedsReference(GridError):
     """A value the fast path cannot prove identical; use the reference encoder."""
 
 

@@ -9,9 +9,27 @@ batch: a batch is accepted whole or refused whole.
 
 from __future__ import annotations
 
+import enum
 import math
 
 from grid.errors import ProtocolError, Refusal
+
+
+class Remedy(enum.StrEnum):
+    """What a retaining client does after a refusal (seed 004's "Refusal and retry" table).
+
+    The gateway and the client read the same table: each refusal class below names its
+    remedy, so a new code cannot be handled by one side and forgotten by the other.
+    """
+
+    RETRY = "retry"
+    """Retain the batch and send it again later, no sooner than ``retry_after_seconds``."""
+    SPLIT = "split"
+    """Split the batch in two and send each half (the body or record count was too large)."""
+    STOP = "stop"
+    """No batch can succeed until an operator acts: stop sending and retain everything."""
+    RETAIN = "retain"
+    """Retain this batch (it cannot succeed as sent) and go on with the next."""
 
 
 class TelemetryRefusal(Refusal):
@@ -19,6 +37,7 @@ class TelemetryRefusal(Refusal):
 
     code = "telemetry_refusal"
     status = 400
+    remedy = Remedy.RETAIN
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
@@ -37,6 +56,7 @@ class AgentNotRegistered(TelemetryRefusal):
 
     code = "agent_not_registered"
     status = 403
+    remedy = Remedy.STOP
 
 
 class AgentNotAdmitted(TelemetryRefusal):
@@ -44,6 +64,7 @@ class AgentNotAdmitted(TelemetryRefusal):
 
     code = "agent_not_admitted"
     status = 403
+    remedy = Remedy.STOP
 
 
 class RateLimited(TelemetryRefusal):
@@ -51,6 +72,7 @@ class RateLimited(TelemetryRefusal):
 
     code = "rate_limited"
     status = 429
+    remedy = Remedy.RETRY
 
 
 class GatewayAtCapacity(TelemetryRefusal):
@@ -58,6 +80,7 @@ class GatewayAtCapacity(TelemetryRefusal):
 
     code = "gateway_at_capacity"
     status = 503
+    remedy = Remedy.RETRY
 
 
 class UnsupportedProtocolVersion(TelemetryRefusal, ProtocolError):
@@ -65,6 +88,7 @@ class UnsupportedProtocolVersion(TelemetryRefusal, ProtocolError):
 
     code = "unsupported_protocol_version"
     status = 400
+    remedy = Remedy.STOP
 
 
 class UnsupportedContentType(TelemetryRefusal):
@@ -72,6 +96,7 @@ class UnsupportedContentType(TelemetryRefusal):
 
     code = "unsupported_content_type"
     status = 415
+    remedy = Remedy.RETAIN
 
 
 class BatchBodyTooLarge(TelemetryRefusal):
@@ -79,6 +104,7 @@ class BatchBodyTooLarge(TelemetryRefusal):
 
     code = "batch_body_too_large"
     status = 413
+    remedy = Remedy.SPLIT
 
 
 class InvalidBatch(TelemetryRefusal, ProtocolError):
@@ -86,6 +112,7 @@ class InvalidBatch(TelemetryRefusal, ProtocolError):
 
     code = "invalid_batch"
     status = 400
+    remedy = Remedy.RETAIN
 
 
 class BackboneUnavailable(TelemetryRefusal):
@@ -93,6 +120,7 @@ class BackboneUnavailable(TelemetryRefusal):
 
     code = "backbone_unavailable"
     status = 503
+    remedy = Remedy.RETRY
 
 
 REFUSALS: tuple[type[TelemetryRefusal], ...] = (
@@ -107,3 +135,7 @@ REFUSALS: tuple[type[TelemetryRefusal], ...] = (
     BackboneUnavailable,
 )
 """Every refusal class, in the order of SPEC-DECISIONS §8's table."""
+
+
+REMEDIES: dict[str, Remedy] = {refusal.code: refusal.remedy for refusal in REFUSALS}
+"""Each wire code's remedy, for a client that reads the code off the wire."""

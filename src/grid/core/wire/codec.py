@@ -38,7 +38,7 @@ from grid.core.swim.messages import (
     Suspect,
 )
 from grid.core.wire.frame import OVERHEAD_BYTES
-from grid.errors import ProtocolError
+from grid.errors import GridError, ProtocolError
 from grid.proto_gen.grid.swim.v1 import swim_pb2 as pb
 
 
@@ -48,7 +48,7 @@ class CodecError(ProtocolError):
     code = "swim_malformed"
 
 
-class DatagramTooLarge(ValueError):
+class DatagramTooLarge(GridError):
     """An outgoing datagram would exceed the plaintext budget (a sender-side bug)."""
 
 
