@@ -157,7 +157,7 @@ def flood_datagrams(sink_address: str, count: int = 3000, per_datagram: int = 38
 async def test_a_flood_of_announced_members_is_never_admitted_nor_reflected(
     start_node: StartNode,
 ) -> None:
-    """issue 26, item 1: 79 sealed Gossip datagrams in 0.2 s announce 3,000 fakes at a sink.
+    """The outside probe's flood: 79 sealed Gossip datagrams in 0.2 s, 3,000 fakes at a sink.
 
     Before members had to prove themselves, east's table took all 3,000, the fakes
     spread, east's probes went mostly to the sink, and the real east was

@@ -1,4 +1,4 @@
-"""A SWIM-key holder floods a site with announced members (issue 26, items 1 and 10).
+"""A SWIM-key holder floods a site with announced members.
 
 The attack as an outside probe ran it against `grid demo`: 79 sealed Gossip
 datagrams, sent in 0.2 s, announced 3,000 fake members, all at the address of

@@ -1,4 +1,4 @@
-"""A SWIM-key holder floods a real operator with announced members (issue 26, items 1 and 10).
+"""A SWIM-key holder floods a real operator with announced members.
 
 The attack as an outside probe ran it on `grid demo`: 79 sealed Gossip
 datagrams, sent in 0.2 s, announce 3,000 fake members at the address of a UDP

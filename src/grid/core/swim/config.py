@@ -146,7 +146,7 @@ class SwimConfig:
     challenge every other within one burst (128 members join everywhere in
     well under a second in simulation; at a depth of 32, about 11 s).
     Shallower caps the burst one flood can draw, at most `unproven_max`
-    applicants × `proof_attempts` datagrams in any case."""
+    applicants times `proof_attempts` datagrams in any case."""
 
     proof_attempts: int = 2
     """Challenges sent to one unproven member, each waiting `probe_timeout_s`,
