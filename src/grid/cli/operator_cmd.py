@@ -2,7 +2,10 @@
 
 One flag per `OperatorSettings` field, generated from it with its description
 as help; every flag has a ``GRID_*`` environment fallback (for example
-``--site`` and ``GRID_SITE``). docs/operator.md lists them with their defaults.
+``--site`` and ``GRID_SITE``), then upstream Grid's name where it has one
+(``GRID_SWIM_SITE_NAME``). docs/operator.md lists them with their defaults. The
+one environment-only setting, upstream's hex ``GRID_SWIM_ENCRYPT_KEY``, is read
+here and never echoed.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -26,7 +30,7 @@ from grid.adapters.store.url import open_store
 from grid.errors import GridError
 from grid.operator import logs
 from grid.operator.runtime import Operator
-from grid.operator.settings import OperatorSettings, env_name, flag_name
+from grid.operator.settings import OperatorSettings, env_names, env_only, flag_name
 
 if TYPE_CHECKING:
     from grid.operator.leader import ElectedOperator
@@ -56,13 +60,15 @@ def _click_type(field: FieldInfo) -> click.ParamType[Any]:
 def _setting_options(fn: F) -> F:
     """Add one ``--flag`` per `OperatorSettings` field, with its GRID_* fallback and help."""
     for name, field in reversed(list(OperatorSettings.model_fields.items())):
+        if env_only(name):
+            continue
         required = field.is_required()
         if field.annotation is bool:  # an on/off switch: --flag / --no-flag
             flag = flag_name(name)
             fn = click.option(
                 f"{flag}/--no-{flag.removeprefix('--')}",
                 name,
-                envvar=env_name(name),
+                envvar=env_names(name),
                 show_envvar=True,
                 default=field.default,
                 show_default=True,
@@ -73,7 +79,7 @@ def _setting_options(fn: F) -> F:
             fn = click.option(
                 flag_name(name),
                 name,
-                envvar=env_name(name),
+                envvar=env_names(name),
                 show_envvar=True,
                 multiple=True,
                 help=field.description,
@@ -82,7 +88,7 @@ def _setting_options(fn: F) -> F:
         fn = click.option(
             flag_name(name),
             name,
-            envvar=env_name(name),
+            envvar=env_names(name),
             show_envvar=True,
             type=_click_type(field),
             required=required,
@@ -134,6 +140,7 @@ async def _serve(settings: OperatorSettings) -> None:
 def operator_cmd(log_level: str, **options: Any) -> None:
     """Run one site operator: SWIM, controllers, scraping and the overlay renderer."""
     logs.configure(log_level)
+    options.update(_environment_only())
     try:
         settings = OperatorSettings.model_validate(options)
     except pydantic.ValidationError as exc:
@@ -148,6 +155,28 @@ def operator_cmd(log_level: str, **options: Any) -> None:
         log.error("operator failed", extra={"code": "os_error", "reason": exc.strerror or ""})
         click.echo(f"error: {exc.strerror or type(exc).__name__}", err=True)
         sys.exit(1)
+
+
+def _environment_only() -> dict[str, Any]:
+    """The settings read from the environment only: the hex SWIM key (upstream's form).
+
+    A malformed value is a usage error that names the variable, never the value.
+    """
+    found: dict[str, Any] = {}
+    for name in OperatorSettings.model_fields:
+        if not env_only(name):
+            continue
+        variable = next((v for v in env_names(name) if os.environ.get(v)), None)
+        if variable is None:
+            continue
+        try:
+            raw = bytes.fromhex(os.environ[variable].strip())
+        except ValueError:
+            raw = b""
+        if len(raw) != 32:
+            raise click.UsageError(f"{variable} must be 64 hexadecimal digits (a 32-byte key)")
+        found[name] = raw
+    return found
 
 
 def register(main: click.Group) -> None:

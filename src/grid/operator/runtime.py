@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -95,7 +96,6 @@ class Operator:
     def __init__(
         self, settings: OperatorSettings, store: ResourceStore, pki: SitePki | None = None
     ) -> None:
-        """``pki`` holds the certificates read from the network's Secrets (`prepared`)."""
         self.settings = settings
         self.store = store
         self.pki = pki
@@ -183,7 +183,7 @@ class Operator:
             lambda: self.swim,
             retry=self._dirty.set,
         )
-        self.swim_keys = SwimKeys(store, settings.swim_key_file)
+        self.swim_keys = SwimKeys(store, settings.swim_key_file, settings.swim_encrypt_key)
         self.live = OperatorLiveView(
             settings.site,
             self.replica,
@@ -324,12 +324,13 @@ class Operator:
             probe_interval_s=swim.probe_interval_s,
             suspicion_timeout_s=swim.suspicion_timeout_s,
         )
+        config = dataclasses.replace(config, dead_retention_s=self.settings.swim_dead_retention_s)
         self.swim = await SwimNode.start(
             self.settings.site,
             self.settings.swim_bind,
             keyring,
             config=config,
-            seeds=list(network.spec.seeds),
+            seeds=list(dict.fromkeys([*network.spec.seeds, *self.settings.swim_seeds])),
             advertise=self.settings.swim_advertise,
             replica=self.replica,
         )

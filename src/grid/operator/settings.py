@@ -6,15 +6,24 @@ seconds, is dropped), with the description as its help. Each has a ``GRID_*``
 environment fallback named after the flag (``GRID_RENDER_INTERVAL``); a flag
 wins over the environment, which wins over the default. docs/operator.md lists
 them.
+
+Upstream Grid's operator variables are accepted as aliases (`UPSTREAM_ENV`):
+``GRID_SWIM_BIND_ADDR`` for ``--swim-bind``, ``GRID_SWIM_SITE_NAME`` (and
+``GRID_SITE_NAME``) for ``--site``, and so on. Grid's own variable wins over
+its alias, and a flag over both. ``GRID_SWIM_ENCRYPT_KEY`` (64 hex digits) has
+no flag: a key on a command line would show in every process listing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, FilePath
+from pydantic import BaseModel, ConfigDict, Field, FilePath, SecretBytes, field_validator
 
+from grid.core.address import parse_address
 from grid.core.crdt.origin import AuthLimits
+from grid.errors import ValidationError
 
 DEFAULT_STORE = "sqlite:.grid/store.db"
 DEFAULT_SWIM_BIND = "0.0.0.0:7946"
@@ -59,6 +68,30 @@ class OperatorSettings(BaseModel):
         description=(
             "File of exactly 32 raw bytes, the SWIM key, used when the GridNetwork's "
             "swimKeyRef Secret is absent."
+        ),
+    )
+    swim_encrypt_key: SecretBytes | None = Field(
+        None,
+        description=(
+            "The SWIM key as 64 hex digits, from the environment only (upstream's "
+            "GRID_SWIM_ENCRYPT_KEY): used when neither the swimKeyRef Secret nor "
+            "--swim-key-file gives one."
+        ),
+        json_schema_extra={"env_only": True},
+    )
+    swim_seeds: list[str] = Field(
+        default_factory=list,
+        description=(
+            "More SWIM seed peers (host:port) beside the GridNetwork's spec.seeds "
+            "(repeatable; the environment form separates them by commas or spaces)."
+        ),
+    )
+    swim_dead_retention_s: float = Field(
+        60.0,
+        ge=1.0,
+        description=(
+            "Seconds a dead or left member stays in the SWIM table as a tombstone. Longer "
+            "guards better against stale gossip resurrecting it, at the cost of table space."
         ),
     )
     metrics_bind: str = Field(
@@ -230,6 +263,42 @@ class OperatorSettings(BaseModel):
         ge=0.05,
         description="Seconds between renewals and takeover attempts (< renew deadline).",
     )
+
+    @field_validator("swim_seeds", mode="after")
+    @classmethod
+    def _seeds_are_addresses(cls, seeds: list[str]) -> list[str]:
+        # Upstream's GRID_SWIM_SEEDS separates seeds by commas.
+        split = [s.strip() for seed in seeds for s in seed.split(",") if s.strip()]
+        for seed in split:
+            try:
+                parse_address(seed)
+            except ValidationError as exc:
+                raise ValueError(f"seed {seed!r}: {exc.message}") from None
+        return split
+
+
+UPSTREAM_ENV: Mapping[str, tuple[str, ...]] = {
+    "site": ("GRID_SWIM_SITE_NAME", "GRID_SITE_NAME"),
+    "swim_bind": ("GRID_SWIM_BIND_ADDR",),
+    "swim_advertise": ("GRID_SWIM_ADVERTISE_ADDR",),
+    "metrics_bind": ("GRID_METRICS_ADDR",),
+    "swim_dead_retention_s": ("GRID_SWIM_DEAD_MEMBER_TTL_SECS",),
+    "swim_encrypt_key": ("GRID_SWIM_ENCRYPT_KEY",),
+}
+"""Upstream Grid's operator variables, read after the setting's own ``GRID_*`` name.
+``GRID_SWIM_SEEDS`` needs no alias: it is already ``--swim-seeds``' own name."""
+
+
+def env_only(field: str) -> bool:
+    """Whether a setting is read from the environment only (it has no flag)."""
+    extra = OperatorSettings.model_fields[field].json_schema_extra
+    return isinstance(extra, dict) and bool(extra.get("env_only"))
+
+
+def env_names(field: str) -> list[str]:
+    """Every variable a setting is read from, first wins: its own, then upstream's."""
+    own = [] if env_only(field) else [env_name(field)]
+    return own + list(UPSTREAM_ENV.get(field, ()))
 
 
 def flag_name(field: str) -> str:

@@ -30,6 +30,8 @@ import logging
 from pathlib import Path
 from typing import Any, Final
 
+from pydantic import SecretBytes
+
 from grid.adapters.store.port import ResourceStore
 from grid.core.resources import GridNetwork
 from grid.core.wire.keyring import Keyring
@@ -77,9 +79,13 @@ def keyring_from_secret(obj: dict[str, Any], default_item: str) -> Keyring:
 class SwimKeys:
     """Where this operator's SWIM keyring comes from, and whether it still resolves."""
 
-    def __init__(self, store: ResourceStore, key_file: Path | None) -> None:
+    def __init__(
+        self, store: ResourceStore, key_file: Path | None, key: SecretBytes | None = None
+    ) -> None:
+        """``key`` is the environment's key (upstream's ``GRID_SWIM_ENCRYPT_KEY``)."""
         self._store = store
         self._key_file = key_file
+        self._key = key
         self.unreadable: str | None = None
         """``namespace/name`` of the swimKeyRef Secret while it does not resolve."""
 
@@ -103,16 +109,22 @@ class SwimKeys:
         return keyring
 
     async def load(self, network: GridNetwork) -> Keyring:
-        """The keyring at start: the Secret's, else ``--swim-key-file``; or refuse to start."""
+        """The keyring at start: the Secret's, else ``--swim-key-file``'s, else the
+        environment's ``GRID_SWIM_ENCRYPT_KEY``; or refuse to start."""
         keyring = await self._read(network)
         if keyring is not None:
             return keyring
-        if self._key_file is not None:
-            raw = self._key_file.read_bytes()
+        raw = self._key_file.read_bytes() if self._key_file is not None else None
+        if raw is None and self._key is not None:
+            raw = self._key.get_secret_value()
+        if raw is not None:
             if len(raw) != 32:
                 raise StartupError("the SWIM key must be exactly 32 bytes")
             return Keyring(raw)
-        raise StartupError("no SWIM key: create the swimKeyRef Secret or pass --swim-key-file")
+        raise StartupError(
+            "no SWIM key: create the swimKeyRef Secret, pass --swim-key-file "
+            "or set GRID_SWIM_ENCRYPT_KEY"
+        )
 
     async def reload(self, network: GridNetwork, current: Keyring) -> Keyring | None:
         """The Secret's keyring when it differs from ``current``; None to keep ``current``."""
