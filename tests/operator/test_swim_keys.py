@@ -78,3 +78,14 @@ def test_a_changed_swim_spec_or_seed_list_calls_for_a_restart() -> None:
     probe = network(seeds=["10.0.0.1:7946"], swim={"probeInterval": "1s"})
     assert tuning_change(base, probe) == "spec.swim"
     assert tuning_change(None, base) is None
+
+
+async def test_a_reference_naming_no_key_reads_swim_key_then_upstreams_key_item() -> None:
+    store = InMemoryStore()
+    upstream = {"data": {"key": base64.b64encode(D).decode()}}
+    await store.create(secret() | upstream)
+    assert await SwimKeys(store, None).load(network()) == Keyring(D)
+    obj = await store.get("Secret", "swim", namespace="grid-system")
+    obj["data"]["swim.key"] = base64.b64encode(A).decode()
+    await store.replace(obj)
+    assert await SwimKeys(store, None).load(network()) == Keyring(A)

@@ -8,7 +8,8 @@ The Secret holds the key in one of two layouts (docs/operator.md):
   day: add the new key as ``previous-1`` everywhere, then swap it into
   ``primary`` (the old primary moving to ``previous-1``) everywhere, then drop
   the old one;
-* single-key layout: the reference's ``key`` item (``swim.key`` when unset).
+* single-key layout: the reference's ``key`` item (when unset: ``swim.key``, then
+  upstream Grid's ``key``).
 
 `SwimKeys` reads the keyring at start and again whenever the Secret changes.
 The node switches keyrings between two datagrams, with no moment without a key,
@@ -44,6 +45,8 @@ PRIMARY_ITEM: Final = "primary"
 """Secret item whose key seals outgoing SWIM frames (rotation layout)."""
 OLDER_ITEMS: Final = ("previous-1", "previous-2")
 """Secret items of older keys still accepted on receipt, newest first."""
+UPSTREAM_KEY_ITEM: Final = "key"
+"""The item upstream Grid reads when swimKeyRef names none, tried after ``swim.key``."""
 
 
 class SwimKeyError(ValidationError):
@@ -63,14 +66,19 @@ def _decode(data: dict[str, Any], item: str) -> bytes | None:
     return raw
 
 
-def keyring_from_secret(obj: dict[str, Any], default_item: str) -> Keyring:
-    """The keyring a Secret object holds; raises `SwimKeyError` when it holds none."""
+def keyring_from_secret(obj: dict[str, Any], *items: str) -> Keyring:
+    """The keyring a Secret object holds; raises `SwimKeyError` when it holds none.
+
+    ``items`` are the single-key layout's items, tried in order (for a reference
+    naming no key: ``swim.key``, then upstream Grid's ``key``).
+    """
     data = obj.get("data") or {}
     primary = _decode(data, PRIMARY_ITEM)
     if primary is None:
-        single = _decode(data, default_item)
+        single = next((k for k in (_decode(data, item) for item in items) if k is not None), None)
         if single is None:
-            raise SwimKeyError(f"neither {PRIMARY_ITEM!r} nor {default_item!r} holds a key")
+            tried = " nor ".join(repr(i) for i in (PRIMARY_ITEM, *items))
+            raise SwimKeyError(f"neither {tried} holds a key")
         return Keyring(single)
     older = [k for k in (_decode(data, item) for item in OLDER_ITEMS) if k is not None]
     return Keyring(primary, older)
@@ -96,7 +104,8 @@ class SwimKeys:
         name = f"{ref.namespace}/{ref.name}"
         try:
             obj = await self._store.get("Secret", ref.name, namespace=ref.namespace)
-            keyring = keyring_from_secret(obj, ref.key or SWIM_KEY_DEFAULT_ITEM)
+            items = (ref.key,) if ref.key else (SWIM_KEY_DEFAULT_ITEM, UPSTREAM_KEY_ITEM)
+            keyring = keyring_from_secret(obj, *items)
         except (NotFound, SwimKeyError, ValueError) as exc:
             if self.unreadable != name:
                 log.warning(
