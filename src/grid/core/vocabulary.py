@@ -92,3 +92,15 @@ class ScoreBreakdown:
             "cost": self.cost,
             "total": self.total,
         }
+
+
+class OverlayFormat(StrEnum):
+    """``gatewayRefs[].overlayFormat``: the layout of a gateway's overlay ConfigMap.
+
+    ``grid`` (the default) is SPEC-DECISIONS §1's keys; ``upstream`` is upstream
+    Grid's keys, annotations and name rule, for consumers written against it.
+    The overlay documents are the same in both.
+    """
+
+    GRID = "grid"
+    UPSTREAM = "upstream"

@@ -31,6 +31,7 @@ from grid.core.resources.types import (
     TrustDomain,
     WireModel,
 )
+from grid.core.vocabulary import OverlayFormat
 
 GOSSIP_NODES_MAX = 64
 """Largest accepted `swim.gossipNodes`. Fan-out beyond this buys no speed in meshes
@@ -219,6 +220,11 @@ class GatewayRef(WireModel):
     local_site_name: ObjectName | None = None
     """The GridSite the gateway runs at; absent means the operator's own site."""
     consumer_config: ConsumerSpec | None = None
+    overlay_format: OverlayFormat = Field(default=OverlayFormat.GRID, strict=False)
+    """Grid extension: the overlay ConfigMap's layout. ``grid`` (the default) writes
+    ``grid-config.json`` and ``grid-overlay.json``; ``upstream`` writes upstream
+    Grid's ``routing-config.json`` and ``routing-overlay.json`` with its
+    ``grid.praxis-proxy.io/overlay-*`` annotations, for consumers written against it."""
 
 
 class GridNetworkSpec(WireModel):

@@ -100,6 +100,35 @@ class OverlayStatus(WireModel):
     """Rendering outcome, for example Rendered or Failed."""
 
 
+class OverlayRevisionStatus(WireModel):
+    """Upstream Grid's ``status.overlayStatus[]`` item: one gateway's rendered and
+    distributed overlay revisions, written beside `OverlayStatus`.
+
+    ``renderedRevision`` is the last revision rendered; ``distributedRevision``,
+    ``contentDigest``, ``configMapResourceVersion`` and ``renderedAt`` describe the
+    revision the ConfigMap holds (``renderedAt``: when that revision was first
+    rendered, so a steady state rewrites nothing). After a failed render or write
+    the previous distributed revision is kept (phase ``Retained``; ``Error`` when
+    none was ever distributed), with reason ``OverlayRenderFailed`` or
+    ``OverlayApplyFailed``.
+    """
+
+    gateway_name: ObjectName
+    namespace: NamespaceName | None = None
+    config_map_name: Text
+    schema_version: str = ""
+    rendered_revision: str = ""
+    distributed_revision: str = ""
+    content_digest: str = ""
+    config_map_resource_version: str = ""
+    rendered_at: str = ""
+    candidate_count: int = Field(default=0, ge=0)
+    phase: Literal["Pending", "Distributed", "Error", "Retained"] = "Pending"
+    reason: str = ""
+    message: str = ""
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
 class ConsumerConfigStatus(WireModel):
     """The outcome of rendering one gateway's ``praxis.yaml`` (§11)."""
 
@@ -150,6 +179,8 @@ class GridNetworkStatus(_StatusBase):
     connected_sites: int = Field(default=0, ge=0)
     """Number of GridSites of this network currently Active."""
     overlays: list[OverlayStatus] = Field(default_factory=list)
+    overlay_status: list[OverlayRevisionStatus] = Field(default_factory=list)
+    """Upstream's per-gateway revision evidence, beside ``overlays``."""
     consumer_config_status: list[ConsumerConfigStatus] = Field(default_factory=list)
     gateway_feedback: GatewayFeedbackStatus | None = None
     budget_status: list[BudgetStatus] = Field(default_factory=list)
