@@ -23,6 +23,7 @@ from grid.adapters.store.port import EventType, ResourceStore
 from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork, GridSite
 from grid.core.resources.network_status import RoundOutcome, rendered_patch, start_patch
+from grid.core.resources.overlay_status import overlay_status_patch
 from grid.core.resources.phases import SitePhase
 from grid.core.resources.seed_fields import upstream_policy_patch
 from grid.core.routing.mesh_view import GRID_ID_LABEL, converged_grid_id
@@ -113,11 +114,22 @@ class ServedNetwork:
         outcome: RoundOutcome,
         consumers: Sequence[Mapping[str, Any]] = (),
         budgets: Sequence[Mapping[str, Any]] = (),
+        revisions: Sequence[Mapping[str, Any]] = (),
     ) -> None:
-        """Write what a render round changed in network ``name``'s status, if anything."""
+        """Write what a render round changed in network ``name``'s status, if anything.
+
+        ``revisions`` are the round's ``overlayStatus`` items, written in the same patch.
+        """
         fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", name))
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         patch = rendered_patch(fresh, overlays, site_phases, outcome, now, consumers, budgets)
+        stored = [
+            o.model_dump(by_alias=True, exclude_none=True)
+            for o in (fresh.status.overlay_status if fresh.status else [])
+        ]
+        moved = overlay_status_patch(stored, revisions)
+        if moved:
+            patch = {**patch, **moved, "observedGeneration": fresh.metadata.generation}
         if patch:
             obj = await self.store.patch_status("GridNetwork", name, patch)
             self.network = fresh = GridNetwork.model_validate(obj)

@@ -12,34 +12,57 @@ directory. A gateway whose ``consumerConfig`` is enabled also gets its
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from grid.adapters.store.port import ResourceStore
-from grid.core.overlay.consumer import CONFIG_KEY as PRAXIS_KEY
-from grid.core.overlay.consumer import ConsumerConfigError, render_consumer_config
-from grid.core.resources.network_spec import ConsumerSpec
-from grid.core.routing.render import Rendered, poll_ranking
-from grid.errors import AlreadyExists, NotFound
+import yaml
 
-CONFIG_KEY = "grid-config.json"
-ENVELOPE_KEY = "grid-overlay.json"
+from grid.adapters.store.port import ResourceStore
+from grid.core.overlay.configmap import (
+    LAYOUTS,
+    Layout,
+    configmap_annotations,
+    upstream_configmap_name,
+)
+from grid.core.overlay.consumer import (
+    CONFIG_ERROR,
+    DISABLED,
+    RENDER_FAILED,
+    ConsumerConfigError,
+    render_consumer_config,
+)
+from grid.core.overlay.consumer import CONFIG_KEY as PRAXIS_KEY
+from grid.core.resources.network_spec import ConsumerSpec
+from grid.core.resources.overlay_status import Distribution
+from grid.core.routing.render import Rendered, poll_ranking
+from grid.core.vocabulary import OverlayFormat
+from grid.errors import AlreadyExists, GridError, NotFound
+
+CONFIG_KEY = LAYOUTS[OverlayFormat.GRID].config_key
+"""``grid-config.json``, the bare overlay's key in Grid's layout (§1)."""
+ENVELOPE_KEY = LAYOUTS[OverlayFormat.GRID].envelope_key
+"""``grid-overlay.json``, the envelope's key in Grid's layout (§1)."""
 BUDGETS_KEY = "grid-budgets.json"
 """The budget view (§12), a key of the same ConfigMap and a file beside the overlay."""
 NAME_MAX = 63
 """Kubernetes name limit for the ConfigMap; longer names are shortened."""
 
 
-def configmap_name(network: str, gateway: str) -> str:
+def configmap_name(network: str, gateway: str, fmt: OverlayFormat = OverlayFormat.GRID) -> str:
     """``grid-overlay-{network}-{gateway}``, shortened deterministically past 63 chars.
 
-    A long name keeps its first 54 characters (trailing dashes trimmed), then a
-    dash and the first 8 hex digits of the SHA-256 of the full name, so two long
-    names that share a prefix still differ.
+    In Grid's layout a long name keeps its first 54 characters (trailing dashes
+    trimmed), then a dash and the first 8 hex digits of the SHA-256 of the full
+    name, so two long names that share a prefix still differ. In upstream's it
+    follows upstream's rule (`grid.core.overlay.configmap.upstream_configmap_name`).
     """
+    if fmt is OverlayFormat.UPSTREAM:
+        return upstream_configmap_name(network, gateway)
     return short_name(f"grid-overlay-{network}-{gateway}")
 
 
@@ -83,22 +106,23 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
         os.close(dir_fd)
 
 
-def _file_revision(directory: Path) -> str:
+def _file_revision(directory: Path, layout: Layout) -> str:
     """The revision of the envelope file in a directory, if readable."""
     try:
-        envelope = json.loads((directory / ENVELOPE_KEY).read_text())
+        envelope = json.loads((directory / layout.envelope_key).read_text())
         return str(envelope["revision"]["value"])
     except (OSError, ValueError, KeyError, TypeError):
         return ""
 
 
 class OverlayWriter:
-    """Writes each gateway's overlay when, and only when, its revision changes."""
+    """Writes each gateway's overlay when, and only when, its revision (or layout) changes."""
 
     def __init__(self, store: ResourceStore, overlay_dir: Path | None) -> None:
         self._store = store
         self._root = overlay_dir
-        self._written: dict[tuple[str, str], str] = {}
+        self._held: dict[tuple[str, str], tuple[OverlayFormat, Distribution | None]] = {}
+        """Per (network, gateway): the layout and what its ConfigMap holds, once read."""
         self.per_gateway = False
         """With more than one gateway at the site, each gets ``{overlay_dir}/{gateway}/``."""
         self.writes = 0
@@ -114,67 +138,95 @@ class OverlayWriter:
             return None
         return self._root / gateway if self.per_gateway else self._root
 
+    def distributed(self, network: str, gateway: str) -> Distribution | None:
+        """What a gateway's ConfigMap holds, as last written or read."""
+        held = self._held.get((network, gateway))
+        return held[1] if held is not None else None
+
     def revision_of(self, network: str, gateway: str) -> str | None:
         """The revision last written for a gateway, if any."""
-        return self._written.get((network, gateway))
+        held = self.distributed(network, gateway)
+        return held.revision if held is not None else None
 
-    async def write(self, rendered: Rendered) -> bool:
+    async def write(self, rendered: Rendered, fmt: OverlayFormat = OverlayFormat.GRID) -> bool:
         """Write the overlay if its revision is new; True when something was written."""
         scope = rendered.scope
         revision = str(rendered.envelope["revision"]["value"])
         key = (scope.network, scope.gateway)
+        layout = LAYOUTS[fmt]
+        name = configmap_name(scope.network, scope.gateway, fmt)
         directory = self.directory(scope.gateway)
-        if self._written.get(key) is None:
-            stored = await self._stored_revision(scope.network, scope.gateway, scope)
+        held = self._held.get(key)
+        if held is None or held[0] is not fmt:
+            stored = await self._stored(name, scope.namespace, layout)
             # The ConfigMap is written before the files, so a crash in between
             # leaves the files behind; only a revision both agree on counts.
-            if directory is not None and _file_revision(directory) != stored:
-                stored = ""
-            self._written[key] = stored
-        if self._written[key] == revision:
+            files = _file_revision(directory, layout) if directory is not None else None
+            if stored is not None and files not in (None, stored.revision):
+                stored = None
+            held = self._held[key] = (fmt, stored)
+        if held[1] is not None and held[1].revision == revision:
             return False
         config, envelope = dumps(rendered.overlay), dumps(rendered.envelope)
-        await self._write_configmap(scope.network, scope.gateway, scope.namespace, config, envelope)
+        other = {
+            k for f, o in LAYOUTS.items() if f is not fmt for k in (o.config_key, o.envelope_key)
+        }
+        written = await upsert_configmap(
+            self._store,
+            name,
+            scope.namespace,
+            _labels(scope.network, scope.gateway),
+            {layout.config_key: config, layout.envelope_key: envelope},
+            annotations=configmap_annotations(fmt, rendered.envelope),
+            drop=other,
+        )
         if directory is not None:
-            atomic_write(directory / CONFIG_KEY, config.encode())
-            atomic_write(directory / ENVELOPE_KEY, envelope.encode())
-        self._written[key] = revision
+            atomic_write(directory / layout.config_key, config.encode())
+            atomic_write(directory / layout.envelope_key, envelope.encode())
+            for stale in other:
+                (directory / stale).unlink(missing_ok=True)
+        version = str(written["metadata"].get("resourceVersion", ""))
+        self._held[key] = (fmt, Distribution.of(rendered.envelope, version))
         self.writes += 1
         return True
 
-    async def write_budgets(self, network: str, gateway: str, namespace: str, text: str) -> None:
-        """Write the budget view (§12) as a key of the gateway's overlay ConfigMap and a file."""
-        await upsert_configmap(
+    async def write_budgets(
+        self,
+        network: str,
+        gateway: str,
+        namespace: str,
+        text: str,
+        fmt: OverlayFormat = OverlayFormat.GRID,
+    ) -> None:
+        """Write the budget view (§12) as a key of the gateway's overlay ConfigMap and a file.
+
+        The ConfigMap's new resourceVersion becomes the distribution's on record."""
+        written = await upsert_configmap(
             self._store,
-            configmap_name(network, gateway),
+            configmap_name(network, gateway, fmt),
             namespace,
             _labels(network, gateway),
             {BUDGETS_KEY: text},
         )
+        held = self._held.get((network, gateway))
+        if held is not None and held[0] is fmt and held[1] is not None:
+            version = str(written["metadata"].get("resourceVersion", ""))
+            self._held[network, gateway] = (
+                fmt,
+                dataclasses.replace(held[1], resource_version=version),
+            )
         directory = self.directory(gateway)
         if directory is not None:
             atomic_write(directory / BUDGETS_KEY, text.encode())
 
-    async def _stored_revision(self, network: str, gateway: str, scope: Any) -> str:
+    async def _stored(self, name: str, namespace: str, layout: Layout) -> Distribution | None:
+        """What the ConfigMap ``name`` holds in ``layout``, or None."""
         try:
-            cm = await self._store.get(
-                "ConfigMap", configmap_name(network, gateway), namespace=scope.namespace
-            )
-            envelope = json.loads(cm.get("data", {}).get(ENVELOPE_KEY, "{}"))
-            return str(envelope.get("revision", {}).get("value", ""))
-        except (NotFound, ValueError, AttributeError):
-            return ""
-
-    async def _write_configmap(
-        self, network: str, gateway: str, namespace: str, config: str, envelope: str
-    ) -> None:
-        await upsert_configmap(
-            self._store,
-            configmap_name(network, gateway),
-            namespace,
-            _labels(network, gateway),
-            {CONFIG_KEY: config, ENVELOPE_KEY: envelope},
-        )
+            cm = await self._store.get("ConfigMap", name, namespace=namespace)
+            envelope = json.loads((cm.get("data") or {}).get(layout.envelope_key, "{}"))
+            return Distribution.of(envelope, str(cm["metadata"].get("resourceVersion", "")))
+        except (NotFound, ValueError, AttributeError, KeyError, TypeError):
+            return None
 
 
 def _labels(network: str, gateway: str) -> dict[str, str]:
@@ -186,27 +238,40 @@ def _labels(network: str, gateway: str) -> dict[str, str]:
 
 
 async def upsert_configmap(
-    store: ResourceStore, name: str, namespace: str, labels: dict[str, str], data: dict[str, str]
-) -> None:
+    store: ResourceStore,
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    data: dict[str, str],
+    *,
+    annotations: Mapping[str, str] | None = None,
+    drop: Iterable[str] = (),
+) -> dict[str, Any]:
     """Create the ConfigMap, or replace the keys of ``data`` (keeping the other keys and the
-    resourceVersion): the overlay and the budget view share one ConfigMap."""
+    resourceVersion): the overlay and the budget view share one ConfigMap. ``drop`` names
+    keys to remove; ``annotations``, when given, replace the ConfigMap's. Returns the
+    object as stored."""
     obj: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "data": data,
     }
+    if annotations:
+        obj["metadata"]["annotations"] = dict(annotations)
     try:
         current = await store.get("ConfigMap", name, namespace=namespace)
     except NotFound:
         try:
-            await store.create(obj)
-            return
+            return await store.create(obj)
         except AlreadyExists:
             current = await store.get("ConfigMap", name, namespace=namespace)
     obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-    obj["data"] = {**(current.get("data") or {}), **data}
-    await store.replace(obj)
+    if annotations is None and current["metadata"].get("annotations"):
+        obj["metadata"]["annotations"] = current["metadata"]["annotations"]
+    kept = {k: v for k, v in (current.get("data") or {}).items() if k not in set(drop)}
+    obj["data"] = {**kept, **data}
+    return await store.replace(obj)
 
 
 class ConsumerConfigWriter:
@@ -226,15 +291,26 @@ class ConsumerConfigWriter:
         self._written: dict[tuple[str, str, str], str | None] = {}
         self.writes = 0
 
-    def overlay_file(self, config: ConsumerSpec, gateway: str) -> str | None:
+    def overlay_file(
+        self, config: ConsumerSpec, gateway: str, fmt: OverlayFormat = OverlayFormat.GRID
+    ) -> str | None:
         """The envelope path the route filter reads, or None for inline candidates."""
         if config.overlay_file is not None:
             return config.overlay_file
         directory = self._overlays.directory(gateway)
-        return None if directory is None else str((directory / ENVELOPE_KEY).absolute())
+        envelope = LAYOUTS[fmt].envelope_key
+        return None if directory is None else str((directory / envelope).absolute())
 
-    async def write(self, rendered: Rendered, config: ConsumerSpec | None) -> dict[str, Any]:
-        """Render and write one gateway's praxis.yaml; returns its status entry."""
+    async def write(
+        self,
+        rendered: Rendered,
+        config: ConsumerSpec | None,
+        fmt: OverlayFormat = OverlayFormat.GRID,
+    ) -> dict[str, Any]:
+        """Render and write one gateway's praxis.yaml; returns its status entry.
+
+        ``fmt`` is the gateway's overlay layout, which names the envelope file the
+        route filter reads in the embedded default."""
         scope = rendered.scope
         name = config.config_map_name if config else ConsumerSpec().config_map_name
         entry: dict[str, Any] = {
@@ -244,15 +320,21 @@ class ConsumerConfigWriter:
             "observedGeneration": rendered.network.metadata.generation,
         }
         if config is None or not config.enabled:
-            return {**entry, "phase": "Disabled", "reason": "Disabled"}
+            return {**entry, "phase": "Disabled", "reason": DISABLED}
         ranking = poll_ranking(rendered)
-        result = render_consumer_config(
-            rendered.overlay,
-            scope,
-            config,
-            self.overlay_file(config, scope.gateway),
-            ranking.route_fields() if ranking is not None else None,
-        )
+        try:
+            result = render_consumer_config(
+                rendered.overlay,
+                scope,
+                config,
+                self.overlay_file(config, scope.gateway, fmt),
+                ranking.route_fields() if ranking is not None else None,
+            )
+        except (GridError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
+            # Not a fail-closed reason of §11: an input the renderer could not take. The
+            # round goes on; the status names the failure's type, never its content.
+            message = f"praxis.yaml did not render ({type(exc).__name__})"
+            return {**entry, "phase": "Error", "reason": RENDER_FAILED, "message": message}
         if isinstance(result, ConsumerConfigError):
             return {**entry, "phase": "Error", "reason": result.reason, "message": result.message}
         key = (scope.network, scope.gateway, name)
@@ -269,7 +351,11 @@ class ConsumerConfigWriter:
                 {PRAXIS_KEY: result.text},
             )
             if directory is not None:
-                atomic_write(directory / PRAXIS_KEY, result.text.encode())
+                try:
+                    atomic_write(directory / PRAXIS_KEY, result.text.encode())
+                except OSError as exc:
+                    message = f"{PRAXIS_KEY} not written to the overlay directory: {exc.strerror}"
+                    return {**entry, "phase": "Error", "reason": CONFIG_ERROR, "message": message}
             self._written[key] = result.text
             self.writes += 1
         return {**entry, "phase": "Rendered", "reason": "Rendered"}

@@ -31,13 +31,20 @@ from prometheus_client import CollectorRegistry
 from grid.adapters.health_server import ClosedCounter
 from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
+from grid.core.resources.network_spec import GatewayRef
 from grid.core.resources.network_status import overlay_entry, served_gateways
+from grid.core.resources.overlay_status import (
+    APPLY_FAILED,
+    RENDER_FAILED,
+    Distribution,
+    revision_entry,
+)
 from grid.core.resources.phases import SitePhase
 from grid.core.resources.secret import Secret
 from grid.core.routing.admission_policy import pressure_ratio, pressure_signals, stabilized
 from grid.core.routing.hysteresis import Hysteresis, PressureRules
 from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs, signals_document
-from grid.core.routing.render import RenderInputs, render
+from grid.core.routing.render import DEFAULT_NAMESPACE, RenderInputs, render
 from grid.core.routing.signals import SignalsDocument
 from grid.errors import GridError
 from grid.operator.budgets import BudgetView
@@ -82,6 +89,8 @@ class OverlayLoop:
         """The last round's ``consumerConfigStatus`` items."""
         self.budgets = BudgetView()
         self.budget_status: list[dict[str, Any]] = []
+        self.overlay_status: list[dict[str, Any]] = []
+        """The last round's ``overlayStatus`` items (upstream's revision evidence)."""
         """The last round's ``budgetStatus`` items: this site's view of each tenant's spend."""
         self._sequence = 0
         self._epoch = int(time.time())
@@ -156,6 +165,7 @@ class OverlayLoop:
         self.last_held = held
         overlays = []
         consumers: list[dict[str, Any]] = []
+        revisions: list[dict[str, Any]] = []
         served = served_gateways(network, self.site)
         self.served = len(served)
         self.render_failed, self.write_failed = [], []
@@ -175,9 +185,12 @@ class OverlayLoop:
                 self.renders.inc("failed")
                 self.render_failed.append(ref.name)
                 log.warning("render failed", extra={"gateway": ref.name, "code": exc.code})
+                revisions.append(self._revision_entry(network, ref, None, RENDER_FAILED))
                 continue
+            fmt = ref.overlay_format
+            revision = rendered.envelope["revision"]["value"]
             try:
-                written = await self.writer.write(rendered)
+                written = await self.writer.write(rendered, fmt)
             except (GridError, OSError) as exc:
                 # The store or the disk refused; the next round retries this revision.
                 self.renders.inc("failed")
@@ -185,9 +198,10 @@ class OverlayLoop:
                 log.warning(
                     "overlay write failed", extra={"gateway": ref.name, "error": type(exc).__name__}
                 )
+                revisions.append(self._revision_entry(network, ref, revision, APPLY_FAILED))
                 continue
+            revisions.append(self._revision_entry(network, ref, revision))
             self.renders.inc("written" if written else "unchanged")
-            revision = rendered.envelope["revision"]["value"]
             candidates = len(rendered.overlay["candidates"])
             if written:
                 log.info(
@@ -202,23 +216,51 @@ class OverlayLoop:
                 overlay_entry(
                     gateway=ref.name,
                     namespace=rendered.scope.namespace,
-                    config_map=configmap_name(network.name, ref.name),
+                    config_map=configmap_name(network.name, ref.name, fmt),
                     revision=revision,
                     candidates=candidates,
                 )
             )
-            consumers.append(await self.consumers.write(rendered, ref.consumer_config))
-            await self._write_budgets(network, replica, ref.name, rendered.scope.namespace)
+            consumers.append(await self.consumers.write(rendered, ref.consumer_config, fmt))
+            await self._write_budgets(network, replica, ref, rendered.scope.namespace)
         self.consumer_status = consumers
+        self.overlay_status = revisions
         self.budget_status = self.budgets.status(network, replica)
         return overlays
 
     async def _write_budgets(
-        self, network: GridNetwork, replica: GridState, gateway: str, namespace: str
+        self, network: GridNetwork, replica: GridState, ref: GatewayRef, namespace: str
     ) -> None:
         """Write the gateway's budget view when a ratio moved by 0.01 or reached 1."""
-        view = self.budgets.document(network, replica, gateway)
+        view = self.budgets.document(network, replica, ref.name)
         if view is not None:
             text = json.dumps(view, separators=(",", ":"))
-            await self.writer.write_budgets(network.name, gateway, namespace, text)
-            self.budgets.written(gateway, view)
+            await self.writer.write_budgets(
+                network.name, ref.name, namespace, text, ref.overlay_format
+            )
+            self.budgets.written(ref.name, view)
+
+    def _revision_entry(
+        self,
+        network: GridNetwork,
+        ref: GatewayRef,
+        rendered: str | None,
+        failure: str | None = None,
+    ) -> dict[str, Any]:
+        """The gateway's ``overlayStatus`` item after this round's render and write."""
+        distributed = self.writer.distributed(network.name, ref.name)
+        if distributed is None:
+            # Nothing written or read by this process yet: the status's last evidence.
+            prior = network.status.overlay_status if network.status else []
+            item = next((o for o in prior if o.gateway_name == ref.name), None)
+            if item is not None:
+                distributed = Distribution.of_status(item.model_dump(by_alias=True))
+        return revision_entry(
+            gateway=ref.name,
+            namespace=ref.namespace or DEFAULT_NAMESPACE,
+            config_map=configmap_name(network.name, ref.name, ref.overlay_format),
+            generation=network.metadata.generation,
+            rendered=rendered,
+            distributed=distributed,
+            failure=failure,
+        )

@@ -35,7 +35,6 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
@@ -373,13 +372,15 @@ class Operator:
                         before = self.lanes.geography()
                         self.served.on_event(event.type, event.object)
                         self._check_tuning()
-                        await self._check_pki()
+                        if self.pki is not None:  # a GridNetwork naming other Secrets restarts
+                            await self.pki.check(self.store, self.served.network)
                         await self._refresh_trust()
                         await self.signals.judge(self.served.network)
                         await self.lanes.republish_if_moved(before)
                     elif kind == "Secret":
                         await self._reload_keys()
-                        await self._check_pki(event.object)
+                        if self.pki is not None:
+                            await self.pki.check(self.store, self.served.network, event.object)
                     elif kind == "GridSite":
                         await self._refresh_trust()
                         await self.signals.judge(self.served.network)
@@ -402,11 +403,6 @@ class Operator:
         changed = tuning_change(self._swim_started_from, self.served.network)
         if changed is not None:
             raise StartupError(f"GridNetwork {changed} changed; restarting to apply it")
-
-    async def _check_pki(self, secret: dict[str, Any] | None = None) -> None:
-        """Follow the certificate Secrets: rewritten files, or a restart (`SitePki.check`)."""
-        if self.pki is not None:
-            await self.pki.check(self.store, self.served.network, secret)
 
     async def _reload_keys(self) -> None:
         """Install the swimKeyRef Secret's keyring when it changed (no restart)."""
@@ -496,4 +492,5 @@ class Operator:
             outcome,
             self.overlays.consumer_status,
             self.overlays.budget_status,
+            self.overlays.overlay_status,
         )

@@ -53,6 +53,12 @@ FAIL_CLOSED_REASONS = (
     PLAINTEXT_WITH_SNI,
 )
 """Every reason a render fails closed with, in the order each cluster is checked."""
+RENDER_FAILED = "ConsumerConfigRenderFailed"
+"""Upstream's reason for a render that failed otherwise (an input it could not take)."""
+CONFIG_ERROR = "ConsumerConfigError"
+"""Upstream's reason for any other failure: in Grid, the embedded file not written."""
+DISABLED = "ConsumerConfigDisabled"
+"""Upstream's reason for a gateway whose consumerConfig is absent or not enabled."""
 
 _CANDIDATE_FIELDS = ("kind", "name", "site", "cluster", "fresh")
 """The candidate fields copied inline; `credential` follows when present."""
