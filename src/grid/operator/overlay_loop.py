@@ -24,11 +24,15 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import Span
 from prometheus_client import CollectorRegistry
 
 from grid.adapters.health_server import ClosedCounter
+from grid.adapters.tracing import OUTCOME
 from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
 from grid.core.resources.network_status import overlay_entry, served_gateways
@@ -50,6 +54,42 @@ SignalsView = Callable[[list[OriginRecord], dt.datetime, float | None], SignalsD
 
 VERIFIED = (SitePhase.ACTIVE, SitePhase.UNREACHABLE)
 """Site phases whose candidates are rendered: the site's egress was verified once."""
+
+
+@dataclass
+class RoundSummary:
+    """What one round rendered, for its span: names, counts and revisions only."""
+
+    gateways: list[str] = field(default_factory=list)
+    revisions: list[str] = field(default_factory=list)
+    models: set[str] = field(default_factory=set)
+    candidates: int = 0
+    written: int = 0
+
+    def add(
+        self, gateway: str, revision: str, candidates: list[dict[str, Any]], written: bool
+    ) -> None:
+        """Count one gateway's rendered overlay."""
+        self.gateways.append(gateway)
+        self.revisions.append(revision)
+        self.models.update(str(c["name"]) for c in candidates)
+        self.candidates += len(candidates)
+        self.written += int(written)
+
+    def describe(self, span: Span) -> None:
+        """Set the round's attributes: models, candidates, revision, gateways."""
+        span.set_attributes(
+            {
+                "grid.render.gateways": len(self.gateways),
+                "grid.render.models": sorted(self.models),
+                "grid.render.candidates": self.candidates,
+                "grid.render.written": self.written,
+            }
+        )
+        if len(self.revisions) == 1:
+            span.set_attribute("grid.overlay.revision", self.revisions[0])
+        elif self.revisions:
+            span.set_attribute("grid.overlay.revisions", self.revisions)
 
 
 async def render_rounds(
@@ -160,6 +200,8 @@ class OverlayLoop:
         self.served = len(served)
         self.render_failed, self.write_failed = [], []
         self.writer.per_gateway = len(served) > 1
+        span = trace.get_current_span()
+        summary = RoundSummary()
         for ref in served:
             try:
                 rendered = render(
@@ -175,6 +217,7 @@ class OverlayLoop:
                 self.renders.inc("failed")
                 self.render_failed.append(ref.name)
                 log.warning("render failed", extra={"gateway": ref.name, "code": exc.code})
+                span.add_event("render failed", {"grid.gateway": ref.name, OUTCOME: exc.code})
                 continue
             try:
                 written = await self.writer.write(rendered)
@@ -185,10 +228,12 @@ class OverlayLoop:
                 log.warning(
                     "overlay write failed", extra={"gateway": ref.name, "error": type(exc).__name__}
                 )
+                span.add_event("write failed", {"grid.gateway": ref.name})
                 continue
             self.renders.inc("written" if written else "unchanged")
             revision = rendered.envelope["revision"]["value"]
             candidates = len(rendered.overlay["candidates"])
+            summary.add(ref.name, revision, rendered.overlay["candidates"], written)
             if written:
                 log.info(
                     "overlay written",
@@ -211,6 +256,8 @@ class OverlayLoop:
             await self._write_budgets(network, replica, ref.name, rendered.scope.namespace)
         self.consumer_status = consumers
         self.budget_status = self.budgets.status(network, replica)
+        if span.is_recording():
+            summary.describe(span)
         return overlays
 
     async def _write_budgets(

@@ -35,6 +35,7 @@ import datetime as dt
 import logging
 import time
 
+from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from grid.adapters.health_server import HealthServer
@@ -43,6 +44,7 @@ from grid.adapters.store.url import pod_namespace
 from grid.adapters.swim_metrics import SwimCollector
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
+from grid.adapters.tracing import outcome_span
 from grid.core.address import parse_address
 from grid.core.crdt.origin import AuthLimits
 from grid.core.crdt.record import ProviderRecord
@@ -79,7 +81,10 @@ from grid.operator.startup import StartupError, select_network
 from grid.operator.swim_keys import SwimKeys, tuning_change
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
 
+RENDER_SPAN = "grid.render_round"
+"""The span of one render round; `grid.operator.overlay_loop` adds what it rendered."""
 RECONCILE_LOOPS = ("sites", "render")
 """The loops whose round durations are exported (a closed label set)."""
 RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -420,9 +425,14 @@ class Operator:
     async def _render_round(self) -> None:
         # Rounds never overlap, whoever starts one: two would race on the same writes.
         async with self._round_lock:
-            with self.reconcile_seconds.labels("render").time():
+            started = time.monotonic()
+            with (
+                outcome_span(_tracer, RENDER_SPAN, {"grid.site": self.settings.site}) as span,
+                self.reconcile_seconds.labels("render").time(),
+            ):
                 await self.lanes.publish_records()
                 await self.reconcile_overlays()
+                span.set_attribute("grid.render.duration_ms", (time.monotonic() - started) * 1e3)
 
     async def reconcile_overlays(self) -> None:
         """Render every gateway this site serves; write changed overlays and status."""
