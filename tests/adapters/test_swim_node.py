@@ -6,16 +6,26 @@ in this process. Waits poll a condition with a deadline; nothing sleeps.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
+import re
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from grid.adapters.swim_metrics import SwimCollector
 from grid.adapters.swim_node import SwimNode
+from grid.adapters.udp import format_address, parse_address
+from grid.core.swim.admission import REFUSAL_REASONS
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.members import MemberState
+from grid.core.swim.messages import Alive, Gossip
+from grid.core.wire import codec
+from grid.core.wire.frame import seal
 from grid.core.wire.keyring import Keyring
 from grid.testing.poll import eventually
 
@@ -120,3 +130,79 @@ async def test_a_machine_exception_is_logged_with_its_traceback_counted_and_surv
     )
     assert alive_ids(one) == {"two"} and alive_ids(two) == {"one"}
     assert one.counters.machine_errors == 1
+
+
+class Sink(asyncio.DatagramProtocol):
+    """A UDP socket that never answers: it only counts what reaches it."""
+
+    def __init__(self) -> None:
+        self.datagrams = 0
+
+    def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
+        self.datagrams += 1
+
+
+def flood_datagrams(sink_address: str, count: int = 3000, per_datagram: int = 38) -> list[bytes]:
+    """The probe's flood: sealed Gossip datagrams announcing `count` fake members at the sink."""
+    fakes = [Alive(f"fake-{i:04d}", sink_address, 0) for i in range(count)]
+    return [
+        seal(
+            KEY,
+            codec.encode_datagram(Gossip("mallory", updates=tuple(fakes[i : i + per_datagram]))),
+        )
+        for i in range(0, count, per_datagram)
+    ]
+
+
+async def test_a_flood_of_announced_members_is_never_admitted_nor_reflected(
+    start_node: StartNode,
+) -> None:
+    """The outside probe's flood: 79 sealed Gossip datagrams in 0.2 s, 3,000 fakes at a sink.
+
+    Before members had to prove themselves, east's table took all 3,000, the fakes
+    spread, east's probes went mostly to the sink, and the real east was
+    suspected and declared dead by its peers.
+    """
+    east = await start_node("east", config=FAST)
+    west = await start_node("west", seeds=[east], config=FAST)
+    central = await start_node("central", seeds=[east], config=FAST)
+    mesh = [east, west, central]
+    await eventually(
+        lambda: all(len(alive_ids(n)) == 2 for n in mesh), "the three sites see each other"
+    )
+    loop = asyncio.get_running_loop()
+    transport, sink = await loop.create_datagram_endpoint(Sink, local_addr=("127.0.0.1", 0))
+    try:
+        sink_address = format_address(*transport.get_extra_info("sockname")[:2])
+        packets = flood_datagrams(sink_address)
+        assert len(packets) == 79
+        target = parse_address(east.address)
+        received = east.counters.datagrams_received
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+            for packet in packets:  # within 0.2 s
+                raw.sendto(packet, target)
+        await eventually(
+            lambda: east.counters.datagrams_received >= received + 79, "east took the flood"
+        )
+        # Thirty probe rounds later (east probes every 0.1 s) ...
+        sent = east.counters.datagrams_sent
+        await eventually(lambda: east.counters.datagrams_sent > sent + 60, "thirty rounds pass")
+        for node in mesh:
+            assert len(node.members()) == 2, node.node_id  # no fake in any table
+            assert not any(m.id.startswith("fake-") for m in node.members())
+        assert sink.datagrams <= FAST.proof_attempts  # no reflection
+        assert east.machine.unproven_count <= 1
+        assert east.machine.admission.refused["address_taken"] >= 2999 - 79
+        # What the caps refused is on /metrics, under closed labels.
+        registry = CollectorRegistry()
+        registry.register(SwimCollector(lambda: (east.counters, None)))
+        text = generate_latest(registry).decode()
+        refused = re.findall(r'grid_swim_members_refused_total\{reason="(\w+)"\} (\S+)', text)
+        assert {reason for reason, _ in refused} == set(REFUSAL_REASONS)
+        assert float(dict(refused)["address_taken"]) >= 2999 - 79
+        challenges = re.search(r"^grid_swim_member_challenges_total (\S+)$", text, re.M)
+        assert challenges is not None and float(challenges[1]) == east.machine.admission.challenges
+        assert all(alive_ids(n) == {m.node_id for m in mesh} - {n.node_id} for n in mesh)
+        assert all(n.counters.machine_errors == 0 for n in mesh)
+    finally:
+        transport.close()

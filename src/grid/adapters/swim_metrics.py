@@ -4,8 +4,10 @@ The transport (`TransportCounters`) and the replica (`ReplicaCounters`) count
 in plain integers on their hot paths; this collector turns them into
 Prometheus counters only when ``/metrics`` is scraped, so counting costs no
 lock and no label lookup. Every label set is closed (CONVENTIONS 8): drop
-reasons are `DROP_REASONS`, transports, outcomes and directions are the
-constants below, and each is exported at 0 from the start.
+reasons are `DROP_REASONS`, member refusals `REFUSAL_REASONS` and admission
+routes `ADMISSION_ROUTES` (`grid.core.swim.admission`), transports, outcomes
+and directions are the constants below, and each is exported at 0 from the
+start.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from grid.adapters.udp import DROP_REASONS, TransportCounters
 from grid.core.crdt.replica import ReplicaCounters
+from grid.core.swim.admission import ADMISSION_ROUTES, REFUSAL_REASONS, AdmissionCounters
 
 Source = Callable[[], tuple[TransportCounters | None, ReplicaCounters | None]]
 """Where the live counters are (the node may not have started yet)."""
@@ -84,3 +87,36 @@ class SwimCollector(Collector):
         datagrams.add_metric(["sent"], t.datagram_bytes_sent)
         datagrams.add_metric(["received"], t.datagram_bytes_received)
         yield datagrams
+        yield from _admission(t.members)
+
+
+def _admission(members: AdmissionCounters) -> Iterator[CounterMetricFamily]:
+    """Member admission: who got in, how, and what the caps refused."""
+    refused = CounterMetricFamily(
+        "grid_swim_members_refused",
+        "Announced SWIM members refused, by reason (table_full is the member table's cap).",
+        labels=["reason"],
+    )
+    for reason in REFUSAL_REASONS:
+        refused.add_metric([reason], members.refused[reason])
+    yield refused
+    admitted = CounterMetricFamily(
+        "grid_swim_members_admitted",
+        "Announced SWIM members admitted, by route (answered a challenge, or vouched for).",
+        labels=["route"],
+    )
+    for route, value in zip(ADMISSION_ROUTES, (members.answered, members.vouched), strict=True):
+        admitted.add_metric([route], value)
+    yield admitted
+    challenges = CounterMetricFamily(
+        "grid_swim_member_challenges",
+        "Challenge datagrams sent to the addresses of unproven SWIM members.",
+    )
+    challenges.add_metric([], members.challenges)
+    yield challenges
+    unanswered = CounterMetricFamily(
+        "grid_swim_members_unanswered",
+        "Announced SWIM members dropped after every challenge went unanswered.",
+    )
+    unanswered.add_metric([], members.unanswered)
+    yield unanswered

@@ -21,6 +21,11 @@ the same driver the simulator uses, and implements its `Runtime`:
 - ``PushPullRequest`` → a TCP exchange (`grid.adapters.pushpull`), whose reply
   comes back through the task to `Driver.push_pull_reply`.
 
+With a replica, the machine admits at once announced members whose name a
+verified grid-CA certificate carries (`grid.core.crdt.sync.vouch`); everyone
+else answers a challenge first (`grid.core.swim.admission`), and the counts
+land in ``counters.members``.
+
 A machine input that raises is logged with its traceback and counted
 (``machine_errors``); the node goes on with the next input.
 
@@ -222,6 +227,8 @@ class SwimNode:
             config=config,
             size_of=encoded_size,
             admit=None if self.replica is None else sync.admission(self.replica),
+            vouch=None if self.replica is None else sync.vouch(self.replica),
+            counters=self.counters.members,
         )
         self._driver = Driver(machine, _SocketRuntime(self))
         self._task = asyncio.create_task(self._run(), name=f"swim:{node_id}")
@@ -441,7 +448,9 @@ class SwimNode:
         if reply is None or self._stopped or self._task is None or self._task.done():
             return
         driver = self.driver
-        future = self._submit(lambda now: driver.push_pull_reply(reply, now), from_peer=True)
+        future = self._submit(
+            lambda now: driver.push_pull_reply(address, reply, now), from_peer=True
+        )
         future.add_done_callback(_retrieve)
 
 

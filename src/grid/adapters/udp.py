@@ -39,6 +39,7 @@ from typing import Any, cast
 # Re-exported: the SWIM edge names addresses with the core's one parser and formatter.
 from grid.core.address import format_address as format_address
 from grid.core.address import parse_address as parse_address
+from grid.core.swim.admission import AdmissionCounters
 from grid.core.swim.messages import Datagram
 from grid.core.wire import codec
 from grid.core.wire.frame import FRAME_REASONS, OVERHEAD_BYTES, FrameCounters
@@ -113,6 +114,8 @@ class TransportCounters:
     stream_drops: dict[str, int] = field(default_factory=_edge_reasons)
     machine_errors: int = 0
     events_dropped: int = 0
+    members: AdmissionCounters = field(default_factory=AdmissionCounters)
+    """The machine's member admission (`SwimNode` hands these to its machine)."""
 
     @property
     def datagrams_dropped(self) -> Mapping[str, int]:

@@ -33,6 +33,7 @@ from grid.adapters.udp import TransportCounters
 from grid.core.crdt import sync
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
+from grid.core.swim.admission import MemberVouch
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Effect, EventKind, Notify, Timer
 from grid.core.swim.machine import SwimMachine
@@ -91,12 +92,15 @@ class Simulator:
         conditions: NetworkConditions | None = None,
         record_alive: bool = False,
         sealed: bool = False,
+        vouch: MemberVouch | None = None,
     ) -> None:
         self.seed = seed
         self.record_alive = record_alive
         self.alive_events = 0
         self.rng = random.Random(seed)
         self.config = config or SwimConfig()
+        self.vouch = vouch
+        """Every machine's verifier of announced members (a stand-in for the grid CA)."""
         # The key draws from its own generator, so sealing leaves the run's draws alone.
         key = random.Random(f"swim-key-{seed}").randbytes(32)
         self.keyring = Keyring(key) if sealed else None
@@ -149,6 +153,7 @@ class Simulator:
             size_of=encoded_size,
             incarnation=incarnation,
             admit=None if replica is None else sync.admission(replica),
+            vouch=self.vouch,
         )
 
     def bootstrap(self, nodes: Iterable[SimNode]) -> None:
@@ -283,7 +288,7 @@ class Simulator:
                 return
             answer = self._open_stream(reply)
             if answer is not None:
-                node.driver.push_pull_reply(answer, self.clock.now)
+                node.driver.push_pull_reply(address, answer, self.clock.now)
 
         self.network.stream(node.address, address, at_peer)
 

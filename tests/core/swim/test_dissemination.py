@@ -10,7 +10,7 @@ from grid.core.swim.effects import ProbeTick, Schedule, Send
 from grid.core.swim.messages import Alive, BroadcastItem, Lane, Ping, PushPull, Suspect
 from grid.core.wire.codec import encoded_size
 
-from .conftest import MachineFactory
+from .conftest import MachineFactory, answer_challenges
 
 
 def item(lane: Lane, origin: str, revision: int, size: int = 10) -> BroadcastItem:
@@ -128,7 +128,10 @@ def test_datagrams_stay_within_the_plaintext_budget(make_machine: MachineFactory
 def test_machine_sends_each_update_retransmit_limit_times(make_machine: MachineFactory):
     machine, _ = make_machine(peers=20)
     news = Alive("newcomer", "10.9.9.9:7946", 0)
-    outgoing = machine.handle_packet("10.0.0.1:7946", Ping(1, "p1", "me", updates=(news,)), 1.0)
+    heard = machine.handle_packet("10.0.0.1:7946", Ping(1, "p1", "me", updates=(news,)), 1.0)
+    assert machine.member("newcomer") is None  # announced, not admitted
+    outgoing = answer_challenges(machine, heard, 1.0)  # it answers at its address
+    assert machine.member("newcomer") is not None
     for seq in range(2, 40):
         outgoing += machine.handle_packet("10.0.0.1:7946", Ping(seq, "p1", "me"), 1.0 + seq)
     carrying = [e for e in outgoing if isinstance(e, Send) and news in e.message.updates]

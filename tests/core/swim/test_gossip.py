@@ -112,11 +112,11 @@ def test_gossip_targets_include_the_recently_dead_but_never_the_left():
 
 
 def test_a_member_learned_by_push_pull_gets_a_direct_introduction(make_machine: MachineFactory):
-    machine, joined = make_machine(peers=2)
+    machine, joined = make_machine(peers=2, seeds=(peer_address(1),))
     now = drain(machine, joined, 0.0)
     newcomers = tuple(Alive(f"n{i}", f"10.0.1.{i}:7946", 0) for i in range(1, 8))
     reply = PushPull("p1", newcomers, ())
-    out = machine.handle_push_pull_reply(reply, now)
+    out = machine.handle_push_pull_reply(peer_address(1), reply, now)  # a seed's reply
     introduced: dict[str, int] = {}
     mine = Alive("me", machine.address, 0)
     while ticks := gossip_ticks(out):

@@ -47,7 +47,8 @@ def test_push_pull_carries_items_that_gossip_missed(make_machine: MachineFactory
     assert [e.item for e in out if isinstance(e, Deliver)] == [
         BroadcastItem(Lane.CERT, "me", 3, b"pem")
     ]
-    assert sink.member("me") is not None and sink.live_count == 5
+    # A request's members are announced, not admitted: they wait to answer a challenge.
+    assert sink.member("me") is None and sink.live_count == 0 and sink.unproven_count == 5
     assert reply.source == "sink"
 
 

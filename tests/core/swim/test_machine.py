@@ -194,14 +194,33 @@ def test_tiny_cluster_suspicion_starts_at_minimum(make_machine: MachineFactory):
 
 
 def test_probing_a_suspect_tells_it_so(make_machine: MachineFactory):
-    machine, joined = make_machine(peers=1)
+    machine, joined = make_machine(peers=2)
+    accusation = Suspect("p1", peer_address(1), 0, "p2")
+    machine.handle_packet(peer_address(2), Ping(1, "p2", "me", updates=(accusation,)), 0.5)
+    tick, now = probe_tick(joined), 1.0
+    while True:  # the permutation reaches p1 within two rounds
+        out = machine.handle_timer(tick, now)
+        ping = sends(out)[0].message
+        if isinstance(ping, Ping) and ping.target == "p1":
+            break
+        machine.handle_packet(peer_address(2), Ack(ping.seq, "p2"), now + 0.1)
+        now += machine.config.probe_interval_s
+    assert ping.updates[0] == accusation
+
+
+def test_an_accusation_by_a_stranger_counts_for_nothing(make_machine: MachineFactory):
+    machine, _ = make_machine(peers=2)
+    lies = (Suspect("p1", peer_address(1), 0, "stranger"), Dead("p2", peer_address(2), 0, "x"))
+    out = machine.handle_packet(peer_address(1), Ping(1, "p1", "me", updates=lies), 1.0)
+    assert notices(out) == [] and machine.suspect_count == 0
+    assert {m.id for m in machine.members() if m.state is MemberState.ALIVE} == {"p1", "p2"}
+    # About ourselves it is still refuted (safe), without counting against our health.
     machine.handle_packet(
-        peer_address(1), Ping(1, "p1", "me", updates=(Suspect("p1", peer_address(1), 0, "x"),)), 0.5
+        peer_address(1),
+        Ping(2, "p1", "me", updates=(Suspect("me", machine.address, 0, "stranger"),)),
+        2.0,
     )
-    out = machine.handle_timer(probe_tick(joined), 1.0)
-    ping = sends(out)[0].message
-    assert isinstance(ping, Ping) and ping.target == "p1"
-    assert ping.updates[0] == Suspect("p1", peer_address(1), 0, "x")
+    assert machine.incarnation == 1 and machine.local_health == 0
 
 
 def test_ping_req_helper_relays_ack_or_nacks(make_machine: MachineFactory):
@@ -258,7 +277,7 @@ def test_graceful_leave_is_left_not_failed_and_rejoin_wins(make_machine: Machine
     reply, out = peer.handle_push_pull(request.message, 10.1)
     about_me = [(n.kind, n.incarnation) for n in notices(out) if n.member == "me"]
     assert about_me == [(EventKind.ALIVE, 2)]
-    machine.handle_push_pull_reply(reply, 10.2)
+    machine.handle_push_pull_reply(peer_address(1), reply, 10.2)
     assert machine.incarnation == 2
     with pytest.raises(TransitionError):
         machine.join((), 11.0)
@@ -276,10 +295,10 @@ def test_remote_dead_in_push_pull_only_suspects(make_machine: MachineFactory):
     machine, _ = make_machine(peers=3)
     remote = machine.push_pull_message(join=False)
     buried = tuple(
-        Dead(u.member, u.address, u.incarnation, "far") if u.member == "p2" else u
+        Dead(u.member, u.address, u.incarnation, "p3") if u.member == "p2" else u
         for u in remote.members
     )
-    _, out = machine.handle_push_pull(type(remote)("far", buried, remote.items, False), 3.0)
+    _, out = machine.handle_push_pull(type(remote)("p3", buried, remote.items, False), 3.0)
     assert [(n.kind, n.member) for n in notices(out)] == [(EventKind.SUSPECT, "p2")]
 
 

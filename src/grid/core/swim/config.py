@@ -116,6 +116,50 @@ class SwimConfig:
     fraction of its probe timeout, early enough for the requester to count it.
     Too close to 1 and nacks arrive after the requester stopped waiting."""
 
+    member_table_max: int = 1024
+    """Records the member table holds, tombstones included, the local member
+    excluded. A newcomer beyond it takes the place of the oldest tombstone, or
+    is refused and counted (``refused["table_full"]``). It bounds the memory and
+    the probe cycle a flood of announcements could claim; 1,024 is also what one
+    push-pull message carries (`CodecLimits.members_max`). Raise both together
+    for larger meshes."""
+
+    unproven_max: int = 128
+    """Announced members held while they prove themselves (a direct answer to a
+    challenge, or the verifier's word), one per address. Beyond it an announced
+    member is refused and counted (``refused["unproven_full"]``) and is heard
+    of again later. More room admits a mass join sooner; less bounds what a
+    flood of fake names can hold."""
+
+    unproven_probe_rate_per_s: float = 20.0
+    """Challenge pings per second to addresses of unproven members (a token
+    bucket, `unproven_probe_burst` deep). Each challenge is one datagram of
+    about 130 bytes carrying only our own Alive, so this bounds the traffic
+    anyone holding the SWIM key can spray at addresses by announcing fake
+    members there (one address draws at most `proof_attempts` per
+    `unproven_retry_s`). Higher admits a long join wave faster; lower
+    reflects less."""
+
+    unproven_probe_burst: int = 128
+    """The depth of the challenge token bucket: how many challenges may go out
+    at once after a quiet spell. A mesh that starts at once has every member
+    challenge every other within one burst (128 members join everywhere in
+    well under a second in simulation; at a depth of 32, about 11 s).
+    Shallower caps the burst one flood can draw, at most `unproven_max`
+    applicants times `proof_attempts` datagrams in any case."""
+
+    proof_attempts: int = 2
+    """Challenges sent to one unproven member, each waiting `probe_timeout_s`,
+    before it is dropped (counted as ``unanswered``). More survives loss on the
+    challenge path; fewer sends less to addresses that never answer."""
+
+    unproven_retry_s: float = 30.0
+    """Seconds an address whose challenges all went unanswered is not challenged
+    again (announcements of it are refused as ``cooling_down``). A member that was
+    unreachable when first announced waits up to this long, unless a seed's
+    push-pull reply lists it; a flood aimed at one address draws at most
+    `proof_attempts` datagrams per this interval from each member it reaches."""
+
     def __post_init__(self) -> None:
         if self.gossip_nodes < 0:
             raise ValidationError("must be >= 0", path="spec.swim.gossipNodes")
@@ -145,6 +189,15 @@ class SwimConfig:
             raise ValidationError("must be >= 128", path="datagram_budget_bytes")
         if not 0 < self.nack_timeout_fraction < 1:
             raise ValidationError("must be in (0, 1)", path="nack_timeout_fraction")
+        for name in ("member_table_max", "unproven_probe_burst", "proof_attempts"):
+            if getattr(self, name) < 1:
+                raise ValidationError("must be >= 1", path=name)
+        if self.unproven_max < 0:
+            raise ValidationError("must be >= 0", path="unproven_max")
+        if self.unproven_probe_rate_per_s <= 0:
+            raise ValidationError("must be positive", path="unproven_probe_rate_per_s")
+        if self.unproven_retry_s < 0:
+            raise ValidationError("must be >= 0", path="unproven_retry_s")
 
     @classmethod
     def from_spec(

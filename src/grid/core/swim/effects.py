@@ -79,7 +79,31 @@ class GossipTick:
     epoch: int
 
 
-Timer = ProbeTick | ProbeTimeout | RelayTimeout | SuspicionTimeout | PushPullTick | GossipTick
+@dataclass(frozen=True, slots=True)
+class ProofTimeout:
+    """The challenge `seq` to an unproven member went unanswered in time."""
+
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProofTick:
+    """The challenge budget has a token again for an unproven member that waits.
+
+    It carries no epoch: a stale one only makes the waiting applicants' turn come early
+    if tokens allow, which they check themselves."""
+
+
+Timer = (
+    ProbeTick
+    | ProbeTimeout
+    | RelayTimeout
+    | SuspicionTimeout
+    | PushPullTick
+    | GossipTick
+    | ProofTimeout
+    | ProofTick
+)
 """Every timer the machine schedules."""
 
 

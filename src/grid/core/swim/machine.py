@@ -35,19 +35,21 @@ dead when its dynamic suspicion timeout expires (`grid.core.swim.suspicion`).
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import assert_never
 
+from grid.core.swim.admission import AdmissionCounters, MemberVouch
 from grid.core.swim.config import SwimConfig
-from grid.core.swim.dissemination import PART_OVERHEAD_BYTES, SizeEstimator
+from grid.core.swim.dissemination import SizeEstimator
 from grid.core.swim.effects import (
     Effect,
     GossipTick,
     ProbeTick,
     ProbeTimeout,
+    ProofTick,
+    ProofTimeout,
     PushPullRequest,
     PushPullTick,
     RelayTimeout,
@@ -100,17 +102,25 @@ class SwimMachine:
         config: SwimConfig | None = None,
         incarnation: int = 0,
         admit: ItemAdmission | None = None,
+        vouch: MemberVouch | None = None,
+        counters: AdmissionCounters | None = None,
     ) -> None:
         self.node_id = node_id
         self.address = address
         self.config = config or SwimConfig()
         self.status = NodeStatus.IDLE
         self._rng = rng
-        self._view = Membership(node_id, address, incarnation, self.config, rng, size_of)
-        self._view.admit = admit
+        self.admission = counters or AdmissionCounters()
+        """How announced members were admitted or refused (`grid.core.swim.admission`)."""
+        view = Membership(node_id, address, incarnation, self.config, rng, size_of, self.admission)
+        self._view = view
+        view.admit = admit
+        view.vouch = vouch
         self._members = self._view.table
         self._seq = rng.getrandbits(31)
-        self._prober = Prober(node_id, self.config, rng, self._view, self._send, self._next_seq)
+        self._prober = Prober(
+            node_id, self.config, rng, self._view, self._view.send, self._next_seq
+        )
         self._epoch = 0
         self._seeds: tuple[str, ...] = ()
         self._gossip = GossipClock(self.config.gossip_interval_s)
@@ -145,6 +155,11 @@ class SwimMachine:
     def suspect_count(self) -> int:
         """Members currently held suspect."""
         return self._members.suspect_count
+
+    @property
+    def unproven_count(self) -> int:
+        """Announced members waiting to prove themselves (not in the table)."""
+        return len(self._view.applicants)
 
     def known_items(self) -> list[BroadcastItem]:
         """The newest item held per (origin, lane)."""
@@ -183,7 +198,7 @@ class SwimMachine:
         self._epoch += 1
         self._gossip.restart(now + self._rng.uniform(0.0, self.config.gossip_interval_s))
         self._seeds = tuple(seed for seed in seeds if seed != self.address)
-        view.gossip(Alive(self.node_id, self.address, view.incarnation))
+        view.gossip(view.me())
         cfg = self.config
         out: list[Effect] = [
             PushPullRequest(seed, self.push_pull_message(join=True)) for seed in self._seeds
@@ -219,6 +234,7 @@ class SwimMachine:
         self._prober.clear()
         view.suspicions.clear()
         view.reset_queues()
+        view.applicants.clear()
         self._introductions.clear()
         return out
 
@@ -268,12 +284,14 @@ class SwimMachine:
         match message:
             case Ping():
                 out.append(
-                    self._send(src_address, Ack(message.seq, self.node_id), self._accusal(message))
+                    self._view.send(
+                        src_address, Ack(message.seq, self.node_id), self._accusal(message)
+                    )
                 )
             case PingReq():
                 self._prober.relay(src_address, message, now, out)
             case Ack():
-                self._prober.on_ack(message, out)
+                self._on_ack(message, now, out)
             case Nack():
                 self._prober.on_nack(message)
             case Gossip():
@@ -282,6 +300,16 @@ class SwimMachine:
                 assert_never(message)
         self._arm_gossip(now, out)
         return out
+
+    def _on_ack(self, ack: Ack, now: float, out: list[Effect]) -> None:
+        """An ack for a probe, a relayed probe, or a challenge to an unproven member."""
+        applicants = self._view.applicants
+        if not applicants.owns(ack.seq):
+            self._prober.on_ack(ack, out)
+            return
+        proven = applicants.on_ack(ack)
+        if proven is not None:
+            self._view.apply(proven, now, out, gossip=True, trusted=True)
 
     def _accusal(self, ping: Ping) -> tuple[MemberUpdate, ...]:
         """What we hold against the pinging member, to lead our ack with.
@@ -294,35 +322,6 @@ class SwimMachine:
         if sender is None or sender.state is MemberState.ALIVE or sender.state is MemberState.LEFT:
             return ()
         return (sender.update,)
-
-    def _send(
-        self,
-        address: str,
-        message: Datagram,
-        lead: tuple[MemberUpdate, ...] = (),
-        *,
-        gossip: bool = False,
-    ) -> Send:
-        """A datagram with as much piggyback as the budget allows after `lead`.
-
-        Gossip-tick datagrams take from the gossip queue, all others from the
-        probe-traffic queue (`Membership.gossip` says why there are two).
-        """
-        view = self._view
-        queue = view.gossip_queue if gossip else view.queue
-        size_of = view.size_of
-        budget = self.config.datagram_budget_bytes - size_of(message)
-        for update in lead:
-            budget -= size_of(update) + PART_OVERHEAD_BYTES
-        pick = queue.select(budget, view.retransmit_limit())
-        if not (lead or pick.updates or pick.items):
-            return Send(address, message)
-        picked = pick.updates
-        if lead and picked:
-            picked = [update for update in picked if update not in lead]
-        updates = lead + tuple(picked)
-        message = dataclasses.replace(message, updates=updates, items=tuple(pick.items))
-        return Send(address, message)
 
     # -- timers ------------------------------------------------------------
 
@@ -349,6 +348,10 @@ class SwimMachine:
                 return self._prober.on_relay_timeout(timer)
             case SuspicionTimeout():
                 return self._on_suspicion_timeout(timer, now)
+            case ProofTimeout():
+                return self._view.applicants.on_timeout(timer, now)
+            case ProofTick():
+                return self._view.applicants.on_tick(now)
             case _:
                 assert_never(timer)
 
@@ -387,17 +390,17 @@ class SwimMachine:
             )
             for target in targets:
                 lead = self._introduction(target.id)
-                send = self._send(target.address, carrier, lead, gossip=True)
+                send = self._view.send(target.address, carrier, lead, gossip=True)
                 if send.message is carrier:
                     break  # the queue ran dry
                 out.append(send)
         me = self._me()
         for member, alive in self._introductions.due(me, self._members, max(1, cfg.gossip_nodes)):
-            out.append(self._send(member.address, carrier, (alive,), gossip=True))
+            out.append(self._view.send(member.address, carrier, (alive,), gossip=True))
         return out
 
     def _me(self) -> Alive:
-        return Alive(self.node_id, self.address, self._view.incarnation)
+        return self._view.me()
 
     def _introduction(self, target: str) -> tuple[MemberUpdate, ...]:
         """Our Alive when `target` has not had it from us yet (`grid.core.swim.gossip`)."""
@@ -446,7 +449,7 @@ class SwimMachine:
         if self.status is NodeStatus.LEFT:
             me = Dead(self.node_id, self.address, view.incarnation, self.node_id)
         else:
-            me = Alive(self.node_id, self.address, view.incarnation)
+            me = view.me()
         members = [member.update for member in self._members.records.values()]
         members.append(me)
         return PushPull(self.node_id, tuple(members), tuple(view.items.values()), join)
@@ -460,26 +463,24 @@ class SwimMachine:
         if self.status is not NodeStatus.JOINED:
             return reply, []
         out: list[Effect] = []
-        self._merge(request, now, out)
+        self._view.merge(request, now, out)
         self._arm_gossip(now, out)
         return reply, out
 
-    def handle_push_pull_reply(self, reply: PushPull, now: float) -> list[Effect]:
-        """Merge the reply to a `PushPullRequest` of ours."""
+    def handle_push_pull_reply(self, address: str, reply: PushPull, now: float) -> list[Effect]:
+        """Merge the reply from `address` to a `PushPullRequest` of ours.
+
+        A configured seed's reply admits the members it lists (its table holds
+        only admitted members); any other reply makes newcomers applicants.
+        Members first heard of through a reply are owed an introduction.
+        """
         if self.status is not NodeStatus.JOINED:
             return []
         out: list[Effect] = []
-        self._merge(reply, now, out, introduce=True)
+        learned = self._view.merge(reply, now, out, trusted=address in self._seeds)
+        self._introductions.owe(learned)
         self._arm_gossip(now, out)
         return out
-
-    def _merge(
-        self, remote: PushPull, now: float, out: list[Effect], *, introduce: bool = False
-    ) -> None:
-        learned = self._view.merge(remote, now, out)
-        if introduce:
-            # Members first heard of through a reply are owed an introduction.
-            self._introductions.owe(learned)
 
     def _next_seq(self) -> int:
         self._seq = (self._seq + 1) & 0xFFFFFFFF

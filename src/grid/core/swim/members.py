@@ -249,6 +249,17 @@ class MemberTable:
             return False
         return member.state is MemberState.ALIVE or not alive_only
 
+    def evict_tombstone(self) -> bool:
+        """Forget the oldest tombstone early, to make room; False when there is none."""
+        tombstones = self._tombstones
+        while tombstones:
+            changed_at, member_id = tombstones.popleft()
+            member = self._members.get(member_id)
+            if member is not None and not member.live and member.changed_at == changed_at:
+                del self._members[member_id]
+                return True
+        return False
+
     def reap(self, now: float, retention_s: float) -> list[str]:
         """Forget tombstones older than `retention_s`; returns the ids removed."""
         removed: list[str] = []

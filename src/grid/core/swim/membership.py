@@ -26,18 +26,29 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from typing import assert_never
 
+from grid.core.swim.admission import AdmissionCounters, Applicants, MemberVouch
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.dissemination import (
     DATAGRAM_HEADROOM_BYTES,
+    PART_OVERHEAD_BYTES,
     DisseminationQueue,
     SizeEstimator,
 )
-from grid.core.swim.effects import Deliver, Effect, EventKind, Notify, Schedule, SuspicionTimeout
+from grid.core.swim.effects import (
+    Deliver,
+    Effect,
+    EventKind,
+    Notify,
+    Schedule,
+    Send,
+    SuspicionTimeout,
+)
 from grid.core.swim.health import LocalHealth
 from grid.core.swim.members import Member, MemberState, MemberTable
 from grid.core.swim.messages import (
     Alive,
     BroadcastItem,
+    Datagram,
     Dead,
     Lane,
     MemberUpdate,
@@ -64,6 +75,7 @@ class Membership:
         config: SwimConfig,
         rng: random.Random,
         size_of: SizeEstimator,
+        counters: AdmissionCounters,
     ) -> None:
         self.node_id = node_id
         self.address = address
@@ -77,8 +89,14 @@ class Membership:
         self.gossip_queue = self.new_queue()
         self.items: dict[tuple[str, Lane], BroadcastItem] = {}
         self.admit: ItemAdmission | None = None
+        self.vouch: MemberVouch | None = None
+        self.applicants = Applicants(self.me, config, rng, counters)
         self.health = LocalHealth(config.awareness_max_multiplier)
         self._limits: dict[int, int] = {}
+
+    def me(self) -> Alive:
+        """Our own Alive at our current incarnation."""
+        return Alive(self.node_id, self.address, self.incarnation)
 
     def new_queue(self) -> DisseminationQueue:
         """An empty piggyback queue sized to the datagram budget."""
@@ -119,6 +137,34 @@ class Membership:
         if self.config.gossip_interval_s > 0:
             self.gossip_queue.enqueue_item(item, size)
 
+    def send(
+        self,
+        address: str,
+        message: Datagram,
+        lead: tuple[MemberUpdate, ...] = (),
+        *,
+        gossip: bool = False,
+    ) -> Send:
+        """A datagram with as much piggyback as the budget allows after `lead`.
+
+        Gossip-tick datagrams take from the gossip queue, all others from the
+        probe-traffic queue (`gossip` says why there are two).
+        """
+        queue = self.gossip_queue if gossip else self.queue
+        size_of = self.size_of
+        budget = self.config.datagram_budget_bytes - size_of(message)
+        for update in lead:
+            budget -= size_of(update) + PART_OVERHEAD_BYTES
+        pick = queue.select(budget, self.retransmit_limit())
+        if not (lead or pick.updates or pick.items):
+            return Send(address, message)
+        picked = pick.updates
+        if lead and picked:
+            picked = [update for update in picked if update not in lead]
+        updates = lead + tuple(picked)
+        message = dataclasses.replace(message, updates=updates, items=tuple(pick.items))
+        return Send(address, message)
+
     # -- absorbing gossip ----------------------------------------------------
 
     def absorb(
@@ -128,8 +174,9 @@ class Membership:
         now: float,
         out: list[Effect],
         gossip: bool,
+        trusted: bool = False,
     ) -> None:
-        """Apply piggybacked updates and items in order."""
+        """Apply piggybacked updates and items in order (`apply` says what `trusted` means)."""
         records = self.table.records
         for update in updates:
             # Fast path: most gossip repeats what we already hold.
@@ -137,12 +184,17 @@ class Membership:
                 local = records.get(update.member)
                 if local is not None and update.incarnation <= local.incarnation:
                     continue
-            self.apply(update, now, out, gossip)
+            self.apply(update, now, out, gossip, trusted)
         for item in items:
             self.learn_item(item, out, gossip)
 
-    def merge(self, remote: PushPull, now: float, out: list[Effect]) -> list[str]:
+    def merge(
+        self, remote: PushPull, now: float, out: list[Effect], *, trusted: bool = False
+    ) -> list[str]:
         """Absorb a push-pull's member table and items; returns the members newly alive.
+
+        A `trusted` table (a seed's reply to us) admits the members it lists;
+        any other only makes them applicants (`grid.core.swim.admission`).
 
         What we learn is re-gossiped, as with any news: members that knew it
         already stay silent, so only re-gossip keeps the epidemic going. A
@@ -161,7 +213,7 @@ class Membership:
             elif type(update) is Dead and not update.left and live:
                 update = Suspect(update.member, update.address, update.incarnation, remote.source)
             updates.append(update)
-        self.absorb(updates, remote.items, now, out, gossip=True)
+        self.absorb(updates, remote.items, now, out, gossip=True, trusted=trusted)
         alive = MemberState.ALIVE
         return [
             member_id
@@ -199,11 +251,24 @@ class Membership:
         if gossip:
             self.queue_item(item)
 
-    def apply(self, update: MemberUpdate, now: float, out: list[Effect], gossip: bool) -> None:
-        """Apply one member update under SWIM's precedence rules."""
+    def apply(
+        self,
+        update: MemberUpdate,
+        now: float,
+        out: list[Effect],
+        gossip: bool,
+        trusted: bool = False,
+    ) -> None:
+        """Apply one member update under SWIM's precedence rules.
+
+        An `Alive` of a member not in the table, or at another address, is
+        taken only when `trusted` (it proved itself, or a trusted table lists
+        it) or vouched for; otherwise it waits among the applicants.
+        Accusations count only from ourselves and members in the table.
+        """
         match update:
             case Alive():
-                self._on_alive(update, now, out, gossip)
+                self._on_alive(update, now, out, gossip, trusted)
             case Suspect():
                 self._on_suspect(update, now, out, gossip)
             case Dead():
@@ -211,7 +276,9 @@ class Membership:
             case _:
                 assert_never(update)
 
-    def _on_alive(self, alive: Alive, now: float, out: list[Effect], gossip: bool) -> None:
+    def _on_alive(
+        self, alive: Alive, now: float, out: list[Effect], gossip: bool, trusted: bool
+    ) -> None:
         local = self.table.get(alive.member)
         if local is not None and alive.incarnation <= local.incarnation:
             return
@@ -219,6 +286,9 @@ class Membership:
             newer = alive.incarnation > self.incarnation
             if newer or (alive.incarnation == self.incarnation and alive.address != self.address):
                 self.refute(alive.incarnation, penalize=False)
+            return
+        moved = local is None or local.address != alive.address
+        if moved and not self._admissible(alive, local is None, trusted, now, out):
             return
         record = Member(alive.member, alive.address, alive.incarnation, MemberState.ALIVE, "", now)
         self.table.put(record, self.rng)
@@ -228,13 +298,39 @@ class Membership:
         if gossip:
             self.gossip(alive)
 
+    def _admissible(
+        self, alive: Alive, new: bool, trusted: bool, now: float, out: list[Effect]
+    ) -> bool:
+        """Whether an announcement of a new member (or new address) may enter the table."""
+        counters = self.applicants.counters
+        vouched = False
+        if not trusted:
+            vouch = self.vouch
+            vouched = new and vouch is not None and vouch(alive)
+            if not vouched:
+                self.applicants.consider(alive, now, out)
+                return False
+        table = self.table
+        if new and len(table) >= self.config.member_table_max and not table.evict_tombstone():
+            counters.refused["table_full"] += 1
+            return False
+        counters.vouched += vouched
+        return True
+
+    def _may_accuse(self, accuser: str) -> bool:
+        """Only we and members in the table accuse: an applicant cannot."""
+        return accuser == self.node_id or accuser in self.table.records
+
     def _on_suspect(self, suspect: Suspect, now: float, out: list[Effect], gossip: bool) -> None:
         if suspect.member == self.node_id:
             if suspect.incarnation >= self.incarnation:
-                self.refute(suspect.incarnation, penalize=True)
+                # Refuting is always safe; only a member's accusation hints at our health.
+                self.refute(suspect.incarnation, penalize=self._may_accuse(suspect.accuser))
             return
         local = self.table.get(suspect.member)
         if local is None or suspect.incarnation < local.incarnation or not local.live:
+            return
+        if not self._may_accuse(suspect.accuser):
             return
         current = self.suspicions.get(suspect.member)
         if current is not None and current.incarnation == suspect.incarnation:
@@ -283,10 +379,12 @@ class Membership:
     def _on_dead(self, dead: Dead, now: float, out: list[Effect], gossip: bool) -> None:
         if dead.member == self.node_id:
             if dead.incarnation >= self.incarnation:
-                self.refute(dead.incarnation, penalize=True)
+                self.refute(dead.incarnation, penalize=self._may_accuse(dead.accuser))
             return
         local = self.table.get(dead.member)
         if local is None or dead.incarnation < local.incarnation:
+            return
+        if not self._may_accuse(dead.accuser):
             return
         if not local.live and dead.incarnation == local.incarnation:
             return
@@ -303,6 +401,6 @@ class Membership:
     def refute(self, incarnation: int, *, penalize: bool) -> None:
         """Raise our incarnation above `incarnation` and gossip that we live."""
         self.incarnation = max(self.incarnation, incarnation) + 1
-        self.gossip(Alive(self.node_id, self.address, self.incarnation))
+        self.gossip(self.me())
         if penalize:
             self.health.apply(1)  # Lifeguard: being accused hints that we are the slow one

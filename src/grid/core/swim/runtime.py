@@ -92,9 +92,10 @@ class Driver:
         carry_out(effects, self.runtime)
         return reply
 
-    def push_pull_reply(self, reply: PushPull, now: float) -> None:
-        """The reply to one of our exchanges: merged, and its members owed introductions."""
-        carry_out(self.machine.handle_push_pull_reply(reply, now), self.runtime)
+    def push_pull_reply(self, address: str, reply: PushPull, now: float) -> None:
+        """The reply from `address` to one of our exchanges: merged, its members owed
+        introductions (and admitted when `address` is a configured seed)."""
+        carry_out(self.machine.handle_push_pull_reply(address, reply, now), self.runtime)
 
     def run(self, command: Callable[[SwimMachine, float], tuple[T, list[Effect]]], now: float) -> T:
         """An owner's command (join, leave, publish, a local write): its result."""
