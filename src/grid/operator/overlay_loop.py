@@ -65,6 +65,8 @@ class RoundSummary:
     models: set[str] = field(default_factory=set)
     candidates: int = 0
     written: int = 0
+    freshness: dict[tuple[str, str], bool] = field(default_factory=dict)
+    """(site, cluster) -> whether every one of its rendered candidates is fresh."""
 
     def add(
         self, gateway: str, revision: str, candidates: list[dict[str, Any]], written: bool
@@ -74,6 +76,9 @@ class RoundSummary:
         self.revisions.append(revision)
         self.models.update(str(c["name"]) for c in candidates)
         self.candidates += len(candidates)
+        for c in candidates:
+            where = (str(c["site"]), str(c["cluster"]))
+            self.freshness[where] = self.freshness.get(where, True) and bool(c["fresh"])
         self.written += int(written)
 
     def describe(self, span: Span) -> None:
@@ -137,6 +142,10 @@ class OverlayLoop:
         self.last_held: frozenset[tuple[str, str]] | None = None
         """The stabilized-admission hold set of the last round (None without the policy)."""
         self._hysteresis: Hysteresis | None = None
+        self.last_round = RoundSummary()
+        """What the last round rendered (its span and ``grid_overlay_candidate_fresh``)."""
+        self.failed_rounds = 0
+        """Rounds in a row in which a served gateway's overlay failed to render or be written."""
 
     def stabilized_holds(
         self, network: GridNetwork, signals: SignalsDocument, now_s: float
@@ -258,6 +267,9 @@ class OverlayLoop:
         self.budget_status = self.budgets.status(network, replica)
         if span.is_recording():
             summary.describe(span)
+        self.last_round = summary
+        failed = self.render_failed or self.write_failed
+        self.failed_rounds = self.failed_rounds + 1 if failed else 0
         return overlays
 
     async def _write_budgets(

@@ -78,6 +78,7 @@ from grid.operator.settings import OperatorSettings
 from grid.operator.site_rounds import SiteRounds
 from grid.operator.sites import SiteController
 from grid.operator.startup import StartupError, select_network
+from grid.operator.state_metrics import state_collector
 from grid.operator.swim_keys import SwimKeys, tuning_change
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,7 @@ class Operator:
             tls = client_context(settings.ca, settings.cert, settings.key)
             self.signals.tls_contexts.append(tls)
         self.sites = SiteController(store, settings.site, tls)
+        self.registry.register(state_collector(self.sites, self.served, self.overlays))
         self.site_rounds = SiteRounds(
             self.served,
             lambda: self.swim,
