@@ -11,6 +11,9 @@ in the same run, interleaved round by round, at concurrency 16 with keep-alive:
 * ``gateway``: through ``grid gateway`` run from a rendered praxis.yaml in
   overlay-file mode, with routing, session affinity (``x-grid-session`` from a
   pool of 100) and bearer-credential injection from a mounted file;
+* ``gateway_traced``: the same gateway with traces on (``--otlp-endpoint``),
+  exporting every request's spans over OTLP/HTTP to a receiver in this process
+  (`grid.testing.otlp`), so the SDK's span, batch and export work is paid;
 * ``litellm``: through LiteLLM's proxy routed to the same mock, only when
   ``make bench-deps`` installed it in ``.bench/litellm``.
 
@@ -20,7 +23,8 @@ the drift of a shared machine out of them. Streaming ones give the time to
 first byte. The last line is one JSON object with
 ``throughput_ratio_to_forwarder`` (target >= 0.85), ``added_p50_ms`` over direct
 for the gateway and the forwarder, ``added_p50_ratio_to_forwarder`` (target <=
-1.25), ``throughput_ratio_to_litellm`` when LiteLLM ran, and the added time to
+1.25), ``tracing_throughput_ratio`` (traced over untraced gateway, target >=
+0.90), ``throughput_ratio_to_litellm`` when LiteLLM ran, and the added time to
 first byte of streams. ``--quick`` stays under a minute.
 """
 
@@ -54,6 +58,7 @@ from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_c
 from grid.core.overlay.ids import stable_id  # noqa: E402
 from grid.core.resources.network_spec import ConsumerSpec  # noqa: E402
 from grid.demo.plan import free_port  # noqa: E402
+from grid.testing.otlp import OtlpReceiver  # noqa: E402
 
 MODEL = "bench-model"
 CONCURRENCY = 16
@@ -97,6 +102,7 @@ async def wait_http(
 
 def gateway_config(work: Path, upstream: str, public: int, admin: int) -> Path:
     """praxis.yaml (overlay-file mode, one credentialed candidate) and its overlay and token."""
+    work.mkdir(parents=True, exist_ok=True)
     credential = {
         "strategy": "bearer_token",
         "secretRef": {"name": "bench-token", "namespace": "bench", "key": "token"},
@@ -311,6 +317,13 @@ def summarize(figures: dict[str, Any], quick: bool) -> dict[str, Any]:
         "stream_added_ttfb_p50_ms": {"gateway": round(ttfb_gw, 3), "forwarder": round(ttfb_fw, 3)},
         "litellm": "litellm" in figures,
     }
+    if "gateway_traced" in figures:
+        result["tracing_throughput_ratio"] = _median_ratio(
+            figures, "gateway_traced", "gateway", "rps"
+        )
+        result["tracing_added_p50_ms"] = round(
+            figures["gateway_traced"]["p50_ms"] - gateway["p50_ms"], 3
+        )
     if "litellm" in figures:
         result["throughput_ratio_to_litellm"] = _median_ratio(
             figures, "gateway", "litellm", "rps", "paired_with_litellm"
@@ -328,8 +341,12 @@ def summarize(figures: dict[str, Any], quick: bool) -> dict[str, Any]:
 async def main_async(quick: bool) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="grid-bench-gateway-"))
     mock_port, fwd_port, gw_port, admin_port = (free_port() for _ in range(4))
+    traced_port, traced_admin = free_port(), free_port()
+    receiver = OtlpReceiver(keep_bodies=False)
+    otlp = await receiver.start()
     upstream = f"127.0.0.1:{mock_port}"
     py = sys.executable
+    traced_config = gateway_config(work / "traced", upstream, traced_port, traced_admin)
     children = [
         spawn([py, "-m", "grid", "mock-provider", "--port", str(mock_port), "--model", MODEL,
                "--service-time-ms", "0", "--capacity", "4096"], work / "mock.log"),
@@ -337,11 +354,14 @@ async def main_async(quick: bool) -> dict[str, Any]:
               work / "forwarder.log"),
         spawn([py, "-m", "grid", "gateway", "--config",
                str(gateway_config(work, upstream, gw_port, admin_port))], work / "gateway.log"),
+        spawn([py, "-m", "grid", "gateway", "--config", str(traced_config),
+               "--otlp-endpoint", otlp], work / "gateway-traced.log"),
     ]  # fmt: skip
     targets = {
         "direct": f"http://{upstream}/v1/chat/completions",
         "forwarder": f"http://127.0.0.1:{fwd_port}/v1/chat/completions",
         "gateway": f"http://127.0.0.1:{gw_port}/v1/chat/completions",
+        "gateway_traced": f"http://127.0.0.1:{traced_port}/v1/chat/completions",
     }
     lite: subprocess.Popen[bytes] | None = None
     skipped = ""
@@ -375,7 +395,9 @@ async def main_async(quick: bool) -> dict[str, Any]:
                 child.wait(10)
             except subprocess.TimeoutExpired:
                 child.kill()
+        await receiver.stop()
     result = summarize(figures, quick)
+    result["otlp_bytes_exported"] = receiver.received_bytes
     if skipped:
         result["litellm_skipped"] = skipped
     return result

@@ -31,7 +31,7 @@ def test_each_preset_lints_strictly_and_renders_valid_objects(preset: Path) -> N
         elif obj["kind"] == "GridNetwork":
             GridNetwork.model_validate(obj)
         else:
-            assert obj["kind"] == "ServiceMonitor", obj["kind"]
+            assert obj["kind"] in {"ServiceMonitor", "PrometheusRule"}, obj["kind"]
     (deployment,) = _by_kind(objs, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True

@@ -1,5 +1,6 @@
 """The operator's /metrics: SWIM drops, discarded PEMs, members, push-pull, reconcile times,
-and upstream Grid's probe and phase-transition metrics under upstream's names.
+the state gauges the alert rules read (phases, freshness, failed rounds), and
+upstream Grid's probe and phase-transition metrics under upstream's names.
 
 One operator runs on real sockets; a garbage datagram is sent to its SWIM port
 so a drop reason moves. The exposition must hold every family with its whole
@@ -19,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from grid.adapters.store.sqlite import SqliteStore
 from grid.adapters.udp import DROP_REASONS, parse_address
+from grid.core.resources.phases import NetworkPhase, SitePhase
 from grid.demo.mesh import DemoMesh
 from grid.operator.runtime import Operator
 from grid.testing.poll import eventually
@@ -87,6 +89,7 @@ async def test_metrics_export_every_counter_with_closed_labels(tmp_path: Path) -
                 assert ("grid_swim_members", (("state", state),)) in found
             for loop in ("sites", "render"):
                 assert ("grid_reconcile_duration_seconds_count", (("loop", loop),)) in found
+            _check_state_gauges(found)
             # Upstream Grid's names: the egress probe and the GridSite phase transitions.
             probes = ("grid_gateway_probe_total", (("outcome", "Verified"), ("tls_mode", "Mutual")))
             assert found[probes] >= 1
@@ -105,3 +108,25 @@ async def test_metrics_export_every_counter_with_closed_labels(tmp_path: Path) -
             assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
     finally:
         await store.close()
+
+
+def _check_state_gauges(found: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> None:
+    """Every phase of each state set is exported, exactly one of them at 1."""
+    site = {
+        phase: value
+        for (name, labels), value in found.items()
+        if name == "grid_site_phase" and ("site", "east") in labels
+        for key, phase in labels
+        if key == "phase"
+    }
+    assert set(site) == {p.value for p in SitePhase} and sum(site.values()) == 1
+    network = [v for (name, _), v in found.items() if name == "grid_network_phase"]
+    assert len(network) == len(NetworkPhase) and sum(network) == 1
+    assert found[("grid_overlay_failed_rounds", ())] == 0
+    fresh = {
+        dict(labels)["cluster"]
+        for (name, labels), _ in found.items()
+        if name == ("grid_overlay_candidate_fresh")
+    }
+    # Whatever the first rounds rendered (the vllm providers join once checked).
+    assert fresh and fresh <= {"vllm-east-a", "vllm-east-b", "bedrock-llama", "openai"}

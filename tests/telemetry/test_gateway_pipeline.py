@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from grid.core.telemetry.refusals import REFUSALS
 from grid.proto_gen.grid.telemetry.v1.telemetry_pb2 import (
     Ack,
     Event,
@@ -66,6 +67,18 @@ async def test_admitted_agent_gets_an_ack_after_the_batch_is_published(start_gat
     ack = Ack.FromString(body)
     assert ack.accepted == 3 and ack.batch_id == gw.backbone.batches[0].batch_id
     assert headers["Content-Type"] == "application/x-protobuf" and headers["X-Request-Id"]
+
+
+async def test_each_answer_is_counted_by_outcome_on_the_closed_label(start_gateway: Any) -> None:
+    gw: Harness = await start_gateway()
+    outcomes = gw.gateway.outcomes
+    assert outcomes.allowed == {"accepted", *(r.code for r in REFUSALS)}
+    await admit(gw.roster, AGENT_IDS["cn"])
+    assert (await gw.post("cn", "events", events(2).SerializeToString()))[0] == 200
+    gw.backbone.fail = True
+    assert (await gw.post("cn", "events", events(1).SerializeToString()))[0] == 503
+    assert outcomes.value("accepted") == 1 and outcomes.value("backbone_unavailable") == 1
+    assert outcomes.value("invalid_batch") == 0
 
 
 async def test_ack_is_sent_only_after_the_durable_receipt(start_gateway: Any) -> None:

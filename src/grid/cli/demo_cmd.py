@@ -4,8 +4,9 @@ It starts one operator process per site, each with its own SQLite store, a dev
 PKI and encrypted SWIM, plus mock providers under changing load and one
 ``grid gateway`` per site, then shows each site's ranked candidates and the
 requests routed to each as they change. ``--traffic R`` sends R chat
-completions a second through the gateways. Ctrl-C (or ``--duration``) stops
-every child process.
+completions a second through the gateways; ``--prometheus`` also runs a local
+Prometheus over every site with Grid's alert rules and prints its URL. Ctrl-C
+(or ``--duration``) stops every child process.
 """
 
 from __future__ import annotations
@@ -25,10 +26,19 @@ from grid.demo.live import DemoLiveView, site_addresses
 from grid.demo.load import drive
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import API_MODEL, MODEL
+from grid.demo.prometheus import (
+    LocalPrometheus,
+    PrometheusUnavailable,
+    scrape_config,
+    shipped_rules,
+)
 from grid.demo.table import budget_table, mesh_view
 from grid.demo.traffic import DEFAULT_RATE, send_traffic
 
 DEFAULT_SITES = ("east", "west", "central")
+PROMETHEUS_INTERVAL_S = 5.0
+"""Scrape and rule evaluation interval of ``--prometheus``: quick enough to watch an
+alert go pending then firing, light enough for a laptop."""
 
 
 async def _run(
@@ -38,8 +48,10 @@ async def _run(
     traffic: float,
     transport: str,
     console: Console,
+    prometheus: bool = False,
 ) -> None:
     mesh = DemoMesh(root, sites, signal_transport=transport)
+    local_prometheus = LocalPrometheus(root / "prometheus") if prometheus else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -53,9 +65,14 @@ async def _run(
         await mesh.start()
         web_view = DemoLiveView(site_addresses(mesh.describe()), mesh.routed_counts)
         mesh.ui_url = await web_view.start()
+        if local_prometheus is not None:
+            config = scrape_config(mesh.describe(), [shipped_rules()], PROMETHEUS_INTERVAL_S)
+            mesh.prometheus_url = await local_prometheus.start(config)
         path = mesh.write_description()
         console.print(f"mesh is up; reach it through {path}")
         console.print(f"live view: {mesh.ui_url}")
+        if mesh.prometheus_url is not None:
+            console.print(f"prometheus: {mesh.prometheus_url}/alerts (Grid's alert rules)")
         console.print(
             f"signal transport: {transport}"
             + ("; local scoring is off, candidates carry no score" if transport == "poll" else "")
@@ -87,6 +104,8 @@ async def _run(
         console.print("stopping every process of the demo...")
         if web_view is not None:
             await web_view.stop()
+        if local_prometheus is not None:
+            await local_prometheus.stop()
         await mesh.stop()
 
 
@@ -126,15 +145,28 @@ async def _run(
     show_default=True,
     help="Chat completions per second sent through the gateways (half streaming); 0 = none.",
 )
+@click.option(
+    "--prometheus",
+    is_flag=True,
+    help="Also run Prometheus (Debian's binary) over every site with Grid's alert rules.",
+)
 def demo_cmd(
-    site_count: int, duration: float | None, signal_transport: str, root: Path, traffic: float
+    site_count: int,
+    duration: float | None,
+    signal_transport: str,
+    root: Path,
+    traffic: float,
+    prometheus: bool,
 ) -> None:
     """Run a live local mesh: operators, mock providers and a live ranked table."""
     names = [*DEFAULT_SITES, *(f"site-{i}" for i in range(4, 10))][:site_count]
     try:
-        asyncio.run(_run(root, names, duration, traffic, signal_transport, Console()))
+        asyncio.run(_run(root, names, duration, traffic, signal_transport, Console(), prometheus))
     except TimeoutError as exc:
         click.echo(f"error: {exc}; see the logs under {root / 'logs'}", err=True)
+        sys.exit(1)
+    except PrometheusUnavailable as exc:
+        click.echo(f"error: {exc.message}", err=True)
         sys.exit(1)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from grid.adapters.tracing import SERVICE_GATEWAY, start_tracing
 from grid.gateway.config import ConfigError, load_config
 from grid.gateway.server import Gateway
 from grid.gateway.settings import GatewaySettings
@@ -86,6 +87,14 @@ async def _serve(gateway: Gateway) -> None:
     help="The budget view to enforce (default: grid-budgets.json beside the overlay file).",
 )
 @click.option(
+    "--otlp-endpoint",
+    envvar="GRID_GATEWAY_OTLP_ENDPOINT",
+    help=(
+        "OTLP/HTTP base URL to export traces to (/v1/traces is appended); absent means "
+        "OTEL_EXPORTER_OTLP_ENDPOINT, and without either tracing is off."
+    ),
+)
+@click.option(
     "--state-dir",
     type=click.Path(path_type=Path, file_okay=False),
     envvar="GRID_GATEWAY_STATE_DIR",
@@ -99,6 +108,7 @@ def gateway_cmd(
     ca: Path | None,
     tenant_header: str,
     budgets_file: Path | None,
+    otlp_endpoint: str | None,
     state_dir: Path | None,
 ) -> None:
     """Route OpenAI-compatible requests by the overlay, as praxis.yaml describes."""
@@ -120,6 +130,8 @@ def gateway_cmd(
         budgets_file=str(budgets_file) if budgets_file is not None else None,
         state_dir=str(state_dir) if state_dir is not None else None,
     )
+    # Before the gateway is built: its listeners take the tracing middleware then.
+    tracing = start_tracing(SERVICE_GATEWAY, otlp_endpoint)
     try:
         config = load_config(config_path, settings.config_max_bytes)
         gateway = Gateway(config, settings, config_path, operator, credentials)
@@ -139,6 +151,9 @@ def gateway_cmd(
     except OSError as exc:
         click.echo(f"error: cannot listen: {exc.strerror}", err=True)
         sys.exit(1)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 
 
 def register(main: click.Group) -> None:

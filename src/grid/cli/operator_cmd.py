@@ -27,6 +27,7 @@ from pydantic import FilePath
 from pydantic.fields import FieldInfo
 
 from grid.adapters.store.url import open_store
+from grid.adapters.tracing import SERVICE_OPERATOR, start_tracing
 from grid.errors import GridError
 from grid.operator import logs
 from grid.operator.runtime import Operator
@@ -100,6 +101,17 @@ def _setting_options(fn: F) -> F:
 
 
 async def _serve(settings: OperatorSettings) -> None:
+    tracing = start_tracing(
+        SERVICE_OPERATOR, settings.otlp_endpoint, attributes={"grid.site": settings.site}
+    )
+    try:
+        await _run(settings)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
+
+
+async def _run(settings: OperatorSettings) -> None:
     store = await open_store(settings.store, kubeconfig=settings.kubeconfig)
     operator: Operator | ElectedOperator
     if settings.leader_election:

@@ -71,6 +71,9 @@ def _setting_options(fn: F) -> F:
     help=f"Embedded backbone and roster directory [default: {DEFAULT_DATA_DIR}].",
 )
 @click.option("--backbone", help="sqlite (embedded, the default) or nats://HOST:PORT.")
+@click.option(
+    "--metrics-bind", help="host:port for /metrics, /healthz and /readyz [default: not served]."
+)
 @_setting_options
 def gateway_command(config_file: Path | None, **flags: Any) -> None:
     """Run the telemetry admission gateway (POST /v1/events, /v1/inventory over mTLS)."""

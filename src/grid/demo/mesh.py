@@ -96,6 +96,8 @@ class DemoMesh:
         self._described = False
         self.ui_url: str | None = None
         """The aggregated live view's URL once `grid demo` serves it (demo.json ``ui``)."""
+        self.prometheus_url: str | None = None
+        """The demo's Prometheus (``grid demo --prometheus``), listed in demo.json."""
 
     # -- preparation -----------------------------------------------------------
 
@@ -420,11 +422,12 @@ class DemoMesh:
                 "overlay_dir": str(site.overlay_dir),
                 "cert": str(self.pki.sites[name].cert),
                 "key": str(self.pki.sites[name].key),
-                "gateway": self.gateway_address(name),
+                "gateway": (gateway := self.gateway_address(name)),
+                "gateway_admin": gateway and f"127.0.0.1:{site.gateway_admin_port}",
             }
-        first = next(iter(self.plan.sites), None)
-        top = self.gateway_address(first) if first is not None else None
-        return {"sites": sites, "ca": str(self.pki.ca), "gateway": top, "ui": self.ui_url}
+        top = next((self.gateway_address(s) for s in self.plan.sites), None)
+        described = {"sites": sites, "ca": str(self.pki.ca), "gateway": top, "ui": self.ui_url}
+        return described | ({"prometheus": self.prometheus_url} if self.prometheus_url else {})
 
     def gateway_address(self, site: str) -> str | None:
         """The site gateway's public ``host:port``, or None when it is not running."""

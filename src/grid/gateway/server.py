@@ -23,6 +23,7 @@ from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from grid.adapters.http_listener import HttpListener
+from grid.adapters.tracing import server_middlewares
 from grid.core.address import format_address, parse_address
 from grid.core.routing.rerank import RerankContext, rerank
 from grid.core.routing.signals import SignalsDocument
@@ -109,8 +110,11 @@ class Gateway:
             config, self.settings, self.snapshot, self.upstreams, self.metrics, self.meter
         )
         # Client bodies are relayed as sent (a compressed one is not unpacked).
+        public = self.proxy.app()
+        # One server span per request while tracing is on (SPEC-DECISIONS §17).
+        public.middlewares[:0] = server_middlewares()
         self.public = HttpListener(
-            self.proxy.app(),
+            public,
             self.settings.listener,
             auto_decompress=False,
             shutdown_timeout_s=config.shutdown_timeout_s,

@@ -31,10 +31,13 @@ import os
 import signal
 
 from aiohttp import web
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry
 
 from grid.adapters.signals_server import INGEST_PATH, SignalsServer, refusal
 from grid.adapters.store.port import ResourceStore
+from grid.adapters.tracing import OUTCOME, outcome_span
 from grid.core.signals.connections import ConnectionClass
 from grid.core.signals.feedback import (
     BodyNotEmpty,
@@ -46,6 +49,8 @@ from grid.core.signals.feedback import (
 )
 from grid.operator.feedback_writer import FeedbackEvents, FeedbackSettings, FeedbackWriter
 from grid.operator.settings import OperatorSettings
+
+_tracer = trace.get_tracer(__name__)
 
 KILL_HOOK_ENV = "GRID_TEST_KILL_AFTER_FEEDBACK_WRITE"
 """Test-only: ``1`` makes the operator SIGKILL itself between a durable write and its 204."""
@@ -70,8 +75,15 @@ class IngestEndpoint:
         self.server.route("POST", INGEST_PATH, self.handle)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        """Answer one ingest report."""
+        """Answer one ingest report, in the span of one feedback ingest."""
+        with outcome_span(_tracer, "grid.feedback.ingest", kind=SpanKind.SERVER) as span:
+            response = await self._answer(request)
+            span.set_attribute("http.response.status_code", response.status)
+            return response
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         if self.writer is None:
+            trace.get_current_span().set_attribute(OUTCOME, "method_not_allowed")
             response = refusal(405, "method_not_allowed", "this operator takes no ingest feedback")
             response.headers["Allow"] = ""
             return response
@@ -91,7 +103,10 @@ class IngestEndpoint:
 
 
 def _refused(error: FeedbackRefusal, close: bool) -> web.Response:
-    """The JSON refusal; ``close`` ends the connection without reading what remains."""
+    """The JSON refusal; ``close`` ends the connection without reading what remains.
+
+    The refusal's code is the outcome of the ingest's span (`IngestEndpoint.handle`)."""
+    trace.get_current_span().set_attribute(OUTCOME, error.code)
     response = refusal(error.status, error.code, error.message)
     if close:
         response.force_close()

@@ -24,11 +24,15 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import Span
 from prometheus_client import CollectorRegistry
 
 from grid.adapters.health_server import ClosedCounter
+from grid.adapters.tracing import OUTCOME
 from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
 from grid.core.resources.network_spec import GatewayRef
@@ -57,6 +61,47 @@ SignalsView = Callable[[list[OriginRecord], dt.datetime, float | None], SignalsD
 
 VERIFIED = (SitePhase.ACTIVE, SitePhase.UNREACHABLE)
 """Site phases whose candidates are rendered: the site's egress was verified once."""
+
+
+@dataclass
+class RoundSummary:
+    """What one round rendered, for its span: names, counts and revisions only."""
+
+    gateways: list[str] = field(default_factory=list)
+    revisions: list[str] = field(default_factory=list)
+    models: set[str] = field(default_factory=set)
+    candidates: int = 0
+    written: int = 0
+    freshness: dict[tuple[str, str], bool] = field(default_factory=dict)
+    """(site, cluster) -> whether every one of its rendered candidates is fresh."""
+
+    def add(
+        self, gateway: str, revision: str, candidates: list[dict[str, Any]], written: bool
+    ) -> None:
+        """Count one gateway's rendered overlay."""
+        self.gateways.append(gateway)
+        self.revisions.append(revision)
+        self.models.update(str(c["name"]) for c in candidates)
+        self.candidates += len(candidates)
+        for c in candidates:
+            where = (str(c["site"]), str(c["cluster"]))
+            self.freshness[where] = self.freshness.get(where, True) and bool(c["fresh"])
+        self.written += int(written)
+
+    def describe(self, span: Span) -> None:
+        """Set the round's attributes: models, candidates, revision, gateways."""
+        span.set_attributes(
+            {
+                "grid.render.gateways": len(self.gateways),
+                "grid.render.models": sorted(self.models),
+                "grid.render.candidates": self.candidates,
+                "grid.render.written": self.written,
+            }
+        )
+        if len(self.revisions) == 1:
+            span.set_attribute("grid.overlay.revision", self.revisions[0])
+        elif self.revisions:
+            span.set_attribute("grid.overlay.revisions", self.revisions)
 
 
 async def render_rounds(
@@ -106,6 +151,10 @@ class OverlayLoop:
         self.last_held: frozenset[tuple[str, str]] | None = None
         """The stabilized-admission hold set of the last round (None without the policy)."""
         self._hysteresis: Hysteresis | None = None
+        self.last_round = RoundSummary()
+        """What the last round rendered (its span and ``grid_overlay_candidate_fresh``)."""
+        self.failed_rounds = 0
+        """Rounds in a row in which a served gateway's overlay failed to render or be written."""
 
     def stabilized_holds(
         self, network: GridNetwork, signals: SignalsDocument, now_s: float
@@ -170,6 +219,8 @@ class OverlayLoop:
         self.served = len(served)
         self.render_failed, self.write_failed = [], []
         self.writer.per_gateway = len(served) > 1
+        span = trace.get_current_span()
+        summary = RoundSummary()
         for ref in served:
             try:
                 rendered = render(
@@ -185,6 +236,7 @@ class OverlayLoop:
                 self.renders.inc("failed")
                 self.render_failed.append(ref.name)
                 log.warning("render failed", extra={"gateway": ref.name, "code": exc.code})
+                span.add_event("render failed", {"grid.gateway": ref.name, OUTCOME: exc.code})
                 revisions.append(self._revision_entry(network, ref, None, RENDER_FAILED))
                 continue
             fmt = ref.overlay_format
@@ -198,11 +250,13 @@ class OverlayLoop:
                 log.warning(
                     "overlay write failed", extra={"gateway": ref.name, "error": type(exc).__name__}
                 )
+                span.add_event("write failed", {"grid.gateway": ref.name})
                 revisions.append(self._revision_entry(network, ref, revision, APPLY_FAILED))
                 continue
             revisions.append(self._revision_entry(network, ref, revision))
             self.renders.inc("written" if written else "unchanged")
             candidates = len(rendered.overlay["candidates"])
+            summary.add(ref.name, revision, rendered.overlay["candidates"], written)
             if written:
                 log.info(
                     "overlay written",
@@ -226,6 +280,11 @@ class OverlayLoop:
         self.consumer_status = consumers
         self.overlay_status = revisions
         self.budget_status = self.budgets.status(network, replica)
+        if span.is_recording():
+            summary.describe(span)
+        self.last_round = summary
+        failed = self.render_failed or self.write_failed
+        self.failed_rounds = self.failed_rounds + 1 if failed else 0
         return overlays
 
     async def _write_budgets(

@@ -31,10 +31,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
+from opentelemetry import trace
+from opentelemetry.trace import Span
 
 from grid.adapters.provider_tls import provider_ssl_context
 from grid.adapters.scrape import ProviderScraper, ScrapeError, check_health
 from grid.adapters.store.port import ResourceStore
+from grid.adapters.tracing import OUTCOME, client_trace_configs, outcome_span
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import InferenceProvider
 from grid.core.resources.lifecycle import ProviderObservation, next_provider_phase
@@ -47,6 +50,7 @@ from grid.errors import GridError, NotFound
 from grid.operator.schedule import Job, provider_jobs, run_every
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
 
 CREDENTIAL_CONDITION = "CredentialsResolved"
 """Condition type reporting whether the provider's auth Secret and key exist."""
@@ -121,8 +125,8 @@ class ProviderController:
         return state.provider if state is not None else None
 
     async def start(self) -> None:
-        """Open the HTTP session the checks share."""
-        self._session = aiohttp.ClientSession()
+        """Open the HTTP session the checks share (traced, with traceparent, when on)."""
+        self._session = aiohttp.ClientSession(trace_configs=client_trace_configs())
 
     def sync(self, providers: list[InferenceProvider]) -> None:
         """Start, restart or stop loops so there is one per provider, on its latest spec."""
@@ -210,21 +214,31 @@ class ProviderController:
         return state.tls[use]
 
     async def _run_health(self, state: ProviderState, timeout_s: float) -> None:
-        try:
-            async with asyncio.timeout(timeout_s):
-                ok = await self._health(state)
-        except TimeoutError:
-            ok = False
+        attributes = {"grid.provider": state.provider.name}
+        with outcome_span(_tracer, "grid.provider.health_check", attributes) as span:
+            outcome = "healthy"
+            try:
+                async with asyncio.timeout(timeout_s):
+                    ok = await self._health(state)
+            except TimeoutError:
+                ok, outcome = False, "timeout"
+            span.set_attribute(OUTCOME, outcome if ok or outcome == "timeout" else "unhealthy")
         state.health_ok, state.health_ran = ok, True
         state.failures = state.failures + 1 if not ok else 0
 
     async def _run_scrape(self, state: ProviderState, timeout_s: float) -> None:
+        attributes = {"grid.provider": state.provider.name}
+        with outcome_span(_tracer, "grid.provider.scrape", attributes) as span:
+            await self._scrape_once(state, timeout_s, span)
+
+    async def _scrape_once(self, state: ProviderState, timeout_s: float, span: Span) -> None:
         try:
             async with asyncio.timeout(timeout_s):
                 scraped = await self._scrape(state)
         except (ScrapeError, TimeoutError) as exc:
             state.metrics_ok = False
             reason = exc.reason if isinstance(exc, ScrapeError) else "timeout"
+            span.set_attribute(OUTCOME, reason)
             log.info("scrape failed", extra={"provider": state.provider.name, "reason": reason})
             metrics = state.provider.spec.metrics_config
             last, now = state.last_good, time.time()

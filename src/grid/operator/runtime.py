@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime as dt
 import logging
 import time
 
+from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from grid.adapters.health_server import HealthServer
@@ -44,6 +44,7 @@ from grid.adapters.store.url import pod_namespace
 from grid.adapters.swim_metrics import SwimCollector
 from grid.adapters.swim_node import SwimNode
 from grid.adapters.tls_probe import EgressListener, client_context, server_context
+from grid.adapters.tracing import outcome_span
 from grid.core.address import parse_address
 from grid.core.crdt.origin import AuthLimits
 from grid.core.crdt.record import ProviderRecord
@@ -56,7 +57,6 @@ from grid.core.resources.network_status import RoundOutcome
 from grid.core.resources.secret import Secret
 from grid.core.routing.mesh_view import OriginRecord
 from grid.core.routing.signals import SignalsDocument
-from grid.core.swim.config import SwimConfig
 from grid.core.swim.effects import Deliver, Notify
 from grid.operator.budgets import BudgetLoop, BudgetMeter
 from grid.operator.discovery import SiteDiscovery
@@ -78,10 +78,14 @@ from grid.operator.site_pki import SitePki, with_site_pki
 from grid.operator.site_rounds import SiteRounds
 from grid.operator.sites import SiteController, SiteMetrics
 from grid.operator.startup import StartupError, select_network
-from grid.operator.swim_keys import SwimKeys, tuning_change
+from grid.operator.state_metrics import state_collector
+from grid.operator.swim_keys import SwimKeys, swim_config, tuning_change
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
 
+RENDER_SPAN = "grid.render_round"
+"""The span of one render round; `grid.operator.overlay_loop` adds what it rendered."""
 RECONCILE_LOOPS = ("sites", "render")
 """The loops whose round durations are exported (a closed label set)."""
 RECONCILE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -162,6 +166,7 @@ class Operator:
             tls = client_context(settings.ca, settings.cert, settings.key)
             self.signals.tls_contexts.append(tls)
         self.sites = SiteController(store, settings.site, tls, metrics=SiteMetrics(self.registry))
+        self.registry.register(state_collector(self.sites, self.served, self.overlays))
         self.site_rounds = SiteRounds(
             self.served,
             lambda: self.swim,
@@ -317,18 +322,11 @@ class Operator:
     async def _start_swim(self, network: GridNetwork) -> None:
         self._swim_started_from = network
         keyring = await self.swim_keys.load(network)
-        swim = network.spec.swim
-        config = SwimConfig.from_spec(
-            gossip_nodes=swim.gossip_nodes,
-            probe_interval_s=swim.probe_interval_s,
-            suspicion_timeout_s=swim.suspicion_timeout_s,
-        )
-        config = dataclasses.replace(config, dead_retention_s=self.settings.swim_dead_retention_s)
         self.swim = await SwimNode.start(
             self.settings.site,
             self.settings.swim_bind,
             keyring,
-            config=config,
+            config=swim_config(network, self.settings.swim_dead_retention_s),
             seeds=list(dict.fromkeys([*network.spec.seeds, *self.settings.swim_seeds])),
             advertise=self.settings.swim_advertise,
             replica=self.replica,
@@ -432,9 +430,14 @@ class Operator:
     async def _render_round(self) -> None:
         # Rounds never overlap, whoever starts one: two would race on the same writes.
         async with self._round_lock:
-            with self.reconcile_seconds.labels("render").time():
+            started = time.monotonic()
+            with (
+                outcome_span(_tracer, RENDER_SPAN, {"grid.site": self.settings.site}) as span,
+                self.reconcile_seconds.labels("render").time(),
+            ):
                 await self.lanes.publish_records()
                 await self.reconcile_overlays()
+                span.set_attribute("grid.render.duration_ms", (time.monotonic() - started) * 1e3)
 
     async def reconcile_overlays(self) -> None:
         """Render every gateway this site serves; write changed overlays and status."""

@@ -263,6 +263,13 @@ class OperatorSettings(BaseModel):
         ge=0.05,
         description="Seconds between renewals and takeover attempts (< renew deadline).",
     )
+    otlp_endpoint: str | None = Field(
+        None,
+        description=(
+            "OTLP/HTTP base URL to export traces to (/v1/traces is appended); absent means "
+            "OTEL_EXPORTER_OTLP_ENDPOINT, and without either tracing is off."
+        ),
+    )
 
     @field_validator("swim_seeds", mode="after")
     @classmethod

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any, Final
@@ -35,6 +36,7 @@ from pydantic import SecretBytes
 
 from grid.adapters.store.port import ResourceStore
 from grid.core.resources import GridNetwork
+from grid.core.swim.config import SwimConfig
 from grid.core.wire.keyring import Keyring
 from grid.errors import NotFound, ValidationError
 from grid.operator.startup import SWIM_KEY_DEFAULT_ITEM, StartupError
@@ -144,6 +146,17 @@ class SwimKeys:
             return None
         log.info("swim keyring reloaded", extra={"keys": len(keyring.keys)})
         return keyring
+
+
+def swim_config(network: GridNetwork, dead_retention_s: float) -> SwimConfig:
+    """The SWIM settings of ``spec.swim``, with ``--swim-dead-retention``'s tombstone time."""
+    swim = network.spec.swim
+    config = SwimConfig.from_spec(
+        gossip_nodes=swim.gossip_nodes,
+        probe_interval_s=swim.probe_interval_s,
+        suspicion_timeout_s=swim.suspicion_timeout_s,
+    )
+    return dataclasses.replace(config, dead_retention_s=dead_retention_s)
 
 
 def tuning_change(before: GridNetwork | None, after: GridNetwork | None) -> str | None:

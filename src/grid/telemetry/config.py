@@ -31,6 +31,10 @@ class GatewayConfig(BaseModel):
     client_ca: Path = Field(description="PEM CA bundle that agent client certificates chain to.")
     data_dir: Path = Field(DEFAULT_DATA_DIR, description="Embedded backbone and roster directory.")
     backbone: str = Field("sqlite", description="'sqlite' or nats://HOST:PORT (JetStream).")
+    metrics_bind: str | None = Field(
+        None,
+        description="host:port for /metrics, /healthz and /readyz; absent: not served.",
+    )
     settings: GatewaySettings = Field(default_factory=GatewaySettings)
 
     @field_validator("backbone")

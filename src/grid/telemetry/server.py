@@ -37,12 +37,15 @@ from collections.abc import Callable
 
 from aiohttp import HttpVersion11, web
 from cryptography import x509
+from prometheus_client import CollectorRegistry
 
 from grid.adapters.backbone import Backbone, PublishBatch, RosterLog
+from grid.adapters.health_server import ClosedCounter
 from grid.adapters.http_listener import HttpListener, ListenerPolicy
 from grid.core.address import format_address, parse_address
 from grid.core.telemetry.admission import Admission, StampedBatch, Ticket
 from grid.core.telemetry.refusals import (
+    REFUSALS,
     BackboneUnavailable,
     GatewayAtCapacity,
     InvalidBatch,
@@ -59,6 +62,8 @@ log = logging.getLogger("grid.telemetry")
 READ_CHUNK_BYTES = 64 * 1024
 PRUNE_EVERY_REQUESTS = 1024
 ROSTER_RETRY_S = 1.0
+OUTCOMES = ("accepted", *(refusal.code for refusal in REFUSALS))
+"""The closed ``outcome`` label of ``grid_telemetry_batches_total``."""
 
 
 def server_ssl_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext:
@@ -153,6 +158,14 @@ class TelemetryGateway:
         self._tail_task: asyncio.Task[None] | None = None
         self._requests = 0
         self.address: str | None = None
+        self.registry = CollectorRegistry()
+        self.outcomes = ClosedCounter(
+            "grid_telemetry_batches_total",
+            "Admission requests by outcome: accepted, or the refusal code (SPEC-DECISIONS §8).",
+            "outcome",
+            OUTCOMES,
+            self.registry,
+        )
 
     def app(self) -> web.Application:
         """The aiohttp application with the two admission routes."""
@@ -215,8 +228,10 @@ class TelemetryGateway:
             stamped = self.admission.accept(ticket, body, reception)
             # Step 6: durable publish within the budget.
             accepted = await self._publish(stamped)
+            self.outcomes.inc("accepted")
             return ack_response(stamped.batch_id, accepted, request_id)
         except TelemetryRefusal as refusal:
+            self.outcomes.inc(refusal.code)
             # An unread body is the listener's: a small one is dropped after the
             # answer so the connection is kept, any other closes the socket unread.
             return refusal_response(refusal, request_id, accept)

@@ -4,33 +4,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
 from grid.demo.pki import DevCA
-from grid.testing.gateway import GatewayProcess, TlsFiles, Upstream, spawn_gateway
+from grid.testing.gateway import GatewayProcess, TlsFiles, spawn_gateway
 
 
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
-
-
-@pytest.fixture
-async def upstreams() -> AsyncIterator[Callable[..., Awaitable[Upstream]]]:
-    started: list[Upstream] = []
-
-    async def make(name: str, **options: Any) -> Upstream:
-        upstream = await Upstream(name, **options).start()
-        started.append(upstream)
-        return upstream
-
-    yield make
-    for upstream in started:
-        await upstream.stop()
 
 
 @pytest.fixture

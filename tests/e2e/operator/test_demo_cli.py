@@ -29,7 +29,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
 
 DURATION_S = 3
 SITES = {"east", "west", "central"}
-SITE_KEYS = {"pid", "swim", "signals", "metrics", "store", "overlay_dir", "cert", "key", "gateway"}
+SITE_KEYS = {
+    *("pid", "swim", "signals", "metrics", "store", "overlay_dir", "cert", "key"),
+    *("gateway", "gateway_admin"),
+}
 ADDRESS = re.compile(r"^127\.0\.0\.1:\d{1,5}$")
 
 Proc = tuple[int, str]
@@ -66,8 +69,10 @@ def _alive(proc: Proc) -> bool:
     return stat is not None and stat[2] == proc[1] and stat[1] != "Z"
 
 
-def _check_description(doc: dict[str, Any], pids: set[int], transport: str) -> None:
-    assert set(doc) == {"sites", "ca", "gateway", "ui"}
+def _check_description(
+    doc: dict[str, Any], pids: set[int], transport: str, prometheus: bool
+) -> None:
+    assert set(doc) == {"sites", "ca", "gateway", "ui", *(["prometheus"] if prometheus else [])}
     assert re.match(r"^http://127\.0\.0\.1:\d{1,5}/ui/$", doc["ui"]), doc["ui"]
     assert set(doc["sites"]) == SITES
     assert Path(doc["ca"]).read_text().startswith("-----BEGIN CERTIFICATE-----")
@@ -81,7 +86,7 @@ def _check_description(doc: dict[str, Any], pids: set[int], transport: str) -> N
         else:
             assert ADDRESS.match(site["signals"]), site
         assert ADDRESS.match(site["swim"]) and ADDRESS.match(site["metrics"]), site
-        assert ADDRESS.match(site["gateway"]), site
+        assert ADDRESS.match(site["gateway"]) and ADDRESS.match(site["gateway_admin"]), site
         assert Path(site["store"]).is_file()
         assert Path(site["overlay_dir"]).is_dir()
         assert Path(site["cert"]).read_text().startswith("-----BEGIN CERTIFICATE-----")
@@ -100,11 +105,29 @@ async def _chat_through(gateway: str) -> None:
     assert answer["model"] == MODEL and answer["usage"]["total_tokens"] > 0
 
 
-@pytest.mark.parametrize("transport", ["gossip", "poll"])
+async def _prometheus_scrapes_the_demo(url: str) -> None:
+    """``--prometheus``: ready, with Grid's rules loaded, scraping every operator and gateway."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/api/v1/rules") as resp:
+            groups = (await resp.json())["data"]["groups"]
+        names = {r["name"] for g in groups for r in g["rules"]}
+        assert {"GridSiteUnreachable", "GridBudgetExhausted"} <= names
+
+        async def jobs() -> list[str]:
+            async with http.get(f"{url}/api/v1/targets") as resp:
+                active = (await resp.json())["data"]["activeTargets"]
+            found = sorted(t["labels"]["job"] for t in active)
+            return found if found == ["grid-gateway"] * 3 + ["grid-operator"] * 3 else []
+
+        await eventually(jobs, "every operator and gateway is a target")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("transport", "prometheus"), [("gossip", False), ("poll", True)])
 async def test_demo_runs_and_leaves_nothing_behind(
-    tmp_path: Path, tools: Any, transport: str
+    tmp_path: Path, tools: Any, transport: str, prometheus: bool
 ) -> None:
-    """Exit 0, the §9 demo.json, three verified overlays, no child left, no token leaked."""
+    """Exit 0, the §9 demo.json, three verified overlays, no child left, no token leaked;
+    with ``--prometheus`` a Prometheus that scrapes it all and stops with it."""
     root = tmp_path / "demo"
     with open(tmp_path / "demo.out", "wb") as out:
         proc = await asyncio.create_subprocess_exec(
@@ -113,11 +136,13 @@ async def test_demo_runs_and_leaves_nothing_behind(
             "grid",
             "demo",
             "--duration",
-            str(DURATION_S),
+            # Prometheus discovers its targets a few seconds after it is ready.
+            str(DURATION_S + (6 if prometheus else 0)),
             "--dir",
             str(root),
             "--signal-transport",
             transport,
+            *(["--prometheus"] if prometheus else []),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -132,8 +157,10 @@ async def test_demo_runs_and_leaves_nothing_behind(
         await eventually(written, "demo.json written", timeout_s=60.0, interval_s=0.1)
         seen = _descendants(proc.pid)
         doc = json.loads((root / "demo.json").read_text())
-        _check_description(doc, {pid for pid, _ in seen}, transport)
-        assert len(seen) >= 3 + 6 + 3, "three operators, six mock providers, three gateways"
+        _check_description(doc, {pid for pid, _ in seen}, transport, prometheus)
+        assert len(seen) >= 3 + 6 + 3 + prometheus, "operators, mock providers, gateways"
+        if prometheus:
+            await _prometheus_scrapes_the_demo(doc["prometheus"])
         await _chat_through(doc["gateway"])
         async with asyncio.timeout(60):
             code = await proc.wait()

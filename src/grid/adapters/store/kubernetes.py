@@ -54,6 +54,7 @@ from grid.adapters.store.port import (
     StoredKind,
     WatchEvent,
 )
+from grid.adapters.tracing import status_write_span
 from grid.errors import GridError, ValidationError
 
 log = logging.getLogger("grid.store.kubernetes")
@@ -244,17 +245,18 @@ class KubernetesStore:
         if resource_version is not None:
             patch["metadata"] = {"resourceVersion": str(resource_version)}
         path = api_path(info.api_version, info.plural, ns or None, name, "status")
-        stored = _clean(
-            await self.client.request(
-                "PATCH",
-                path,
-                what=f"{kind} {name!r}",
-                query={"fieldManager": FIELD_MANAGER},
-                body=patch,
-                content_type="application/merge-patch+json",
-            ),
-            info,
-        )
+        with status_write_span(kind, name, status):
+            stored = _clean(
+                await self.client.request(
+                    "PATCH",
+                    path,
+                    what=f"{kind} {name!r}",
+                    query={"fieldManager": FIELD_MANAGER},
+                    body=patch,
+                    content_type="application/merge-patch+json",
+                ),
+                info,
+            )
         await self._note_phase(info, ns, stored)
         return stored
 

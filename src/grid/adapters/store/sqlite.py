@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from grid.adapters.store import objects
 from grid.adapters.store.port import EventType, Expired, LabelSelector, Obj, WatchEvent
+from grid.adapters.tracing import status_write_span
 from grid.errors import AlreadyExists, GridError, NotFound
 
 SCHEMA_VERSION = 1
@@ -281,7 +282,8 @@ class SqliteStore:
             )
             return current if stored is None else (EventType.MODIFIED, stored)
 
-        return await self._write(kind, ns, name, change)
+        with status_write_span(kind, name, status):
+            return await self._write(kind, ns, name, change)
 
     async def delete(self, kind: str, name: str, *, namespace: str | None = None) -> Obj:
         """Remove an object and return its last state."""
