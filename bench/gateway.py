@@ -11,9 +11,12 @@ in the same run, interleaved round by round, at concurrency 16 with keep-alive:
 * ``gateway``: through ``grid gateway`` run from a rendered praxis.yaml in
   overlay-file mode, with routing, session affinity (``x-grid-session`` from a
   pool of 100) and bearer-credential injection from a mounted file;
-* ``gateway_traced``: the same gateway with traces on (``--otlp-endpoint``),
-  exporting every request's spans over OTLP/HTTP to a receiver in this process
-  (`grid.testing.otlp`), so the SDK's span, batch and export work is paid;
+* ``gateway_traced``: the same gateway with traces on (``--otlp-endpoint``) as
+  it runs by default, sampling `GATEWAY_SAMPLE_RATIO` of the requests, and
+  exporting over OTLP/HTTP to a receiver in this process (`grid.testing.otlp`),
+  so the SDK's span, batch and export work is paid;
+* ``gateway_traced_all``: the same with ``OTEL_TRACES_SAMPLER=parentbased_always_on``,
+  every request traced: the SDK's full cost, reported beside the default;
 * ``litellm``: through LiteLLM's proxy routed to the same mock, only when
   ``make bench-deps`` installed it in ``.bench/litellm``.
 
@@ -24,8 +27,9 @@ first byte. The last line is one JSON object with
 ``throughput_ratio_to_forwarder`` (target >= 0.85), ``added_p50_ms`` over direct
 for the gateway and the forwarder, ``added_p50_ratio_to_forwarder`` (target <=
 1.25), ``tracing_throughput_ratio`` (traced over untraced gateway, target >=
-0.90), ``throughput_ratio_to_litellm`` when LiteLLM ran, and the added time to
-first byte of streams. ``--quick`` stays under a minute.
+0.90), ``tracing_all_throughput_ratio`` (every request traced),
+``throughput_ratio_to_litellm`` when LiteLLM ran, and the added time to first
+byte of streams. ``--quick`` stays under a minute.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from typing import Any  # noqa: E402
 
 import aiohttp  # noqa: E402
 
+from grid.adapters.tracing import GATEWAY_SAMPLE_RATIO  # noqa: E402
 from grid.core.overlay import Provenance, Scope, build_envelope, format_timestamp  # noqa: E402
 from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config  # noqa: E402
 from grid.core.overlay.ids import stable_id  # noqa: E402
@@ -73,10 +78,16 @@ LITELLM_KEY = f"sk-bench-{secrets.token_hex(16)}"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello bench " * 8}]}
 
 
-def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
-    """A child process with its output in ``log``."""
+def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A child process with its output in ``log`` (and ``env`` added to its environment)."""
     with open(log, "wb") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
 
 
 async def wait_http(
@@ -324,6 +335,11 @@ def summarize(figures: dict[str, Any], quick: bool) -> dict[str, Any]:
         result["tracing_added_p50_ms"] = round(
             figures["gateway_traced"]["p50_ms"] - gateway["p50_ms"], 3
         )
+        result["tracing_sample_ratio"] = GATEWAY_SAMPLE_RATIO
+    if "gateway_traced_all" in figures:
+        result["tracing_all_throughput_ratio"] = _median_ratio(
+            figures, "gateway_traced_all", "gateway", "rps"
+        )
     if "litellm" in figures:
         result["throughput_ratio_to_litellm"] = _median_ratio(
             figures, "gateway", "litellm", "rps", "paired_with_litellm"
@@ -342,11 +358,13 @@ async def main_async(quick: bool) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="grid-bench-gateway-"))
     mock_port, fwd_port, gw_port, admin_port = (free_port() for _ in range(4))
     traced_port, traced_admin = free_port(), free_port()
+    all_port, all_admin = free_port(), free_port()
     receiver = OtlpReceiver(keep_bodies=False)
     otlp = await receiver.start()
     upstream = f"127.0.0.1:{mock_port}"
     py = sys.executable
     traced_config = gateway_config(work / "traced", upstream, traced_port, traced_admin)
+    all_config = gateway_config(work / "traced-all", upstream, all_port, all_admin)
     children = [
         spawn([py, "-m", "grid", "mock-provider", "--port", str(mock_port), "--model", MODEL,
                "--service-time-ms", "0", "--capacity", "4096"], work / "mock.log"),
@@ -356,12 +374,16 @@ async def main_async(quick: bool) -> dict[str, Any]:
                str(gateway_config(work, upstream, gw_port, admin_port))], work / "gateway.log"),
         spawn([py, "-m", "grid", "gateway", "--config", str(traced_config),
                "--otlp-endpoint", otlp], work / "gateway-traced.log"),
+        spawn([py, "-m", "grid", "gateway", "--config", str(all_config),
+               "--otlp-endpoint", otlp], work / "gateway-traced-all.log",
+              {"OTEL_TRACES_SAMPLER": "parentbased_always_on"}),
     ]  # fmt: skip
     targets = {
         "direct": f"http://{upstream}/v1/chat/completions",
         "forwarder": f"http://127.0.0.1:{fwd_port}/v1/chat/completions",
         "gateway": f"http://127.0.0.1:{gw_port}/v1/chat/completions",
         "gateway_traced": f"http://127.0.0.1:{traced_port}/v1/chat/completions",
+        "gateway_traced_all": f"http://127.0.0.1:{all_port}/v1/chat/completions",
     }
     lite: subprocess.Popen[bytes] | None = None
     skipped = ""

@@ -11,8 +11,10 @@ from opentelemetry.trace import StatusCode
 
 from grid.adapters.tracing import (
     CREDENTIAL_HEADERS,
+    GATEWAY_SAMPLE_RATIO,
     OUTCOME,
     SANITIZE_ENV,
+    default_sampler,
     outcome_span,
     sanitize_credential_headers,
     start_tracing,
@@ -95,3 +97,11 @@ def test_an_outcome_span_says_ok_or_the_code_and_never_the_message() -> None:
     for span in spans.values():
         assert not span.events
         assert "sk-secret" not in repr(span.to_json())
+
+
+def test_the_gateway_samples_its_share_unless_the_standard_variable_names_a_sampler() -> None:
+    sampler = default_sampler({}, GATEWAY_SAMPLE_RATIO)
+    assert sampler is not None and "TraceIdRatioBased{0.01}" in sampler.get_description()
+    assert sampler.get_description().startswith("ParentBased")
+    assert default_sampler({"OTEL_TRACES_SAMPLER": "always_on"}, GATEWAY_SAMPLE_RATIO) is None
+    assert default_sampler({}, None) is None

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from aiohttp import TraceConfig
     from aiohttp.typedefs import Handler, Middleware
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import Sampler
 
 TRACES_PATH = "/v1/traces"
 """The OTLP/HTTP traces path appended to a base endpoint."""
@@ -63,6 +64,15 @@ CREDENTIAL_HEADERS = (
 
 SERVICE_OPERATOR = "grid-operator"
 SERVICE_GATEWAY = "grid-gateway"
+SAMPLER_ENV = "OTEL_TRACES_SAMPLER"
+GATEWAY_SAMPLE_RATIO = 0.01
+"""Share of requests a gateway traces when ``OTEL_TRACES_SAMPLER`` is unset (its
+hot path; parent-based, so a caller's sampled ``traceparent`` is always followed).
+A span costs tens of microseconds in the Python SDK, so tracing every request
+would cost a large share of throughput (bench/gateway.py measures both); more
+traces need ``OTEL_TRACES_SAMPLER=parentbased_traceidratio`` with a larger
+``OTEL_TRACES_SAMPLER_ARG``, or ``parentbased_always_on``. The operator's spans
+are few (a round a second) and keep the SDK's default, every span."""
 
 
 def traces_endpoint(flag: str | None, environ: Mapping[str, str]) -> str | None:
@@ -110,12 +120,14 @@ def start_tracing(
     *,
     attributes: Mapping[str, str] | None = None,
     environ: MutableMapping[str, str] | None = None,
+    sample_ratio: float | None = None,
 ) -> Tracing | None:
     """Install the SDK as this process's tracer provider when an endpoint is set.
 
     ``service`` is the default ``service.name``; ``attributes`` are added to the
     resource (the operator's site, for example). Returns None, changing
-    nothing, when tracing stays off.
+    nothing, when tracing stays off. ``sample_ratio`` is the parent-based ratio
+    used when ``OTEL_TRACES_SAMPLER`` is unset (None: the SDK's default, all).
     """
     env = os.environ if environ is None else environ
     endpoint = traces_endpoint(flag, env)
@@ -131,10 +143,20 @@ def start_tracing(
     resource = Resource.create({SERVICE_NAME: service, **(attributes or {})}).merge(
         OTELResourceDetector().detect()
     )
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, sampler=default_sampler(env, sample_ratio))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     trace.set_tracer_provider(provider)
     return Tracing(provider, endpoint)
+
+
+def default_sampler(environ: Mapping[str, str], sample_ratio: float | None) -> Sampler | None:
+    """Parent-based ``sample_ratio`` unless ``OTEL_TRACES_SAMPLER`` names a sampler
+    (None: the SDK reads the environment, and samples everything by default)."""
+    if sample_ratio is None or environ.get(SAMPLER_ENV, "").strip():
+        return None
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    return ParentBased(TraceIdRatioBased(sample_ratio))
 
 
 def tracing_on() -> bool:

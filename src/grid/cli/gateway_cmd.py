@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from grid.adapters.tracing import SERVICE_GATEWAY, start_tracing
+from grid.adapters.tracing import GATEWAY_SAMPLE_RATIO, SERVICE_GATEWAY, start_tracing
 from grid.gateway.config import ConfigError, load_config
 from grid.gateway.server import Gateway
 from grid.gateway.settings import GatewaySettings
@@ -131,7 +131,7 @@ def gateway_cmd(
         state_dir=str(state_dir) if state_dir is not None else None,
     )
     # Before the gateway is built: its listeners take the tracing middleware then.
-    tracing = start_tracing(SERVICE_GATEWAY, otlp_endpoint)
+    tracing = start_tracing(SERVICE_GATEWAY, otlp_endpoint, sample_ratio=GATEWAY_SAMPLE_RATIO)
     try:
         config = load_config(config_path, settings.config_max_bytes)
         gateway = Gateway(config, settings, config_path, operator, credentials)

@@ -71,6 +71,8 @@ async def mesh(
     # Every child process inherits these: the standard variables, nothing Grid-specific.
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
+    # Every request, not the gateway's default share: the standard sampler variable.
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
     # Ask the instrumentations to copy every header: credentials must still not leak.
     monkeypatch.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST", ".*")
     monkeypatch.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST", ".*")
