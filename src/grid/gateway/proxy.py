@@ -41,6 +41,7 @@ from grid.gateway.credentials import CredentialFiles
 from grid.gateway.metering import TenantMeter
 from grid.gateway.metrics import GatewayMetrics
 from grid.gateway.paths import routable_target
+from grid.gateway.redaction import Masker, error_answer, secret_of
 from grid.gateway.routing import KIND, attempts
 from grid.gateway.settings import GatewaySettings
 from grid.gateway.snapshot import Candidate, Snapshot
@@ -175,7 +176,8 @@ class Proxy:
             if session is not None:
                 self.affinity.bind(session, candidate.stable_id)
             metered = (self.meter.label(tenant), candidate.cluster)
-            return await self._relay(request, response, metered, strip)
+            masker = Masker.of(secret_of(self._credential(candidate)))
+            return await self._relay(request, response, metered, strip, masker)
         requests["upstream_unavailable"].inc()
         return error(502, "upstream_unavailable", "no candidate could be reached")
 
@@ -266,12 +268,24 @@ class Proxy:
         response: aiohttp.ClientResponse,
         metered: tuple[str, str],
         strip: bool,
+        masker: Masker,
     ) -> web.StreamResponse:
         headers = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers = masker.headers(headers)
         length = response.content_length
         streaming = response.headers.get("Content-Type", "").startswith("text/event-stream")
         requests = self.metrics.requests
         try:
+            if response.status >= 400:  # an error body may echo the credential
+                try:
+                    answer = await error_answer(
+                        response, headers, masker, self.settings.error_body_max_bytes
+                    )
+                except (aiohttp.ClientError, TimeoutError):
+                    requests["upstream_unavailable"].inc()
+                    return error(502, "upstream_unavailable", "the cluster's answer broke off")
+                requests["routed"].inc()
+                return answer
             if not streaming and length is not None and length <= self.settings.buffer_max_bytes:
                 try:
                     data = await response.read()

@@ -39,6 +39,9 @@ class GatewaySettings:
     generations stream slowly; a dead cluster is detected only after this."""
     upstream_connections_max: int = 256
     """Pooled connections per cluster at most; more requests wait for one."""
+    error_body_max_bytes: int = 64 * 1024
+    """Longest error body (status 400 and up) relayed from a cluster; it is read whole
+    to mask the credential, so a longer one is cut here (an error needs no more)."""
     buffer_max_bytes: int = 1024 * 1024
     """Responses with a declared length up to this are relayed in one write;
     longer or unsized ones stream chunk by chunk."""
