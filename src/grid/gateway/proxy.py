@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from grid.core.metering.usage import StreamUsage, answer_usage, ask_for_usage
 from grid.gateway.affinity import AffinityTable
@@ -39,6 +40,7 @@ from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
 from grid.gateway.metering import TenantMeter
 from grid.gateway.metrics import GatewayMetrics
+from grid.gateway.paths import routable_target
 from grid.gateway.routing import KIND, attempts
 from grid.gateway.settings import GatewaySettings
 from grid.gateway.snapshot import Candidate, Snapshot
@@ -124,7 +126,8 @@ class Proxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Route one request."""
         requests = self.metrics.requests
-        if request.method != "POST" or not request.path.startswith("/v1/"):
+        target = routable_target(request.raw_path)
+        if request.method != "POST" or target is None:
             requests["not_found"].inc()
             return error(404, "not_found", "only POST requests under /v1/ are routed")
         tenant = request.headers.get(self.settings.tenant_header)
@@ -164,7 +167,7 @@ class Proxy:
         base = self._outgoing_headers(request, model, snapshot)
         last = len(tries) - 1
         for index, candidate in enumerate(tries):
-            response = await self._attempt(request, body, base, candidate, index == last)
+            response = await self._attempt(request, target, body, base, candidate, index == last)
             if response is None:
                 if index < last:
                     self.metrics.failovers.inc()
@@ -222,6 +225,7 @@ class Proxy:
     async def _attempt(
         self,
         request: web.Request,
+        target: str,
         body: bytes,
         base: dict[str, str],
         candidate: Candidate,
@@ -241,7 +245,8 @@ class Proxy:
         try:
             response = await upstream.open().request(
                 request.method,
-                upstream.next_base() + request.path_qs,
+                # Already normalised and encoded (`routable_target`): sent as it is.
+                URL(upstream.next_base() + target, encoded=True),
                 # aiohttp warns on large raw bytes; a fresh stream per attempt is fine.
                 data=body if len(body) < _LARGE_BODY else io.BytesIO(body),
                 headers=headers,
