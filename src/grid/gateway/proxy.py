@@ -34,6 +34,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from grid.core.metering.bounds import UsageBound, usage_bound
 from grid.core.metering.usage import StreamUsage, answer_usage, ask_for_usage
 from grid.gateway.affinity import AffinityTable
 from grid.gateway.config import PraxisConfig
@@ -75,6 +76,8 @@ _STRIPPED = _HOP_BY_HOP | {
     REQUEST_ID_HEADER,
     REVISION_HEADER,
 }
+Metered = tuple[str, str, UsageBound]
+"""Whom an answer's usage is billed to: (tenant label, cluster, the answer's bound)."""
 _FAILOVER_STATUS = frozenset({502, 503})
 _LARGE_BODY = 1024 * 1024
 """Bodies this size and up are sent from a stream (aiohttp's threshold for raw bytes)."""
@@ -165,6 +168,7 @@ class Proxy:
         strip = ask_for_usage(document)
         if strip:
             body = json.dumps(document, separators=(",", ":")).encode()
+        usage_cap = usage_bound(document, len(body), *self.settings.usage_limits)
         base = self._outgoing_headers(request, model, snapshot)
         last = len(tries) - 1
         for index, candidate in enumerate(tries):
@@ -175,7 +179,7 @@ class Proxy:
                 continue
             if session is not None:
                 self.affinity.bind(session, candidate.stable_id)
-            metered = (self.meter.label(tenant), candidate.cluster)
+            metered = (self.meter.label(tenant), candidate.cluster, usage_cap)
             masker = Masker.of(secret_of(self._credential(candidate)))
             return await self._relay(request, response, metered, strip, masker)
         requests["upstream_unavailable"].inc()
@@ -266,7 +270,7 @@ class Proxy:
         self,
         request: web.Request,
         response: aiohttp.ClientResponse,
-        metered: tuple[str, str],
+        metered: Metered,
         strip: bool,
         masker: Masker,
     ) -> web.StreamResponse:
@@ -298,15 +302,15 @@ class Proxy:
             usage = StreamUsage(strip) if streaming else None
             out = await self._stream(request, response, headers, usage)
             if usage is not None and usage.usage is not None:
-                self.meter.add(*metered, usage.usage)
+                self.meter.add_answer(*metered, usage.usage)
             return out
         finally:
             response.release()
 
-    def _meter_answer(self, data: bytes, metered: tuple[str, str]) -> None:
+    def _meter_answer(self, data: bytes, metered: Metered) -> None:
         usage = answer_usage(data)
         if usage is not None:
-            self.meter.add(*metered, usage)
+            self.meter.add_answer(*metered, usage)
 
     async def _stream(
         self,
