@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.json_document import DocumentError, decode_json
+from grid.core.metering.bounds import UsageBound, billable
 from grid.core.metering.budgets import (
     DIRECTIONS,
     BudgetDocumentError,
@@ -39,7 +40,6 @@ from grid.core.metering.budgets import (
     exhausted_tenants,
     tenant_label,
 )
-from grid.core.metering.bounds import UsageBound, billable
 from grid.core.metering.usage import Usage
 
 log = logging.getLogger(__name__)
