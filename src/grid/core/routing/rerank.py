@@ -32,7 +32,13 @@ from grid.core.routing.scoring import (
     signal_scores,
 )
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
-from grid.core.vocabulary import NEUTRAL_SIGNAL_SCORE, SIGNAL_NAMES, BackendKind, ScoreBreakdown
+from grid.core.vocabulary import (
+    NEUTRAL_SIGNAL_SCORE,
+    SIGNAL_NAMES,
+    BackendKind,
+    RouteIdentity,
+    ScoreBreakdown,
+)
 
 __all__ = [
     "OverlayCandidate",
@@ -47,19 +53,9 @@ __all__ = [
 ]
 
 
-class OverlayCandidate(Protocol):
+class OverlayCandidate(RouteIdentity, Protocol):
     """What re-ranking reads of an overlay candidate (the gateway's `Candidate` fits)."""
 
-    @property
-    def kind(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def site(self) -> str: ...
-    @property
-    def cluster(self) -> str: ...
-    @property
-    def fresh(self) -> bool: ...
     @property
     def admission(self) -> str: ...
     @property
