@@ -43,7 +43,7 @@ from grid.gateway.metering import TenantMeter
 from grid.gateway.metrics import GatewayMetrics
 from grid.gateway.paths import routable_target
 from grid.gateway.redaction import Masker, error_answer, secret_of
-from grid.gateway.routing import KIND, attempts
+from grid.gateway.routing import KIND, Router
 from grid.gateway.settings import GatewaySettings
 from grid.gateway.snapshot import Candidate, Snapshot
 from grid.gateway.upstream import Upstream
@@ -107,6 +107,7 @@ class Proxy:
         self.upstreams = upstreams
         self.metrics = metrics
         self.affinity = AffinityTable(settings.affinity_ttl_s, settings.affinity_max)
+        self.router = Router(settings.failover_max, metrics)
         self.credentials = CredentialFiles()
         self._model_header = config.model_header
         # Request ids: a random per-process prefix and a counter, unique without a
@@ -160,7 +161,7 @@ class Proxy:
         if session is not None and (not session or len(session) > self.settings.session_max_chars):
             session = None
         bound = self.affinity.get(session) if session is not None else None
-        tries = attempts(snapshot, model, bound, self.settings.failover_max)
+        tries = self.router.attempts(snapshot, model, bound)
         if not tries:
             requests["no_candidate"].inc()
             return error(404, "no_candidate", "no candidate admits new requests for this model")
@@ -181,7 +182,10 @@ class Proxy:
                 self.affinity.bind(session, candidate.stable_id)
             metered = (self.meter.label(tenant), candidate.cluster, usage_cap)
             masker = Masker.of(secret_of(self._credential(candidate)))
-            return await self._relay(request, response, metered, strip, masker)
+            try:
+                return await self._relay(request, response, metered, strip, masker)
+            finally:
+                self.router.ended(candidate)
         requests["upstream_unavailable"].inc()
         return error(502, "upstream_unavailable", "no candidate could be reached")
 
@@ -248,6 +252,8 @@ class Proxy:
         counter = self.metrics.upstream.get(candidate.cluster)
         if counter is not None:
             counter.inc()
+        router = self.router
+        router.started(candidate)
         try:
             response = await upstream.open().request(
                 request.method,
@@ -260,9 +266,16 @@ class Proxy:
                 allow_redirects=False,
             )
         except (aiohttp.ClientError, TimeoutError, OSError):
+            router.ended(candidate)
+            router.failed(candidate)
             return None
+        except BaseException:
+            router.ended(candidate)
+            raise
+        router.answered(candidate, response.status)
         if response.status in _FAILOVER_STATUS and not final:
             response.release()
+            router.ended(candidate)
             return None
         return response
 
