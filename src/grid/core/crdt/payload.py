@@ -166,6 +166,8 @@ def _record_pb(record: ProviderRecord) -> pb.ProviderRecord:
         msg.healthy = record.healthy
     if record.cost_per_million_output_tokens is not None:
         msg.cost_per_million_output_tokens = record.cost_per_million_output_tokens
+    if record.cost_per_million_input_tokens is not None:
+        msg.cost_per_million_input_tokens = record.cost_per_million_input_tokens
     msg.signals.SetInParent()
     for name in SIGNAL_FIELDS:
         value = getattr(record.signals, name)
@@ -291,6 +293,11 @@ def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
         cost_per_million_output_tokens=(
             msg.cost_per_million_output_tokens
             if msg.HasField("cost_per_million_output_tokens")
+            else None
+        ),
+        cost_per_million_input_tokens=(
+            msg.cost_per_million_input_tokens
+            if msg.HasField("cost_per_million_input_tokens")
             else None
         ),
     )
