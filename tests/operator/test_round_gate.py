@@ -178,3 +178,15 @@ def test_a_passed_deadline_renders_again() -> None:
     assert not gate.unchanged(gate.key(replica, {}), 10.0)
     gate.rendered(None, deadline=math.inf)
     assert not gate.unchanged(gate.key(replica, {}), 11.0)
+
+
+async def test_the_live_view_explains_a_round_only_when_read(
+    tmp_path: Path, store: CountingStore
+) -> None:
+    operator, _peers = await _operator(tmp_path, store)
+    await operator.reconcile_overlays()
+    assert operator.live._pending is not None  # kept, not explained yet
+    explained = operator.live.explanations
+    assert [e.model for e in explained] == [MODEL]
+    assert operator.live._pending is None
+    assert operator.live.explanations is explained  # read again: not explained again

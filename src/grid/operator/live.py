@@ -63,7 +63,11 @@ class OperatorLiveView:
         self._traffic = traffic
         self.changes = ChangeSignal()
         self.activity = ActivityLog(site)
-        self.explanations: list[Explanation] = []
+        self._explained: list[Explanation] = []
+        self._pending: (
+            tuple[RenderInputs, SignalsDocument | None, frozenset[tuple[str, str]] | None] | None
+        ) = None
+        """The last round's inputs, explained only once a client reads the view."""
 
     def mount(self, health: HealthServer, metrics_bind: str, public: bool) -> LiveViewRoutes:
         """Serve ``/ui/`` on the metrics listener under the listener's bind policy.
@@ -92,20 +96,35 @@ class OperatorLiveView:
         signals: SignalsDocument | None,
         held: frozenset[tuple[str, str]] | None = None,
     ) -> None:
-        """Explain every model from the inputs the render round used, as gateways rank it.
+        """Keep the inputs the render round used; `explanations` explains them when read.
 
-        Under poll mode the operator does not score; ``as_gateway`` shows the
-        scores and order the poll-mode gateway computes from the same signals.
-        ``held`` is the round's stabilized-admission hold set.
+        Explaining every candidate costs about as much as the render itself, so it
+        is done only when a client reads the view, once per round. ``held`` is the
+        round's stabilized-admission hold set.
         """
         if inputs is None:
             return
-        try:
-            self.explanations = explain_all(inputs, self.site, signals, as_gateway=True, held=held)
-        except GridError as exc:
-            log.warning("live view ranking failed", extra={"code": exc.code})
-            return
+        self._pending = (inputs, signals, held)
         self.changes.notify()
+
+    @property
+    def explanations(self) -> list[Explanation]:
+        """Every model explained from the last round's inputs, as gateways rank it.
+
+        Under poll mode the operator does not score; ``as_gateway`` shows the
+        scores and order the poll-mode gateway computes from the same signals.
+        A round whose ranking fails keeps the previous explanations.
+        """
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            inputs, signals, held = pending
+            try:
+                self._explained = explain_all(
+                    inputs, self.site, signals, as_gateway=True, held=held
+                )
+            except GridError as exc:
+                log.warning("live view ranking failed", extra={"code": exc.code})
+        return self._explained
 
     def view(self) -> View:
         """The current `site_view`."""
