@@ -25,7 +25,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from grid.adapters.http_listener import HttpListener
 from grid.adapters.tracing import server_middlewares
 from grid.core.address import format_address, parse_address
-from grid.core.routing.rerank import RerankContext, rerank
+from grid.core.routing.rerank import RerankContext, reported_requests, rerank
 from grid.core.routing.signals import SignalsDocument
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
 from grid.gateway.feedback import FeedbackReporter, HttpIngestTransport
@@ -164,6 +164,8 @@ class Gateway:
             return held[2]
         ordered = rerank(base.candidates, document, self._ranking)
         ranked = snapshot_of(ordered, base.revision, base.source, base.policy)
+        if held is None or held[1] is not document:
+            self.proxy.router.take_reports(reported_requests(base.candidates, document))
         self._ranked = (base, document, ranked)
         return ranked
 

@@ -50,6 +50,7 @@ SignalName = Literal[
     "prefix_cache_hit_ratio",
     "p99_latency_ms",
     "cost_per_million_input_tokens",
+    "requests",
 ]
 
 SIGNAL_FIELDS: tuple[SignalName, ...] = (
@@ -58,6 +59,7 @@ SIGNAL_FIELDS: tuple[SignalName, ...] = (
     "prefix_cache_hit_ratio",
     "p99_latency_ms",
     "cost_per_million_input_tokens",
+    "requests",
 )
 
 

@@ -66,9 +66,11 @@ class RecordSignals:
     prefix_cache_hit_ratio: float | None = None
     p99_latency_ms: float | None = None
     cost_per_million_input_tokens: float | None = None
+    requests: float | None = None
+    """Requests waiting and running at the provider, a count (§14's load estimate)."""
 
     def __post_init__(self) -> None:
-        for name in (*RATIO_SIGNALS, "p99_latency_ms", "cost_per_million_input_tokens"):
+        for name in (*RATIO_SIGNALS, "p99_latency_ms", "cost_per_million_input_tokens", "requests"):
             _check_signal(name, getattr(self, name))
 
 

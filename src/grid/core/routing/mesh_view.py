@@ -217,6 +217,7 @@ def signals_entry(record: ProviderRecord) -> ProviderSignals:
             p99_latency_ms=s.p99_latency_ms,
             cost_per_million_input_tokens=s.cost_per_million_input_tokens,
         ),
+        requests=s.requests,
     )
 
 
