@@ -59,6 +59,23 @@ def test_clusters_are_priced_from_the_provider_records() -> None:
     assert price.cents("output", 1_000_000) == 60
 
 
+def test_a_record_without_signals_is_priced_from_its_own_prices() -> None:
+    # Under poll the published records carry no signals; the spec's prices remain.
+    replica = GridState("east")
+    record = ProviderRecord(
+        name="p",
+        cluster="c",
+        site="east",
+        backend_kind="local",
+        cost_per_million_input_tokens=0.2,
+        cost_per_million_output_tokens=0.6,
+    )
+    replica.update_local(replica.local.put_provider("p", record))
+    (price,) = cluster_prices(replica).values()
+    assert price.cents("input", 1_000_000) == 20
+    assert price.cents("output", 1_000_000) == 60
+
+
 async def _serve(text: str, port: int = 0) -> tuple[HttpListener, str]:
     app = web.Application()
 

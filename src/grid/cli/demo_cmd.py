@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import click
 from rich.console import Console, Group
 from rich.live import Live
 
+from grid.adapters.stop_signals import stop_event
 from grid.demo.live import DemoLiveView, site_addresses
 from grid.demo.load import drive
 from grid.demo.mesh import DemoMesh
@@ -52,10 +52,8 @@ async def _run(
 ) -> None:
     mesh = DemoMesh(root, sites, signal_transport=transport)
     local_prometheus = LocalPrometheus(root / "prometheus") if prometheus else None
-    stop = asyncio.Event()
+    stop = stop_event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     load: asyncio.Task[None] | None = None
     web_view: DemoLiveView | None = None
     routed: asyncio.Task[None] | None = None

@@ -12,13 +12,12 @@ ranks candidates by the §4 score within each admission/tier/freshness group.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 import sys
 from pathlib import Path
 
 import click
 
+from grid.adapters.stop_signals import stop_event
 from grid.adapters.tracing import GATEWAY_SAMPLE_RATIO, SERVICE_GATEWAY, start_tracing
 from grid.gateway.config import ConfigError, load_config
 from grid.gateway.server import Gateway
@@ -31,11 +30,7 @@ from grid.operator.logs import configure as configure_logs
 async def _serve(gateway: Gateway) -> None:
     public, admin = await gateway.start()
     click.echo(f"grid gateway serving on {public} (admin {admin})")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
     try:
         await stop.wait()
     finally:

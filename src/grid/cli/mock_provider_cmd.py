@@ -7,11 +7,10 @@ address it serves on (useful with ``--port 0``) and runs until interrupted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 
 import click
 
+from grid.adapters.stop_signals import stop_event
 from grid.demo.mock_provider import PROFILES, MockProvider, MockSettings
 from grid.operator import logs
 
@@ -23,11 +22,7 @@ async def _serve(settings: MockSettings, host: str, port: int) -> None:
         f"mock-provider serving {settings.model} on http://{bound_host}:{bound_port} "
         f"(profile {settings.profile}, capacity {settings.capacity})",
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
     try:
         await stop.wait()
     finally:

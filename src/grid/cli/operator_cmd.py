@@ -86,6 +86,9 @@ def _setting_options(fn: F) -> F:
                 help=field.description,
             )(fn)
             continue
+        # A required option is given no default at all: an explicit ``default=None``
+        # would count as a value, and the missing flag would reach pydantic unnamed.
+        default: dict[str, Any] = {} if required else {"default": field.default}
         fn = click.option(
             flag_name(name),
             name,
@@ -93,9 +96,9 @@ def _setting_options(fn: F) -> F:
             show_envvar=True,
             type=_click_type(field),
             required=required,
-            default=None if required else field.default,
             show_default=field.default is not None,
             help=field.description,
+            **default,
         )(fn)
     return fn
 
@@ -156,7 +159,7 @@ def operator_cmd(log_level: str, **options: Any) -> None:
     try:
         settings = OperatorSettings.model_validate(options)
     except pydantic.ValidationError as exc:
-        raise click.UsageError(str(exc)) from exc
+        raise _usage_error(exc) from None
     try:
         asyncio.run(_serve(settings))
     except GridError as exc:
@@ -167,6 +170,17 @@ def operator_cmd(log_level: str, **options: Any) -> None:
         log.error("operator failed", extra={"code": "os_error", "reason": exc.strerror or ""})
         click.echo(f"error: {exc.strerror or type(exc).__name__}", err=True)
         sys.exit(1)
+
+
+def _usage_error(exc: pydantic.ValidationError) -> click.UsageError:
+    """The first refused setting as a usage line naming its flag, never a validation dump."""
+    error = exc.errors(include_url=False, include_input=False)[0]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    field = str(error["loc"][0]) if error["loc"] else ""
+    if field not in OperatorSettings.model_fields:
+        return click.UsageError(message)
+    hint = " / ".join(env_names(field)) if env_only(field) else flag_name(field)
+    return click.BadParameter(message, param_hint=f"'{hint}'")
 
 
 def _environment_only() -> dict[str, Any]:

@@ -27,7 +27,7 @@ from grid.adapters.backbone import BackboneUnavailable, RosterLog
 from grid.adapters.backbone.sqlite import BACKBONE_FILE
 from grid.core.telemetry.roster import Roster, RosterState
 from grid.core.telemetry.settings import GatewaySettings
-from grid.errors import GridError
+from grid.errors import GridError, ValidationError
 from grid.operator import logs
 from grid.telemetry.audit import record_json
 from grid.telemetry.backbones import open_backbone, open_roster
@@ -36,6 +36,18 @@ from grid.telemetry.service import serve
 
 F = TypeVar("F", bound=Callable[..., Any])
 _TYPES: dict[str, Any] = {"int": click.INT, "float": click.FLOAT}
+
+
+def _usage_error(exc: ValidationError) -> click.UsageError:
+    """A refused setting as a usage line naming its flag (and its config file key)."""
+    if not exc.path:
+        return click.UsageError(exc.message)
+    key = exc.path.rsplit(".", 1)[-1]
+    hint = f"'--{key.replace('_', '-')}' (or {key!r} in --config)"
+    reason = exc.message.removeprefix(f"{exc.path}: ")
+    if reason == "required":
+        return click.MissingParameter(param_hint=hint, param_type="option")
+    return click.BadParameter(reason, param_hint=hint)
 
 
 def _setting_options(fn: F) -> F:
@@ -80,6 +92,8 @@ def gateway_command(config_file: Path | None, **flags: Any) -> None:
     try:
         file_values = read_config_file(config_file) if config_file else {}
         config = build_config(file_values, flags)
+    except ValidationError as exc:
+        raise _usage_error(exc) from None
     except GridError as exc:
         raise click.UsageError(str(exc)) from exc
     logs.configure("info")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 
 class BackendKind(StrEnum):
@@ -104,6 +105,25 @@ class OverlayFormat(StrEnum):
 
     GRID = "grid"
     UPSTREAM = "upstream"
+
+
+class RouteIdentity(Protocol):
+    """What names a routing candidate: its kind, name, site, cluster and freshness.
+
+    The overlay's writer and the gateway's re-ranking both read candidates through
+    protocols that extend this one.
+    """
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def site(self) -> str: ...
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def fresh(self) -> bool: ...
 
 
 class RoutingPolicy(StrEnum):

@@ -32,14 +32,18 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
+from grid.core.metering.bounds import UsageBound, usage_bound
 from grid.core.metering.usage import StreamUsage, answer_usage, ask_for_usage
 from grid.gateway.affinity import AffinityTable
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
 from grid.gateway.metering import TenantMeter
 from grid.gateway.metrics import GatewayMetrics
-from grid.gateway.routing import KIND, attempts
+from grid.gateway.paths import routable_target
+from grid.gateway.redaction import Masker, error_answer, secret_of
+from grid.gateway.routing import KIND, Router
 from grid.gateway.settings import GatewaySettings
 from grid.gateway.snapshot import Candidate, Snapshot
 from grid.gateway.upstream import Upstream
@@ -72,6 +76,8 @@ _STRIPPED = _HOP_BY_HOP | {
     REQUEST_ID_HEADER,
     REVISION_HEADER,
 }
+Metered = tuple[str, str, UsageBound]
+"""Whom an answer's usage is billed to: (tenant label, cluster, the answer's bound)."""
 _FAILOVER_STATUS = frozenset({502, 503})
 _LARGE_BODY = 1024 * 1024
 """Bodies this size and up are sent from a stream (aiohttp's threshold for raw bytes)."""
@@ -101,6 +107,7 @@ class Proxy:
         self.upstreams = upstreams
         self.metrics = metrics
         self.affinity = AffinityTable(settings.affinity_ttl_s, settings.affinity_max)
+        self.router = Router(settings.failover_max, metrics)
         self.credentials = CredentialFiles()
         self._model_header = config.model_header
         # Request ids: a random per-process prefix and a counter, unique without a
@@ -124,7 +131,8 @@ class Proxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Route one request."""
         requests = self.metrics.requests
-        if request.method != "POST" or not request.path.startswith("/v1/"):
+        target = routable_target(request.raw_path)
+        if request.method != "POST" or target is None:
             requests["not_found"].inc()
             return error(404, "not_found", "only POST requests under /v1/ are routed")
         tenant = request.headers.get(self.settings.tenant_header)
@@ -153,7 +161,7 @@ class Proxy:
         if session is not None and (not session or len(session) > self.settings.session_max_chars):
             session = None
         bound = self.affinity.get(session) if session is not None else None
-        tries = attempts(snapshot, model, bound, self.settings.failover_max)
+        tries = self.router.attempts(snapshot, model, bound)
         if not tries:
             requests["no_candidate"].inc()
             return error(404, "no_candidate", "no candidate admits new requests for this model")
@@ -161,18 +169,23 @@ class Proxy:
         strip = ask_for_usage(document)
         if strip:
             body = json.dumps(document, separators=(",", ":")).encode()
+        usage_cap = usage_bound(document, len(body), *self.settings.usage_limits)
         base = self._outgoing_headers(request, model, snapshot)
         last = len(tries) - 1
         for index, candidate in enumerate(tries):
-            response = await self._attempt(request, body, base, candidate, index == last)
+            response = await self._attempt(request, target, body, base, candidate, index == last)
             if response is None:
                 if index < last:
                     self.metrics.failovers.inc()
                 continue
             if session is not None:
                 self.affinity.bind(session, candidate.stable_id)
-            metered = (self.meter.label(tenant), candidate.cluster)
-            return await self._relay(request, response, metered, strip)
+            metered = (self.meter.label(tenant), candidate.cluster, usage_cap)
+            masker = Masker.of(secret_of(self._credential(candidate)))
+            try:
+                return await self._relay(request, response, metered, strip, masker)
+            finally:
+                self.router.ended(candidate)
         requests["upstream_unavailable"].inc()
         return error(502, "upstream_unavailable", "no candidate could be reached")
 
@@ -222,6 +235,7 @@ class Proxy:
     async def _attempt(
         self,
         request: web.Request,
+        target: str,
         body: bytes,
         base: dict[str, str],
         candidate: Candidate,
@@ -238,10 +252,13 @@ class Proxy:
         counter = self.metrics.upstream.get(candidate.cluster)
         if counter is not None:
             counter.inc()
+        router = self.router
+        router.started(candidate)
         try:
             response = await upstream.open().request(
                 request.method,
-                upstream.next_base() + request.path_qs,
+                # Already normalised and encoded (`routable_target`): sent as it is.
+                URL(upstream.next_base() + target, encoded=True),
                 # aiohttp warns on large raw bytes; a fresh stream per attempt is fine.
                 data=body if len(body) < _LARGE_BODY else io.BytesIO(body),
                 headers=headers,
@@ -249,9 +266,16 @@ class Proxy:
                 allow_redirects=False,
             )
         except (aiohttp.ClientError, TimeoutError, OSError):
+            router.ended(candidate)
+            router.failed(candidate)
             return None
+        except BaseException:
+            router.ended(candidate)
+            raise
+        router.answered(candidate, response.status)
         if response.status in _FAILOVER_STATUS and not final:
             response.release()
+            router.ended(candidate)
             return None
         return response
 
@@ -259,14 +283,26 @@ class Proxy:
         self,
         request: web.Request,
         response: aiohttp.ClientResponse,
-        metered: tuple[str, str],
+        metered: Metered,
         strip: bool,
+        masker: Masker,
     ) -> web.StreamResponse:
         headers = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers = masker.headers(headers)
         length = response.content_length
         streaming = response.headers.get("Content-Type", "").startswith("text/event-stream")
         requests = self.metrics.requests
         try:
+            if response.status >= 400:  # an error body may echo the credential
+                try:
+                    answer = await error_answer(
+                        response, headers, masker, self.settings.error_body_max_bytes
+                    )
+                except (aiohttp.ClientError, TimeoutError):
+                    requests["upstream_unavailable"].inc()
+                    return error(502, "upstream_unavailable", "the cluster's answer broke off")
+                requests["routed"].inc()
+                return answer
             if not streaming and length is not None and length <= self.settings.buffer_max_bytes:
                 try:
                     data = await response.read()
@@ -279,15 +315,15 @@ class Proxy:
             usage = StreamUsage(strip) if streaming else None
             out = await self._stream(request, response, headers, usage)
             if usage is not None and usage.usage is not None:
-                self.meter.add(*metered, usage.usage)
+                self.meter.add_answer(*metered, usage.usage)
             return out
         finally:
             response.release()
 
-    def _meter_answer(self, data: bytes, metered: tuple[str, str]) -> None:
+    def _meter_answer(self, data: bytes, metered: Metered) -> None:
         usage = answer_usage(data)
         if usage is not None:
-            self.meter.add(*metered, usage)
+            self.meter.add_answer(*metered, usage)
 
     async def _stream(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from grid.adapters.http_listener import ListenerPolicy
+from grid.core.metering.bounds import PROMPT_ALLOWANCE, TOKENS_CEILING
 from grid.gateway.feedback import ReporterSettings
 
 LISTENER_POLICY = ListenerPolicy(
@@ -39,6 +40,9 @@ class GatewaySettings:
     generations stream slowly; a dead cluster is detected only after this."""
     upstream_connections_max: int = 256
     """Pooled connections per cluster at most; more requests wait for one."""
+    error_body_max_bytes: int = 64 * 1024
+    """Longest error body (status 400 and up) relayed from a cluster; it is read whole
+    to mask the credential, so a longer one is cut here (an error needs no more)."""
     buffer_max_bytes: int = 1024 * 1024
     """Responses with a declared length up to this are relayed in one write;
     longer or unsized ones stream chunk by chunk."""
@@ -81,4 +85,15 @@ class GatewaySettings:
     state_dir: str | None = None
     """Where a graceful stop saves the tenant token counters for the next start; None
     keeps them in memory only (a restart then reads as a counter reset)."""
+    usage_tokens_max: int = TOKENS_CEILING
+    """Most tokens one answer is billed (`grid.core.metering.bounds`); a request's own
+    ``max_tokens`` plus a prompt estimate bounds it lower. Reported usage above the bound
+    is counted as implausible and billed at the bound."""
+    usage_prompt_allowance_tokens: int = PROMPT_ALLOWANCE
+    """Prompt tokens believed beyond the request body's bytes (template, images by URL)."""
     listener: ListenerPolicy = LISTENER_POLICY
+
+    @property
+    def usage_limits(self) -> tuple[int, int]:
+        """(``usage_tokens_max``, ``usage_prompt_allowance_tokens``) for `usage_bound`."""
+        return self.usage_tokens_max, self.usage_prompt_allowance_tokens

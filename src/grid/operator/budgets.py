@@ -49,12 +49,19 @@ log = logging.getLogger(__name__)
 
 
 def cluster_prices(replica: GridState) -> dict[str, Price]:
-    """Each cluster's price from the provider records (the first record of a cluster wins)."""
+    """Each cluster's price from the provider records (the first record of a cluster wins).
+
+    Both prices are the spec's, carried in the record under either signal
+    transport; a record from a peer that predates the record's input price
+    carries it only as the signal.
+    """
     prices: dict[str, Price] = {}
     for _origin, _pid, record in replica.providers():
         if record.cluster in prices:
             continue
-        cost_in = record.signals.cost_per_million_input_tokens
+        cost_in = record.cost_per_million_input_tokens
+        if cost_in is None:
+            cost_in = record.signals.cost_per_million_input_tokens
         cost_out = record.cost_per_million_output_tokens
         if cost_in is None and cost_out is None:
             continue

@@ -75,6 +75,8 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> Gate
     try:
         return GatewayConfig(**service, settings=GatewaySettings(**settings))
     except PydanticValidationError as exc:
-        first = exc.errors()[0]
+        first = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ValidationError(f"{where or 'config'}: {first['msg']}", path=where) from exc
+        said = "required" if first["type"] == "missing" else first["msg"]
+        said = said.removeprefix("Value error, ")
+        raise ValidationError(f"{where or 'config'}: {said}", path=where) from exc

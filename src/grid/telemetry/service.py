@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import socket
 from collections.abc import Callable
 from typing import Any
 
 from grid.adapters.backbone import Backbone, RosterLog
 from grid.adapters.health_server import HealthServer
+from grid.adapters.stop_signals import stop_event
 from grid.core.address import format_address, parse_address
 from grid.telemetry.backbones import open_backbone, open_roster
 from grid.telemetry.config import GatewayConfig
@@ -47,7 +47,7 @@ async def serve(
     """Serve until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is None)."""
     ssl_context = server_ssl_context(str(config.cert), str(config.key), str(config.client_ca))
     gateway_id = config.settings.gateway_id or socket.gethostname()
-    stop = stop if stop is not None else _signal_event()
+    stop = stop if stop is not None else stop_event()
     backbone: Backbone | None = None
     roster_log: RosterLog | None = None
     gateway: TelemetryGateway | None = None
@@ -72,11 +72,3 @@ async def serve(
             await roster_log.close()
         if backbone is not None:
             await backbone.close()
-
-
-def _signal_event() -> asyncio.Event:
-    event = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, event.set)
-    return event

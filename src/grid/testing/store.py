@@ -67,9 +67,7 @@ class InMemoryStore:
         namespace: str | None = None,
     ) -> list[Obj]:
         """Objects of a kind matching the selector, ordered by (namespace, name)."""
-        info = objects.stored_kind(kind)
-        ns = objects.resolve_namespace(info, namespace) if namespace else None
-        requirements = objects.parse_selector(label_selector)
+        ns, requirements = objects.list_query(kind, label_selector, namespace)
         found = [
             copy.deepcopy(obj)
             for (k, n, _), obj in sorted(self._objects.items())

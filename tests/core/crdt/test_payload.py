@@ -40,6 +40,8 @@ def _snapshot() -> GridStateSnapshot:
         signals=RecordSignals(queue_depth=0.0, p99_latency_ms=120.0),
         phase="Degraded",
         model_info=(ModelInfo("qwen", ("tools", "chat"), 32768), ModelInfo("llama", ("chat",))),
+        cost_per_million_output_tokens=0.6,
+        cost_per_million_input_tokens=0.2,
     )
     snap = GridStateSnapshot.empty("east").put_provider("vllm-a", rec)
     snap = snap.put_provider("gone", rec).remove_provider("gone")
@@ -64,6 +66,16 @@ def test_zero_signal_stays_zero_and_missing_stays_missing() -> None:
     assert record.signals.queue_depth == 0.0
     assert record.signals.kv_cache_utilization is None
     assert record.healthy is False
+
+
+def test_the_spec_prices_travel_in_the_record_not_in_its_signals() -> None:
+    state = decode_lane(Lane.STATE, encode_lane(_snapshot().state), "east")
+    record = state.live_providers()["vllm-a"]  # type: ignore[union-attr]
+    assert (record.cost_per_million_input_tokens, record.cost_per_million_output_tokens) == (
+        0.2,
+        0.6,
+    )
+    assert record.signals.cost_per_million_input_tokens is None
 
 
 def test_whole_snapshot_round_trips_byte_for_byte() -> None:

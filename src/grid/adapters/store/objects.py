@@ -262,6 +262,15 @@ def parse_selector(selector: LabelSelector | None) -> list[tuple[str, str, str |
     return requirements
 
 
+def list_query(
+    kind: str, label_selector: LabelSelector | None, namespace: str | None
+) -> tuple[str | None, list[tuple[str, str, str | None]]]:
+    """What a list of ``kind`` reads: its namespace (None: every one) and requirements."""
+    info = stored_kind(kind)
+    ns = resolve_namespace(info, namespace) if namespace else None
+    return ns, parse_selector(label_selector)
+
+
 def matches(obj: Obj, requirements: list[tuple[str, str, str | None]]) -> bool:
     """Whether an object's labels satisfy every selector requirement."""
     labels: Mapping[str, str] = obj.get("metadata", {}).get("labels") or {}

@@ -155,9 +155,7 @@ class SqliteStore:
         namespace: str | None = None,
     ) -> list[Obj]:
         """Objects of a kind matching the selector, ordered by (namespace, name)."""
-        info = objects.stored_kind(kind)
-        ns = objects.resolve_namespace(info, namespace) if namespace else None
-        requirements = objects.parse_selector(label_selector)
+        ns, requirements = objects.list_query(kind, label_selector, namespace)
         found, _rv = await self._run(self._list_sync, kind, ns)
         return [obj for obj in found if objects.matches(obj, requirements)]
 

@@ -171,6 +171,8 @@ def _record_pb(record: ProviderRecord) -> pb.ProviderRecord:
         msg.healthy = record.healthy
     if record.cost_per_million_output_tokens is not None:
         msg.cost_per_million_output_tokens = record.cost_per_million_output_tokens
+    if record.cost_per_million_input_tokens is not None:
+        msg.cost_per_million_input_tokens = record.cost_per_million_input_tokens
     if record.capacity_weight != CAPACITY_WEIGHT_MIN:
         # The default travels as absence, so a record without a weight encodes
         # to the same bytes as before the field existed.
@@ -300,6 +302,11 @@ def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
         cost_per_million_output_tokens=(
             msg.cost_per_million_output_tokens
             if msg.HasField("cost_per_million_output_tokens")
+            else None
+        ),
+        cost_per_million_input_tokens=(
+            msg.cost_per_million_input_tokens
+            if msg.HasField("cost_per_million_input_tokens")
             else None
         ),
         capacity_weight=_capacity_weight(msg),

@@ -121,11 +121,18 @@ class ProviderRecord:
     """Capabilities and context window of models that declare any, by model name."""
     cost_per_million_output_tokens: float | None = None
     """The provider's output price in USD per million tokens, for tenant spend (§12)."""
+    cost_per_million_input_tokens: float | None = None
+    """The provider's input price in USD per million tokens, for tenant spend (§12).
+
+    It comes from the spec and travels in the record under either signal
+    transport; ``signals.cost_per_million_input_tokens`` is a ranking signal and
+    is empty under poll."""
     capacity_weight: int = CAPACITY_WEIGHT_MIN
     """``spec.capacityWeight`` (1..1000): the provider's share of its selection group (§14)."""
 
     def __post_init__(self) -> None:
         _check_signal("cost_per_million_output_tokens", self.cost_per_million_output_tokens)
+        _check_signal("cost_per_million_input_tokens", self.cost_per_million_input_tokens)
         weight = self.capacity_weight
         if (
             isinstance(weight, bool)

@@ -29,6 +29,7 @@ from grid.core.vocabulary import (
     SIGNAL_NAMES,
     AdmissionState,
     CandidateKind,
+    RouteIdentity,
     ScoreBreakdown,
     SelectionMode,
     SelectionPolicy,
@@ -52,19 +53,9 @@ class Credential(Protocol):
     def secret_key(self) -> str: ...
 
 
-class Routed(Protocol):
+class Routed(RouteIdentity, Protocol):
     """What the overlay writes of the candidate itself (routing's `CandidateInput` fits)."""
 
-    @property
-    def kind(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def site(self) -> str: ...
-    @property
-    def cluster(self) -> str: ...
-    @property
-    def fresh(self) -> bool: ...
     @property
     def credential(self) -> Credential | None: ...
     @property

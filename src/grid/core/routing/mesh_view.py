@@ -99,6 +99,7 @@ def record_for(
         cost_per_million_output_tokens=(
             provider.spec.cost.per_million_output_tokens if provider.spec.cost else None
         ),
+        cost_per_million_input_tokens=cost,
         capacity_weight=provider.spec.capacity_weight,
     )
 

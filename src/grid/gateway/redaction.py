@@ -1,0 +1,120 @@
+"""A provider's error answer, relayed only once the injected credential is masked out.
+
+A provider may echo what it received: a 401 or 503 quoting the request's
+``Authorization`` would hand the gateway's credential to the client. So an
+answer with an error status (400 and up) is read whole, up to
+``error_body_max_bytes`` (a longer one is cut there), decoded when the
+provider compressed it (gzip or deflate; another encoding is not relayed), and
+every spelling of the credential is replaced by ``[redacted]``: the raw bytes,
+the JSON-escaped and percent-encoded forms, and base64. A cut body also loses
+a trailing start of the credential. A response header of any answer that holds
+the credential is dropped.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import aiohttp
+from aiohttp import web
+
+MASK = b"[redacted]"
+
+UNRELAYABLE = (
+    b'{"error":{"code":"upstream_error","message":'
+    b'"the cluster answered an error in an encoding the gateway does not relay"}}'
+)
+"""The body sent in place of an error body the gateway cannot read to mask."""
+
+_DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def secret_of(credential: object) -> str | None:
+    """The credential's secret from an injected ``(header, value)``; None without one."""
+    if not isinstance(credential, tuple):
+        return None
+    value = str(credential[1])
+    return value.removeprefix("Bearer ") or None
+
+
+@dataclass(frozen=True)
+class Masker:
+    """Every spelling of one secret, and what masking them does to bodies and headers."""
+
+    forms: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, secret: str | None) -> Masker:
+        if not secret:
+            return cls(())
+        raw = secret.encode()
+        spellings = {
+            raw,
+            json.dumps(secret)[1:-1].encode(),
+            quote(secret, safe="").encode(),
+            base64.b64encode(raw),
+            base64.urlsafe_b64encode(raw),
+            base64.b64encode(raw).rstrip(b"="),
+        }
+        return cls(tuple(sorted((s for s in spellings if s), key=len, reverse=True)))
+
+    def body(self, data: bytes, cut: bool = False) -> bytes:
+        """``data`` with every spelling masked; a ``cut`` body also loses a trailing prefix."""
+        for form in self.forms:
+            data = data.replace(form, MASK)
+        if cut:
+            for form in self.forms:
+                for size in range(min(len(form) - 1, len(data)), 0, -1):
+                    if data.endswith(form[:size]):
+                        data = data[:-size] + MASK
+                        break
+        return data
+
+    def headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """The headers without any whose value holds a spelling of the secret."""
+        if not self.forms:
+            return dict(headers)
+        return {k: v for k, v in headers.items() if not any(f in v.encode() for f in self.forms)}
+
+
+async def error_answer(
+    response: aiohttp.ClientResponse, headers: Mapping[str, str], masker: Masker, limit: int
+) -> web.Response:
+    """The client's copy of a cluster's error answer: bounded, decoded, masked."""
+    body, decoded = await _error_body(response, masker, limit)
+    out = masker.headers(headers)
+    if decoded:
+        out = {k: v for k, v in out.items() if k.lower() != "content-encoding"}
+    if body is UNRELAYABLE:
+        out = {k: v for k, v in out.items() if k.lower() != "content-type"}
+        out["Content-Type"] = "application/json"
+    return web.Response(status=response.status, body=body, headers=out)
+
+
+async def _error_body(
+    response: aiohttp.ClientResponse, masker: Masker, limit: int
+) -> tuple[bytes, bool]:
+    """The masked error body and whether it was decoded (its Content-Encoding is gone)."""
+    data = bytearray()
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        data += chunk
+        if len(data) > limit:
+            break
+    raw = bytes(data)
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return masker.body(raw[:limit], cut=len(raw) > limit), False
+    wbits = _DECODERS.get(encoding)
+    if wbits is None:
+        return UNRELAYABLE, True
+    try:
+        inflater = zlib.decompressobj(wbits)
+        plain = inflater.decompress(raw, limit + 1)
+    except zlib.error:
+        return UNRELAYABLE, True
+    return masker.body(plain[:limit], cut=len(plain) > limit or len(raw) > limit), True
