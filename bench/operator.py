@@ -64,9 +64,9 @@ from grid.core.resources import API_VERSION, GridSite  # noqa: E402
 from grid.core.resources.phases import SitePhase  # noqa: E402
 from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs  # noqa: E402
 from grid.core.routing.render import render  # noqa: E402
+from grid.demo.cpu_share import steady_cpu  # noqa: E402
 from grid.demo.mesh import DemoMesh  # noqa: E402
-from grid.demo.plan import API_MODEL, MODEL  # noqa: E402
-from grid.demo.traffic import DEFAULT_RATE, send_traffic  # noqa: E402
+from grid.demo.plan import MODEL  # noqa: E402
 from grid.operator.runtime import Operator  # noqa: E402
 from grid.operator.settings import OperatorSettings  # noqa: E402
 from grid.operator.startup import select_network  # noqa: E402
@@ -201,7 +201,12 @@ async def live_mesh(
     try:
         await mesh.prepare()
         await mesh.start()
-        steady = await steady_cpu(mesh, warmup_s, measure_s) if measure_s > 0 else None
+        pids = {}
+        for site in SITES:
+            process = mesh.children[f"operator-{site}"].process
+            assert process is not None
+            pids[site] = process.pid
+        steady = await steady_cpu(mesh, pids, warmup_s, measure_s) if measure_s > 0 else None
         latency = await mesh_latency(mesh, cycles) if cycles > 0 else None
     finally:
         await mesh.stop()
@@ -233,52 +238,6 @@ def _latency_figures(samples: dict[str, list[float]], missed: int) -> dict[str, 
         "remote_over_local_p50": round(
             percentile(remote, 50) / max(percentile(local, 50), 1e-3), 2
         ),
-    }
-
-
-# -- steady-state CPU on the live demo -------------------------------------------------
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds of one process so far (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def _shares(pids: dict[str, int], seconds: float) -> dict[str, float]:
-    before = {s: _cpu_seconds(pid) for s, pid in pids.items()}
-    started = time.monotonic()
-    await asyncio.sleep(seconds)
-    wall = time.monotonic() - started
-    return {s: round((_cpu_seconds(pid) - before[s]) / wall, 4) for s, pid in pids.items()}
-
-
-async def steady_cpu(mesh: DemoMesh, warmup_s: float, measure_s: float) -> dict[str, Any]:
-    """Each demo operator's CPU share at rest, then with the demo's traffic."""
-    pids = {}
-    for site in SITES:
-        process = mesh.children[f"operator-{site}"].process
-        assert process is not None
-        pids[site] = process.pid
-    await asyncio.sleep(warmup_s)
-    idle = await _shares(pids, measure_s)
-    gateways = [g for g in map(mesh.gateway_address, SITES) if g]
-    load = asyncio.create_task(send_traffic(gateways, DEFAULT_RATE, (MODEL, API_MODEL)))
-    try:
-        await asyncio.sleep(min(warmup_s, 5.0))
-        traffic = await _shares(pids, measure_s)
-    finally:
-        load.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await load
-    return {
-        "warmup_s": warmup_s,
-        "measure_s": measure_s,
-        "traffic_rps": DEFAULT_RATE,
-        "idle": idle,
-        "traffic": traffic,
-        "idle_mean": round(statistics.mean(idle.values()), 4),
-        "traffic_mean": round(statistics.mean(traffic.values()), 4),
     }
 
 
