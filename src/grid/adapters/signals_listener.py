@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from grid.adapters.connection_gate import ForwardingProtocol
+from grid.adapters.connection_gate import HANDSHAKE_FAILURES, ForwardingProtocol
 from grid.core.signals.connections import ConnectionBook, ConnectionClass, Refusal
 from grid.core.trust import PeerClass, TrustPolicy
 
@@ -119,13 +119,15 @@ class ClassifiedConnection(ForwardingProtocol):
                 server_side=True,
                 ssl_handshake_timeout=self._state.book.limits.handshake_timeout_s,
             )
-        except BaseException as exc:
-            # A missing or unverifiable certificate, a timeout, a reset or shutdown.
+        except HANDSHAKE_FAILURES:
+            # A missing or unverifiable certificate, a timeout or a reset.
             raw.abort()
             self._abandon()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
             return
+        except asyncio.CancelledError:  # shutdown: give the slot back, then stop
+            raw.abort()
+            self._abandon()
+            raise
         if secured is None:  # the peer went away as the handshake finished
             self._abandon()
             return
