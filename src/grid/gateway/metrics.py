@@ -19,6 +19,7 @@ OUTCOMES = (
     "no_candidate",
     "bad_request",
     "too_large",
+    "body_timeout",
     "not_found",
     "upstream_unavailable",
     "stream_broken",

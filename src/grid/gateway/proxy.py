@@ -37,6 +37,7 @@ from yarl import URL
 from grid.core.metering.bounds import UsageBound, usage_bound
 from grid.core.metering.usage import StreamUsage, answer_usage, ask_for_usage
 from grid.gateway.affinity import AffinityTable
+from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body, write_within
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
 from grid.gateway.metering import TenantMeter
@@ -140,8 +141,13 @@ class Proxy:
             requests["budget_exhausted"].inc()
             return error(429, "budget_exhausted", "the tenant's budget is spent")
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+            body = await read_body(request, self.settings.body_max_bytes, *self.settings.body_pace)
+        except BodyTooSlow:
+            requests["body_timeout"].inc()
+            refusal = error(408, "body_timeout", "the body did not arrive at the minimum rate")
+            refusal.force_close()
+            return refusal
+        except BodyTooLarge:
             requests["too_large"].inc()
             return error(
                 413, "body_too_large", f"the body exceeds {self.settings.body_max_bytes} bytes"
@@ -340,9 +346,9 @@ class Proxy:
                     chunk = usage.feed(chunk)
                     if not chunk:
                         continue
-                await out.write(chunk)
+                await write_within(out, chunk, self.settings.write_timeout_s)
             if usage is not None and (rest := usage.finish()):
-                await out.write(rest)
+                await write_within(out, rest, self.settings.write_timeout_s)
         except (aiohttp.ClientError, TimeoutError, ConnectionError):
             # Bytes already reached the client: never retried; the connection is cut
             # so the client sees an incomplete answer rather than a clean end.

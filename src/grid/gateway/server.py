@@ -28,6 +28,7 @@ from grid.core.address import format_address, parse_address
 from grid.core.routing.rerank import RerankContext, reported_requests, rerank
 from grid.core.routing.signals import SignalsDocument
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
+from grid.gateway.descriptors import connection_cap, raise_nofile
 from grid.gateway.feedback import FeedbackReporter, HttpIngestTransport
 from grid.gateway.ingest_reports import IngestReports
 from grid.gateway.metering import BUDGETS_FILE, TenantMeter
@@ -116,9 +117,11 @@ class Gateway:
         public = self.proxy.app()
         # One server span per request while tracing is on (SPEC-DECISIONS §17).
         public.middlewares[:0] = server_middlewares()
+        policy = self.settings.listener
+        cap = connection_cap(policy.connections_max, raise_nofile())
         self.public = HttpListener(
             public,
-            self.settings.listener,
+            replace(policy, connections_max=cap),
             auto_decompress=False,
             shutdown_timeout_s=config.shutdown_timeout_s,
         )
