@@ -329,6 +329,7 @@ class ConsumerConfigWriter:
                 config,
                 self.overlay_file(config, scope.gateway, fmt),
                 ranking.route_fields() if ranking is not None else None,
+                policy.default_tenant if (policy := rendered.network.spec.budget_policy) else None,
             )
         except (GridError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
             # Not a fail-closed reason of §11: an input the renderer could not take. The
