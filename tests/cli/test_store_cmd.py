@@ -235,3 +235,19 @@ def test_reading_a_missing_store_creates_nothing(tmp_path: Path) -> None:
     assert "No resources found" in listed.stderr
     assert grid("get", "gs", "east", "--store", store).exit_code == 1
     assert not (tmp_path / "absent.db").exists()
+
+
+def test_agent_kinds_apply_get_and_delete(store: str) -> None:
+    applied = grid("apply", "-f", str(QUICKSTART), "--store", store)
+    assert applied.exit_code == 0, applied.output
+    lines = applied.stdout.splitlines()
+    assert "agenttoolprovider.grid.praxis-proxy.io/tools-east created" in lines
+    assert "agenttoagentprovider.grid.praxis-proxy.io/planner-west created" in lines
+    listed = grid("get", "atp", "--store", store)
+    assert listed.exit_code == 0 and "tools-east" in listed.stdout
+    assert "search,calculator" in listed.stdout
+    shown = grid("get", "agenttoagentprovider", "planner-west", "-o", "json", "--store", store)
+    assert json.loads(shown.stdout)["spec"]["agentCard"]["skills"] == ["plan-trip"]
+    deleted = grid("delete", "agenttoolprovider", "tools-east", "--store", store)
+    assert deleted.exit_code == 0, deleted.output
+    assert grid("get", "atp", "tools-east", "--store", store).exit_code != 0

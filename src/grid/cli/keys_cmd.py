@@ -37,7 +37,8 @@ def _append(path: Path, line: str) -> None:
         existing = path.read_text() if path.exists() else ""
         parse_keys(yaml.safe_load(existing + line))
     except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"{path} does not read: {exc.strerror or exc}") from None
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise click.ClickException(f"{path} does not read: {reason}") from None
     except (KeysFileError, yaml.YAMLError) as exc:
         raise click.ClickException(f"{path} is not a keys file ({exc}); nothing written") from None
     prefix = "\n" if existing and not existing.endswith("\n") else ""

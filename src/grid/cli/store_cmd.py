@@ -33,6 +33,8 @@ from grid.adapters.store.url import DEFAULT_STORE_URL, STORE_ENV, open_store, pa
 from grid.cli.store_output import CliKind, render, resolve_kind, table
 from grid.core.resources import (
     KINDS,
+    AgentToAgentProvider,
+    AgentToolProvider,
     GridNetwork,
     InferenceProvider,
     Resource,
@@ -55,7 +57,15 @@ from grid.errors import AlreadyExists, Conflict, GridError, NotFound, Validation
 EXIT_INVALID_INPUT = 2
 APPLY_ATTEMPTS = 3
 """Tries per object when another writer changes it between read and write."""
-APPLY_ORDER = ("Secret", "ConfigMap", "GridNetwork", "GridSite", "InferenceProvider")
+APPLY_ORDER = (
+    "Secret",
+    "ConfigMap",
+    "GridNetwork",
+    "GridSite",
+    "InferenceProvider",
+    "AgentToolProvider",
+    "AgentToAgentProvider",
+)
 """Kinds in write order, referenced objects before the objects that refer to them."""
 
 T = TypeVar("T")
@@ -113,7 +123,7 @@ def _problems_of(doc: Document, exc: ValidationError) -> list[Problem]:
 
 def _secret_refs(resource: Resource) -> list[tuple[str, SecretRef]]:
     """The Secret references of a resource, with their field paths."""
-    if isinstance(resource, InferenceProvider):
+    if isinstance(resource, InferenceProvider | AgentToolProvider | AgentToAgentProvider):
         auth = resource.spec.auth
         return [("spec.auth.secretRef", auth.secret_ref)] if auth and auth.secret_ref else []
     if isinstance(resource, GridNetwork) and resource.spec.tls is not None:

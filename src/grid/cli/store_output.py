@@ -129,6 +129,20 @@ _COLUMNS: dict[str, list[Column]] = {
             lambda o: ",".join(str(m.get("name")) for m in _get(o, "spec", "models") or []),
         ),
     ],
+    "AgentToolProvider": [
+        ("NETWORK", lambda o: _get(o, "spec", "gridNetworkRef")),
+        (
+            "TOOLS",
+            lambda o: ",".join(
+                str(t.get("name"))
+                for t in _get(o, "spec", "tools") or _get(o, "status", "tools") or []
+            ),
+        ),
+    ],
+    "AgentToAgentProvider": [
+        ("NETWORK", lambda o: _get(o, "spec", "gridNetworkRef")),
+        ("ENDPOINT", lambda o: _get(o, "spec", "endpoint")),
+    ],
     "ConfigMap": [("DATA", lambda o: len(o.get("data") or {}))],
     "Secret": [
         ("TYPE", lambda o: o.get("type") or "Opaque"),

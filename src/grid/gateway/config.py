@@ -23,7 +23,13 @@ from grid.core.routing.rerank import RerankContext
 from grid.core.routing.scoring import ScoringConfig, ScoringWeights
 from grid.core.vocabulary import SIGNAL_NAMES
 from grid.errors import ValidationError
-from grid.gateway.snapshot import Snapshot, snapshot_from_candidates
+from grid.gateway.snapshot import (
+    SelectionFieldError,
+    Snapshot,
+    policy_of,
+    ranked_group_key,
+    snapshot_from_candidates,
+)
 
 TEXT_MAX = 256
 """Longest candidate kind, name, site or cluster (§5)."""
@@ -287,7 +293,14 @@ def _with_candidates(config: PraxisConfig, route: dict[str, Any]) -> PraxisConfi
             ref = secret_ref_of(credential)
             for key in ("name", "namespace", "key"):
                 _need(ref, key, f"{where}.credential.secretRef")
-    return _replace(config, inline=snapshot_from_candidates(candidates, None, "inline"))
+    derive = ranked_group_key(config.ranking or RerankContext(config.local_site))
+    try:
+        inline = snapshot_from_candidates(
+            candidates, None, "inline", policy_of(route, "intelligent_route"), derive
+        )
+    except SelectionFieldError as exc:
+        raise ConfigError(f"intelligent_route.{exc}") from None
+    return _replace(config, inline=inline)
 
 
 def _replace(config: PraxisConfig, **changes: Any) -> PraxisConfig:

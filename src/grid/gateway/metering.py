@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.identity import tenant_key
 from grid.core.json_document import DocumentError, decode_json
+from grid.core.metering.bounds import UsageBound, billable
 from grid.core.metering.budgets import (
     DIRECTIONS,
     BudgetDocumentError,
@@ -67,6 +68,8 @@ class TenantMeter(Collector):
         self.exhausted: frozenset[str] = frozenset()
         self.tokens: dict[CounterKey, int] = {}
         self.view_rejected = 0
+        self.implausible: dict[str, int] = {}
+        """Answers per cluster whose reported usage exceeded their bound."""
         self._stamp: tuple[int, int, int] | None = None
         self._restore()
         self.poll()
@@ -97,6 +100,23 @@ class TenantMeter(Collector):
                 key = ("other", cluster, direction)
             self.tokens[key] = self.tokens.get(key, 0) + tokens
 
+    def add_answer(self, tenant: str, cluster: str, bound: UsageBound, usage: Usage) -> None:
+        """Count an answer's tokens within its bound; an implausible one is clamped and counted."""
+        billed, plausible = billable(usage, bound)
+        if not plausible:
+            self.implausible[cluster] = self.implausible.get(cluster, 0) + 1
+            log.warning(
+                "implausible usage billed at its bound",
+                extra={
+                    "cluster": cluster,
+                    "prompt_tokens": usage.prompt_tokens,
+                    "completion_tokens": usage.completion_tokens,
+                    "prompt_max": bound.prompt_max,
+                    "total_max": bound.total_max,
+                },
+            )
+        self.add(tenant, cluster, billed)
+
     def collect(self) -> Iterator[CounterMetricFamily]:
         """``grid_gateway_tenant_tokens_total`` at scrape time."""
         family = CounterMetricFamily(
@@ -108,6 +128,14 @@ class TenantMeter(Collector):
         for (tenant, cluster, direction), value in sorted(self.tokens.items()):
             family.add_metric([tenant, cluster, direction], value)
         yield family
+        implausible = CounterMetricFamily(
+            "grid_gateway_usage_implausible",
+            "Answers whose reported usage exceeded the request's bound (billed at the bound).",
+            labels=["cluster"],
+        )
+        for cluster, count in sorted(self.implausible.items()):
+            implausible.add_metric([cluster], count)
+        yield implausible
 
     # -- the budget view --------------------------------------------------------
 

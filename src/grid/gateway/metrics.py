@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Gauge
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 OUTCOMES = (
@@ -19,6 +19,7 @@ OUTCOMES = (
     "no_candidate",
     "bad_request",
     "too_large",
+    "body_timeout",
     "not_found",
     "upstream_unavailable",
     "stream_broken",
@@ -61,11 +62,51 @@ class _Family:
         return family
 
 
+class _GaugeFamily(_Family):
+    """A gauge family over a closed set of label values (tallies that also go down)."""
+
+    def metric(self) -> GaugeMetricFamily:  # type: ignore[override]
+        family = GaugeMetricFamily(self.name, self.doc, labels=[str(self.label)])
+        for value, tally in self.tallies.items():
+            family.add_metric([value], tally.value)
+        return family
+
+
+class _SelectionFamily:
+    """``grid_gateway_selections_total{cluster, group}``: one tally per pair seen.
+
+    The pairs are bounded by the overlay's candidates (each has one cluster and
+    one group), so the label set stays closed.
+    """
+
+    name = "grid_gateway_selections"
+
+    def __init__(self) -> None:
+        self.tallies: dict[tuple[str, int], Tally] = {}
+
+    def tally(self, cluster: str, group: int) -> Tally:
+        key = (cluster, group)
+        found = self.tallies.get(key)
+        if found is None:
+            found = self.tallies[key] = Tally()
+        return found
+
+    def metric(self) -> CounterMetricFamily:
+        family = CounterMetricFamily(
+            self.name,
+            "Requests whose first attempt selection sent to each cluster, by selection group.",
+            labels=["cluster", "group"],
+        )
+        for (cluster, group), tally in sorted(self.tallies.items()):
+            family.add_metric([cluster, str(group)], tally.value)
+        return family
+
+
 class _TallyCollector(Collector):
-    def __init__(self, families: list[_Family]) -> None:
+    def __init__(self, families: list[_Family | _SelectionFamily]) -> None:
         self._families = families
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         for family in self._families:
             yield family.metric()
 
@@ -74,6 +115,7 @@ class GatewayMetrics:
     """Counters and gauges of one gateway process."""
 
     def __init__(self, clusters: Iterable[str]) -> None:
+        clusters = tuple(clusters)
         self.registry = CollectorRegistry()
         requests = _Family(
             "grid_gateway_requests", "Client requests by outcome.", "outcome", OUTCOMES
@@ -102,12 +144,33 @@ class GatewayMetrics:
             "outcome",
             SIGNALS_POLLS,
         )
+        in_flight = _GaugeFamily(
+            "grid_gateway_upstream_in_flight",
+            "Attempts to each cluster whose answer has not ended yet.",
+            "cluster",
+            clusters,
+        )
+        ejections = _Family(
+            "grid_gateway_ejections",
+            "Candidates of each cluster ejected from selection by passive health.",
+            "cluster",
+            clusters,
+        )
+        self.selections = _SelectionFamily()
         self.requests = requests.tallies
         self.upstream = upstream.tallies
         self.failovers = failovers.tallies[""]
         self.reloads = reloads.tallies
         self.signals_polls = polls.tallies
-        self.registry.register(_TallyCollector([requests, upstream, failovers, reloads, polls]))
+        self.in_flight = in_flight.tallies
+        self.ejections = ejections.tallies
+        families = [requests, upstream, failovers, reloads, polls, in_flight, ejections]
+        self.registry.register(_TallyCollector([*families, self.selections]))
+
+    def add_cluster(self, name: str) -> None:
+        """Label values for a cluster that joined praxis.yaml."""
+        for tallies in (self.upstream, self.in_flight, self.ejections):
+            tallies.setdefault(name, Tally())
 
     def gauge(self, name: str, doc: str, read: Callable[[], float]) -> None:
         """A gauge whose value is read at scrape time."""

@@ -39,6 +39,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from grid.core.metering.bounds import UsageBound, usage_bound
 from grid.core.metering.usage import (
     StreamUsage,
     answer_usage,
@@ -47,6 +48,7 @@ from grid.core.metering.usage import (
     stream_refusal,
 )
 from grid.gateway.affinity import AffinityTable
+from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body, write_within
 from grid.gateway.client_auth import ClientAuth, Refusal
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
@@ -54,7 +56,7 @@ from grid.gateway.metering import TenantMeter
 from grid.gateway.metrics import GatewayMetrics
 from grid.gateway.paths import routable_target
 from grid.gateway.redaction import Masker, error_answer, secret_of
-from grid.gateway.routing import KIND, attempts
+from grid.gateway.routing import KIND, Router
 from grid.gateway.settings import GatewaySettings
 from grid.gateway.snapshot import Candidate, Snapshot
 from grid.gateway.upstream import Upstream
@@ -87,6 +89,8 @@ _STRIPPED = _HOP_BY_HOP | {
     REQUEST_ID_HEADER,
     REVISION_HEADER,
 }
+Metered = tuple[str, str, UsageBound]
+"""Whom an answer's usage is billed to: (tenant label, cluster, the answer's bound)."""
 _FAILOVER_STATUS = frozenset({502, 503})
 _LARGE_BODY = 1024 * 1024
 """Bodies this size and up are sent from a stream (aiohttp's threshold for raw bytes)."""
@@ -119,6 +123,7 @@ class Proxy:
         self.upstreams = upstreams
         self.metrics = metrics
         self.affinity = AffinityTable(settings.affinity_ttl_s, settings.affinity_max)
+        self.router = Router(settings.failover_max, metrics)
         self.credentials = CredentialFiles()
         self._model_header = config.model_header
         # Request ids: a random per-process prefix and a counter, unique without a
@@ -148,15 +153,20 @@ class Proxy:
             return error(404, "not_found", "only POST requests under /v1/ are routed")
         try:
             tenant = self.meter.canonical(self.client_auth.tenant(request))
-        except Refusal as refusal:
-            requests[refusal.outcome].inc()
-            return error(refusal.status, refusal.code, refusal.message)
+        except Refusal as refused:
+            requests[refused.outcome].inc()
+            return error(refused.status, refused.code, refused.message)
         if self.meter.is_exhausted(tenant):
             requests["budget_exhausted"].inc()
             return error(429, "budget_exhausted", "the tenant's budget is spent")
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+            body = await read_body(request, self.settings.body_max_bytes, *self.settings.body_pace)
+        except BodyTooSlow:
+            requests["body_timeout"].inc()
+            refusal = error(408, "body_timeout", "the body did not arrive at the minimum rate")
+            refusal.force_close()
+            return refusal
+        except BodyTooLarge:
             requests["too_large"].inc()
             return error(
                 413, "body_too_large", f"the body exceeds {self.settings.body_max_bytes} bytes"
@@ -176,7 +186,7 @@ class Proxy:
         if session is not None and (not session or len(session) > self.settings.session_max_chars):
             session = None
         bound = self.affinity.get(session) if session is not None else None
-        tries = attempts(snapshot, model, bound, self.settings.failover_max)
+        tries = self.router.attempts(snapshot, model, bound)
         if not tries:
             requests["no_candidate"].inc()
             return error(404, "no_candidate", "no candidate admits new requests for this model")
@@ -187,6 +197,7 @@ class Proxy:
         strip = ask_for_usage(document)
         if strip:
             body = json.dumps(document, separators=(",", ":")).encode()
+        usage_cap = usage_bound(document, len(body), *self.settings.usage_limits)
         base = self._outgoing_headers(request, model, snapshot)
         last = len(tries) - 1
         for index, candidate in enumerate(tries):
@@ -197,9 +208,12 @@ class Proxy:
                 continue
             if session is not None:
                 self.affinity.bind(session, candidate.stable_id)
-            metered = (self.meter.label(tenant), candidate.cluster)
+            metered = (self.meter.label(tenant), candidate.cluster, usage_cap)
             masker = Masker.of(secret_of(self._credential(candidate)))
-            return await self._relay(request, response, metered, strip, masker)
+            try:
+                return await self._relay(request, response, metered, strip, masker)
+            finally:
+                self.router.ended(candidate)
         requests["upstream_unavailable"].inc()
         return error(502, "upstream_unavailable", "no candidate could be reached")
 
@@ -266,6 +280,8 @@ class Proxy:
         counter = self.metrics.upstream.get(candidate.cluster)
         if counter is not None:
             counter.inc()
+        router = self.router
+        router.started(candidate)
         try:
             response = await upstream.open().request(
                 request.method,
@@ -278,9 +294,16 @@ class Proxy:
                 allow_redirects=False,
             )
         except (aiohttp.ClientError, TimeoutError, OSError):
+            router.ended(candidate)
+            router.failed(candidate)
             return None
+        except BaseException:
+            router.ended(candidate)
+            raise
+        router.answered(candidate, response.status)
         if response.status in _FAILOVER_STATUS and not final:
             response.release()
+            router.ended(candidate)
             return None
         return response
 
@@ -288,7 +311,7 @@ class Proxy:
         self,
         request: web.Request,
         response: aiohttp.ClientResponse,
-        metered: tuple[str, str],
+        metered: Metered,
         strip: bool,
         masker: Masker,
     ) -> web.StreamResponse:
@@ -327,15 +350,15 @@ class Proxy:
             usage = StreamUsage(strip) if streaming else None
             out = await self._stream(request, response, headers, usage)
             if usage is not None and usage.usage is not None:
-                self.meter.add(*metered, usage.usage)
+                self.meter.add_answer(*metered, usage.usage)
             return out
         finally:
             response.release()
 
-    def _meter_answer(self, data: bytes, metered: tuple[str, str]) -> None:
+    def _meter_answer(self, data: bytes, metered: Metered) -> None:
         usage = answer_usage(data)
         if usage is not None:
-            self.meter.add(*metered, usage)
+            self.meter.add_answer(*metered, usage)
 
     async def _stream(
         self,
@@ -352,9 +375,9 @@ class Proxy:
                     chunk = usage.feed(chunk)
                     if not chunk:
                         continue
-                await out.write(chunk)
+                await write_within(out, chunk, self.settings.write_timeout_s)
             if usage is not None and (rest := usage.finish()):
-                await out.write(rest)
+                await write_within(out, rest, self.settings.write_timeout_s)
         except (aiohttp.ClientError, TimeoutError, ConnectionError):
             # Bytes already reached the client: never retried; the connection is cut
             # so the client sees an incomplete answer rather than a clean end.

@@ -1,34 +1,118 @@
-"""Which candidates a request may try, in order (§11 routing and admission).
+"""Which candidates a request may try, in order (§11 routing, §14 selection).
 
-The first candidate in overlay order with the request's kind and model and
-admission ``new_and_existing`` serves it. A session already bound to a
-candidate (``x-grid-session``) goes back to that candidate first, even when it
-is ``existing_only``; ``existing_only`` candidates serve no one else. Failover
-tries the next eligible candidates, at most ``failover_max`` more.
+`Router` holds what selection needs between requests: the passive-health
+table, the load book (in-flight counts, and under poll the queue other
+gateways put on each provider) and the random source. The choice itself is
+`grid.core.routing.selection.select` over the snapshot's precomputed plan:
+session affinity first, then the mode's pick inside the active group, then
+failover targets, at most ``1 + failover_max`` of them.
+
+The proxy reports each attempt: `started` when it is sent, `answered` with
+the status (a 5xx counts against passive health, anything else clears it),
+`failed` for a failed connect, and `ended` when its answer is over, streams
+and errors included, so in-flight counts always come back down.
 """
 
 from __future__ import annotations
 
-from grid.gateway.snapshot import NEW_AND_EXISTING, Candidate, Snapshot
+import random
+import time
+from collections.abc import Callable, Mapping
+
+from grid.core.routing.load import LoadBook
+from grid.core.routing.passive_health import HealthSettings, PassiveHealth
+from grid.core.routing.selection import select
+from grid.gateway.metrics import GatewayMetrics, Tally
+from grid.gateway.snapshot import Candidate, Snapshot
 
 KIND = "inference_model"
 """The candidate kind chat completions route to."""
 
+_NONE: frozenset[str] = frozenset()
+
 
 def attempts(
-    snapshot: Snapshot, model: str, bound: str | None, failover_max: int
+    snapshot: Snapshot,
+    model: str,
+    bound: str | None,
+    failover_max: int,
+    rng: random.Random | None = None,
 ) -> list[Candidate]:
-    """The candidates to try, in order: at most ``1 + failover_max`` of them."""
-    listed = snapshot.by_model.get((KIND, model), ())
-    limit = 1 + failover_max
-    chosen: list[Candidate] = []
-    if bound is not None:
-        first = next((c for c in listed if c.stable_id == bound), None)
-        if first is not None:
-            chosen.append(first)
-    for candidate in listed:
-        if len(chosen) >= limit:
-            break
-        if candidate.admission == NEW_AND_EXISTING and candidate not in chosen:
-            chosen.append(candidate)
-    return chosen[:limit]
+    """The candidates to try, in order, with nothing ejected and no load known."""
+    plan = snapshot.plans.get((KIND, model))
+    if plan is None:
+        return []
+    return select(plan, bound, 1 + failover_max, rng or random.Random(0), _NONE, lambda _c: 0.0)
+
+
+class Router:
+    """Selection state of one gateway process."""
+
+    def __init__(
+        self,
+        failover_max: int,
+        metrics: GatewayMetrics,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        health: HealthSettings | None = None,
+    ) -> None:
+        self.limit = 1 + failover_max
+        self.metrics = metrics
+        self.health = PassiveHealth(clock, health)
+        self.loads = LoadBook()
+        self._rng = rng or random.Random()
+        loads = self.loads
+
+        def estimate(candidate: Candidate) -> float:
+            return loads.estimate(candidate.stable_id)
+
+        self._estimate = estimate
+        self._idle = Tally()
+
+    def attempts(self, snapshot: Snapshot, model: str, bound: str | None) -> list[Candidate]:
+        """The candidates to try for one request; counts the selection of the first."""
+        plan = snapshot.plans.get((KIND, model))
+        if plan is None:
+            return []
+        tries = select(plan, bound, self.limit, self._rng, self.health.ejected(), self._estimate)
+        if tries:
+            first = tries[0]
+            self.metrics.selections.tally(first.cluster, first.selection_group).inc()
+        return tries
+
+    def _in_flight(self, cluster: str) -> Tally:
+        return self.metrics.in_flight.get(cluster, self._idle)
+
+    def started(self, candidate: Candidate) -> None:
+        """An attempt to ``candidate`` is being sent."""
+        self.loads.start(candidate.stable_id)
+        self._in_flight(candidate.cluster).value += 1
+
+    def ended(self, candidate: Candidate) -> None:
+        """The attempt's answer is over (relayed, broken off or abandoned)."""
+        self.loads.end(candidate.stable_id)
+        self._in_flight(candidate.cluster).value -= 1
+
+    def answered(self, candidate: Candidate, status: int) -> None:
+        """The cluster answered with ``status``: a 5xx counts as a failure."""
+        if status >= 500:
+            self.failed(candidate)
+        else:
+            self.health.success(candidate.stable_id)
+
+    def failed(self, candidate: Candidate) -> None:
+        """Connecting to the cluster failed (or it answered 5xx)."""
+        if self.health.failure(candidate.stable_id):
+            ejections = self.metrics.ejections.get(candidate.cluster)
+            if ejections is not None:
+                ejections.inc()
+
+    def take_reports(self, reported: Mapping[str, float]) -> None:
+        """Waiting+running requests reported per candidate (poll mode)."""
+        self.loads.take_report(reported)
+
+    def swapped(self, snapshot: Snapshot) -> None:
+        """A new snapshot: forget the health and reports of candidates that left it."""
+        keep = snapshot.by_id
+        self.health.forget(keep)
+        self.loads.forget(keep)

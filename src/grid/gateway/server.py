@@ -29,14 +29,15 @@ from grid.core.routing.rerank import RerankContext, rerank
 from grid.core.routing.signals import SignalsDocument
 from grid.gateway.client_auth import ClientAuth, server_context
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
+from grid.gateway.descriptors import connection_cap, raise_nofile
 from grid.gateway.feedback import FeedbackReporter, HttpIngestTransport
 from grid.gateway.ingest_reports import IngestReports
 from grid.gateway.metering import BUDGETS_FILE, TenantMeter
-from grid.gateway.metrics import GatewayMetrics, Tally
+from grid.gateway.metrics import GatewayMetrics
 from grid.gateway.proxy import Proxy
 from grid.gateway.settings import GatewaySettings
 from grid.gateway.signals_poll import OperatorSignals, SiteCredentials
-from grid.gateway.snapshot import OverlayFile, Snapshot, snapshot_of
+from grid.gateway.snapshot import OverlayFile, Snapshot, ranked_group_key, snapshot_of
 from grid.gateway.upstream import Upstream, upstreams
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,10 @@ class Gateway:
         if config.overlay_file is not None:
             # Raises OverlayRejected: an invalid file at cold start refuses to start.
             self.overlay = OverlayFile(
-                Path(config.overlay_file), config.expected_scope, self.settings.overlay_max_bytes
+                Path(config.overlay_file),
+                config.expected_scope,
+                self.settings.overlay_max_bytes,
+                ranked_group_key(config.ranking or RerankContext(config.local_site)),
             )
         self._inline = config.inline
         self.upstreams = upstreams(config.clusters, self.settings)
@@ -122,9 +126,11 @@ class Gateway:
         public = self.proxy.app()
         # One server span per request while tracing is on (SPEC-DECISIONS §17).
         public.middlewares[:0] = server_middlewares()
+        policy = self.settings.listener
+        cap = connection_cap(policy.connections_max, raise_nofile())
         self.public = HttpListener(
             public,
-            self.settings.listener,
+            replace(policy, connections_max=cap),
             auto_decompress=False,
             shutdown_timeout_s=config.shutdown_timeout_s,
             ssl_context=server_context(config.client_auth),
@@ -170,7 +176,7 @@ class Gateway:
         if held is not None and held[0] is base and held[1] is document:
             return held[2]
         ordered = rerank(base.candidates, document, self._ranking)
-        ranked = snapshot_of(ordered, base.revision, base.source)
+        ranked = snapshot_of(ordered, base.revision, base.source, base.policy)
         self._ranked = (base, document, ranked)
         return ranked
 
@@ -334,7 +340,7 @@ class Gateway:
         added = [name for name in fresh.clusters if name not in self.upstreams]
         for name in added:
             self.upstreams[name] = Upstream(fresh.clusters[name], self.settings)
-            self.metrics.upstream.setdefault(name, Tally())
+            self.metrics.add_cluster(name)
         self.proxy.config = replace(
             self.proxy.config, clusters=fresh.clusters, credentials=fresh.credentials
         )
@@ -344,6 +350,7 @@ class Gateway:
         accepted, rejected = overlay.accepted, overlay.rejected
         if overlay.poll():
             self.metrics.reloads["accepted"].inc()
+            self.proxy.router.swapped(overlay.snapshot)
             revision = (overlay.snapshot.revision or "")[:12]
             log.info("overlay swapped", extra={"revision": revision})
         elif overlay.rejected > rejected:

@@ -11,20 +11,33 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.json_document import DocumentError, decode_json
 from grid.core.overlay import secret_ref_of, stable_id_of, verify
+from grid.core.routing.rerank import RerankContext, group_key
+from grid.core.routing.selection import (
+    ADMISSION_NONE,
+    SELECTION_POLICIES,
+    WEIGHT_MAX,
+    WEIGHT_MIN,
+    ModelPlan,
+    SelectionPolicy,
+    derive_groups,
+)
 from grid.errors import GridError
 
 log = logging.getLogger(__name__)
 
 NEW_AND_EXISTING = "new_and_existing"
 EXISTING_ONLY = "existing_only"
+NONE = ADMISSION_NONE
+_DERIVE = -1
+"""``selection_group`` of a candidate whose overlay names none: derived in `snapshot_of`."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,10 @@ class Candidate:
     """(secret name, namespace, key) of its credential reference, if any."""
     tier: str | None = None
     """The overlay's ``selection_tier``; inline candidates carry none."""
+    selection_group: int = 0
+    """Its selection group (§14): from the overlay, else derived by `snapshot_of`."""
+    traffic_weight: int = 1
+    capacity_weight: int = 1
 
     def wire(self) -> dict[str, Any]:
         """The /snapshot form (no credential details beyond presence)."""
@@ -54,6 +71,9 @@ class Candidate:
             "stable_id": self.stable_id,
             "admission_state": self.admission,
             "selection_tier": self.tier,
+            "selection_group": self.selection_group,
+            "traffic_weight": self.traffic_weight,
+            "capacity_weight": self.capacity_weight,
             "credential": self.credential is not None,
         }
 
@@ -67,9 +87,54 @@ class Snapshot:
     candidates: tuple[Candidate, ...]
     by_model: Mapping[tuple[str, str], tuple[Candidate, ...]] = field(default_factory=dict)
     by_id: Mapping[str, Candidate] = field(default_factory=dict)
+    policy: SelectionPolicy = field(default_factory=SelectionPolicy)
+    plans: Mapping[tuple[str, str], ModelPlan[Candidate]] = field(default_factory=dict)
+    """Per (kind, name): its candidates grouped and weighted for selection."""
 
 
-def _candidate(raw: Mapping[str, Any]) -> Candidate:
+class SelectionFieldError(ValueError):
+    """A selection field (§14) of the wrong type or out of range; the message names it."""
+
+
+def policy_of(raw: Mapping[str, Any], where: str) -> SelectionPolicy:
+    """``selection_policy`` and ``selection_load_aware`` of an overlay or route filter."""
+    mode = raw.get("selection_policy", "deterministic")
+    if not isinstance(mode, str) or mode not in SELECTION_POLICIES:
+        raise SelectionFieldError(
+            f"{where}.selection_policy must be one of {', '.join(sorted(SELECTION_POLICIES))}"
+        )
+    load_aware = raw.get("selection_load_aware", False)
+    if not isinstance(load_aware, bool):
+        raise SelectionFieldError(f"{where}.selection_load_aware must be a boolean")
+    return SelectionPolicy(mode, load_aware)
+
+
+def _integer(
+    raw: Mapping[str, Any], key: str, where: str, low: int, high: int | None
+) -> int | None:
+    if key not in raw:
+        return None
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise SelectionFieldError(f"{where}.{key} must be an integer of at least {low}")
+    if high is not None and value > high:
+        raise SelectionFieldError(f"{where}.{key} must be at most {high}")
+    return value
+
+
+def selection_fields(raw: Mapping[str, Any], where: str) -> dict[str, int]:
+    """A candidate's ``selection_group``, ``traffic_weight`` and ``capacity_weight``."""
+    group = _integer(raw, "selection_group", where, 0, None)
+    traffic = _integer(raw, "traffic_weight", where, WEIGHT_MIN, WEIGHT_MAX)
+    capacity = _integer(raw, "capacity_weight", where, WEIGHT_MIN, WEIGHT_MAX)
+    return {
+        "selection_group": _DERIVE if group is None else group,
+        "traffic_weight": traffic or 1,
+        "capacity_weight": capacity or 1,
+    }
+
+
+def _candidate(raw: Mapping[str, Any], where: str = "candidate") -> Candidate:
     kind, name, site, cluster = (str(raw[k]) for k in ("kind", "name", "site", "cluster"))
     credential = raw.get("credential")
     ref = None
@@ -86,28 +151,75 @@ def _candidate(raw: Mapping[str, Any]) -> Candidate:
         admission=str(raw.get("admission_state") or NEW_AND_EXISTING),
         credential=ref,
         tier=str(raw["selection_tier"]) if raw.get("selection_tier") else None,
+        **selection_fields(raw, where),
     )
 
 
+GroupKey = Callable[[Candidate], Hashable]
+"""What derives a candidate's group when the overlay names none (§14 geographyFirst)."""
+
+
+def geography_first(candidate: Candidate) -> Hashable:
+    """(admission, tier, freshness): the default group key."""
+    return (candidate.admission, candidate.tier, candidate.fresh)
+
+
+def ranked_group_key(ctx: RerankContext) -> GroupKey:
+    """(admission, tier, freshness), a missing tier derived from the sites' geography
+    as poll mode's re-ranking derives it, so groups and re-ranking agree."""
+
+    def key(candidate: Candidate) -> Hashable:
+        return group_key(candidate, ctx)
+
+    return key
+
+
 def snapshot_from_candidates(
-    raw: Sequence[Mapping[str, Any]], revision: str | None, source: str
+    raw: Sequence[Mapping[str, Any]],
+    revision: str | None,
+    source: str,
+    policy: SelectionPolicy | None = None,
+    group_key: GroupKey = geography_first,
 ) -> Snapshot:
-    """A snapshot of already-verified candidate documents, in their order."""
-    return snapshot_of(tuple(_candidate(c) for c in raw), revision, source)
+    """A snapshot of already-verified candidate documents, in their order.
+
+    Raises `SelectionFieldError` for a selection field of the wrong type.
+    """
+    candidates = tuple(_candidate(c, f"candidates[{i}]") for i, c in enumerate(raw))
+    return snapshot_of(candidates, revision, source, policy, group_key)
 
 
-def snapshot_of(candidates: Sequence[Candidate], revision: str | None, source: str) -> Snapshot:
-    """A snapshot of candidates in the order given, indexed for routing."""
-    candidates = tuple(candidates)
+def _with_groups(listed: list[Candidate], group_key: GroupKey) -> list[Candidate]:
+    """One model's candidates, groups derived from ``group_key`` when any lacks one."""
+    if all(c.selection_group != _DERIVE for c in listed):
+        return listed
+    groups = derive_groups([group_key(c) for c in listed])
+    return [replace(c, selection_group=g) for c, g in zip(listed, groups, strict=True)]
+
+
+def snapshot_of(
+    candidates: Sequence[Candidate],
+    revision: str | None,
+    source: str,
+    policy: SelectionPolicy | None = None,
+    group_key: GroupKey = geography_first,
+) -> Snapshot:
+    """A snapshot of candidates in the order given, indexed and planned for routing."""
+    policy = policy or SelectionPolicy()
     by_model: dict[tuple[str, str], list[Candidate]] = {}
     for c in candidates:
         by_model.setdefault((c.kind, c.name), []).append(c)
+    models = {k: tuple(_with_groups(v, group_key)) for k, v in by_model.items()}
+    grouped = {c.stable_id: c for listed in models.values() for c in listed}
+    ordered = tuple(grouped.get(c.stable_id, c) for c in candidates)
     return Snapshot(
         revision=revision,
         source=source,
-        candidates=candidates,
-        by_model={k: tuple(v) for k, v in by_model.items()},
-        by_id={c.stable_id: c for c in candidates},
+        candidates=ordered,
+        by_model=models,
+        by_id={c.stable_id: c for c in ordered},
+        policy=policy,
+        plans={k: ModelPlan(v, policy) for k, v in models.items()},
     )
 
 
@@ -120,7 +232,12 @@ class OverlayRejected(GridError):
         self.detail = detail
 
 
-def read_overlay(path: Path, expected_scope: Mapping[str, str] | None, max_bytes: int) -> Snapshot:
+def read_overlay(
+    path: Path,
+    expected_scope: Mapping[str, str] | None,
+    max_bytes: int,
+    group_key: GroupKey = geography_first,
+) -> Snapshot:
     """Read, bound, decode and verify an overlay file into a snapshot."""
     try:
         document = decode_json(read_bounded(path, max_bytes))
@@ -133,18 +250,30 @@ def read_overlay(path: Path, expected_scope: Mapping[str, str] | None, max_bytes
         raise OverlayRejected(str(verdict.reason), verdict.detail)
     envelope = "overlay" in document and verdict.verdict == "accept"
     overlay = document["overlay"] if envelope else document
-    return snapshot_from_candidates(
-        overlay["candidates"], verdict.revision if envelope else None, str(path)
-    )
+    try:
+        return snapshot_from_candidates(
+            overlay["candidates"],
+            verdict.revision if envelope else None,
+            str(path),
+            policy_of(overlay, "overlay"),
+            group_key,
+        )
+    except SelectionFieldError as exc:
+        raise OverlayRejected("malformed_structure", str(exc)) from None
 
 
 class OverlayFile:
     """The overlay-file source: the current snapshot, reloaded when the file changes."""
 
     def __init__(
-        self, path: Path, expected_scope: Mapping[str, str] | None, max_bytes: int
+        self,
+        path: Path,
+        expected_scope: Mapping[str, str] | None,
+        max_bytes: int,
+        group_key: GroupKey = geography_first,
     ) -> None:
         self.path = path
+        self.group_key = group_key
         self.expected_scope = expected_scope
         self.max_bytes = max_bytes
         self._stamp: tuple[int, int, int] | None = None
@@ -162,7 +291,7 @@ class OverlayFile:
 
     def _load_cold(self) -> Snapshot:
         self._stamp = self._file_stamp()
-        snapshot = read_overlay(self.path, self.expected_scope, self.max_bytes)
+        snapshot = read_overlay(self.path, self.expected_scope, self.max_bytes, self.group_key)
         self.accepted += 1
         return snapshot
 
@@ -173,7 +302,7 @@ class OverlayFile:
             return False
         self._stamp = stamp
         try:
-            snapshot = read_overlay(self.path, self.expected_scope, self.max_bytes)
+            snapshot = read_overlay(self.path, self.expected_scope, self.max_bytes, self.group_key)
         except OverlayRejected as exc:
             self.rejected += 1
             self.last_rejection = exc.reason

@@ -144,6 +144,7 @@ def wire_feedback(
     if settings.ingest_feedback:
         feedback = FeedbackSettings(
             reporter_capacity=settings.feedback_reporter_capacity,
+            reporter_idle_s=settings.feedback_reporter_idle_s,
             write_attempts=settings.feedback_write_attempts,
         )
     return wire_ingest(server, store, network, registry, feedback)[1]

@@ -22,7 +22,7 @@ import datetime as dt
 import logging
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from grid.adapters.health_server import ClosedCounter
 from grid.adapters.store.port import ResourceStore
@@ -30,6 +30,7 @@ from grid.core.resources import GridNetwork
 from grid.core.signals.feedback import (
     CONDITION_TYPE,
     DEFAULT_REPORTER_CAPACITY,
+    DEFAULT_REPORTER_IDLE_S,
     Admitted,
     ConflictExhausted,
     FeedbackBook,
@@ -48,6 +49,8 @@ from grid.errors import Conflict
 log = logging.getLogger(__name__)
 
 EVENTS_METRIC = "grid_gateway_feedback_events_total"
+EVICTIONS_METRIC = "grid_gateway_feedback_reporters_evicted"
+"""Prometheus adds ``_total``: ``grid_gateway_feedback_reporters_evicted_total``."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,10 @@ class FeedbackSettings:
     reporter_capacity: int = DEFAULT_REPORTER_CAPACITY
     """Reporters persisted per GridNetwork; a new identity past it gets 429. More
     admits more gateway processes at the cost of a larger status object."""
+    reporter_idle_s: float = DEFAULT_REPORTER_IDLE_S
+    """Seconds without a report after which a full book gives a reporter's slot to a new
+    identity. Shorter frees slots of vanished gateways sooner; longer keeps a quiet
+    reporter's evidence visible longer."""
     write_attempts: int = 3
     """Attempts in all of the optimistic status write when the store answers 409.
     More rides out busier writers but spends more of the 5 s request budget."""
@@ -64,6 +71,8 @@ class FeedbackSettings:
     def __post_init__(self) -> None:
         if self.reporter_capacity < 1:
             raise ValueError("reporter_capacity must be at least 1")
+        if self.reporter_idle_s <= 0:
+            raise ValueError("reporter_idle_s must be positive")
         if self.write_attempts < 1:
             raise ValueError("write_attempts must be at least 1")
 
@@ -80,6 +89,11 @@ class FeedbackEvents:
             [e.value for e in FeedbackEvent],
             registry,
         )
+        self._evictions = Counter(
+            EVICTIONS_METRIC,
+            "Idle gateway reporters whose slots went to new reporter identities.",
+            registry=registry,
+        )
 
     def inc(self, event: FeedbackEvent) -> None:
         """Count one event."""
@@ -88,6 +102,11 @@ class FeedbackEvents:
     def value(self, event: FeedbackEvent) -> float:
         """The current count of one event."""
         return self._counter.value(event.value)
+
+    def evicted(self, count: int) -> None:
+        """Count reporters whose idle slots went to new identities."""
+        if count:
+            self._evictions.inc(count)
 
 
 @dataclass
@@ -171,9 +190,10 @@ class FeedbackWriter:
             book = book_from_status(
                 network.status.gateway_feedback if network.status else None,
                 self.settings.reporter_capacity,
+                self.settings.reporter_idle_s,
             )
             answers: list[tuple[_Pending, ReporterState | FeedbackRefusal]] = []
-            admitted = False
+            admitted, evicted = False, 0
             for item in batch:
                 try:
                     outcome = book.admit(item.report, _timestamp(item.now))
@@ -182,6 +202,7 @@ class FeedbackWriter:
                     continue
                 if isinstance(outcome, Admitted):
                     book, admitted = outcome.book, True
+                    evicted += outcome.evicted is not None
                 answers.append((item, outcome.state))
             if admitted:
                 now = max(item.now for item in batch)
@@ -204,6 +225,7 @@ class FeedbackWriter:
                 except WriteFailure as failure:
                     _fail_all(batch, failure)
                     return
+            self.events.evicted(evicted)
             for item, answer in answers:
                 if isinstance(answer, ReporterCapacity):
                     self.events.inc(FeedbackEvent.OVERFLOW)
@@ -238,7 +260,9 @@ class FeedbackWriter:
             self._failed("the store answered an invalid object", type(exc).__name__)
             raise WriteFailure("the store's answer did not verify") from exc
         status = network.status
-        book = book_from_status(status.gateway_feedback if status else None, written.capacity)
+        book = book_from_status(
+            status.gateway_feedback if status else None, written.capacity, written.idle_s
+        )
         condition = status.condition(CONDITION_TYPE) if status else None
         expected = ingest_condition(written)
         if (

@@ -228,6 +228,15 @@ class OperatorSettings(BaseModel):
             "reporter_capacity. More admits more gateway processes but grows the status."
         ),
     )
+    feedback_reporter_idle_s: float = Field(
+        3600.0,
+        gt=0,
+        description=(
+            "Seconds without a report after which a full reporter table gives that "
+            "reporter's slot to a new identity (gateways that change ID on restart). "
+            "Shorter frees slots sooner; longer keeps a quiet reporter's evidence longer."
+        ),
+    )
     feedback_write_attempts: int = Field(
         3,
         ge=1,

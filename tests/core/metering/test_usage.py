@@ -68,3 +68,61 @@ def test_an_answers_usage_is_read_from_its_tail_or_from_the_whole_body() -> None
     assert answer_usage(nested_only) is None
     assert answer_usage(b'{"usage": {"prompt_tokens": 1') is None
     assert answer_usage(b"no usage here") is None
+
+
+# -- the stream parser against a byte-by-byte reference, for every event size and chunking ----
+
+USAGE_OTHER = _event({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+PIECES = st.sampled_from(
+    [b"\n", b"\r", b"\r\n", b"data: ", b"data:", b"x", b'"usage"', b":c\n", USAGE, USAGE_OTHER]
+)
+
+
+def _reference(stream: bytes, strip: bool) -> tuple[bytes, Usage | None]:
+    """One byte at a time: an event ends at an empty line (``\\n`` or ``\\r\\n`` alone)."""
+    probe = StreamUsage(strip)
+    out, event_start, line_start = [], 0, 0
+    for i, byte in enumerate(stream):
+        if byte != ord("\n"):
+            continue
+        if stream[line_start:i] in (b"", b"\r"):
+            event = stream[event_start : i + 1]
+            if not probe._consume(event):
+                out.append(event)
+            event_start = i + 1
+        line_start = i + 1
+    rest = stream[event_start:]
+    if rest and not (b'"usage"' in rest and probe._consume(rest)):
+        out.append(rest)
+    return b"".join(out), probe.usage
+
+
+def _sized(size: int) -> bytes:
+    return b"data: " + b"y" * size + b"\n\n"
+
+
+EVENTS = st.one_of(
+    st.lists(PIECES, max_size=40).map(b"".join),
+    st.lists(st.integers(0, 300).map(_sized), max_size=6).map(b"".join),
+)
+
+
+@given(EVENTS, EVENTS, st.lists(st.integers(min_value=0), max_size=12), st.booleans())
+def test_any_chunking_gives_the_reference_split(
+    head: bytes, tail: bytes, cuts: list[int], strip: bool
+) -> None:
+    stream = head + USAGE + tail
+    bounds = [0, *sorted(c % (len(stream) + 1) for c in cuts), len(stream)]
+    meter = StreamUsage(strip)
+    out = b"".join(meter.feed(stream[a:b]) for a, b in itertools.pairwise(bounds))
+    out += meter.finish()
+    assert (out, meter.usage) == _reference(stream, strip)
+
+
+@given(st.integers(1, 3000), st.integers(1, 64))
+def test_events_of_every_size_fed_in_any_step_all_arrive(size: int, step: int) -> None:
+    stream = _sized(size) * 3 + USAGE + _sized(size // 2)
+    meter = StreamUsage(True, event_max_bytes=8192)
+    out = b"".join(meter.feed(stream[i : i + step]) for i in range(0, len(stream), step))
+    out += meter.finish()
+    assert out == stream.replace(USAGE, b"") and meter.usage == Usage(7, 3)

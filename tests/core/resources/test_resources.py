@@ -301,7 +301,15 @@ def test_messages_do_not_echo_values() -> None:
 
 
 def test_kinds_and_names_resolve_like_kubectl() -> None:
-    assert list(KINDS) == ["GridNetwork", "GridSite", "InferenceProvider"]
+    assert list(KINDS) == [
+        "GridNetwork",
+        "GridSite",
+        "InferenceProvider",
+        "AgentToolProvider",
+        "AgentToAgentProvider",
+    ]
+    assert kind_info("atp").kind == "AgentToolProvider"
+    assert kind_info("agenttoagentproviders").kind == "AgentToAgentProvider"
     for alias in ("gridsites", "GridSite", "gridsite", "gs"):
         assert kind_info(alias).kind == "GridSite"
     assert kind_info("ip").crd_name == "inferenceproviders.grid.praxis-proxy.io"

@@ -7,6 +7,8 @@ import itertools
 import pytest
 
 from grid.core.resources import (
+    AgentToAgentProviderStatus,
+    AgentToolProviderStatus,
     GridNetworkStatus,
     GridSiteStatus,
     InferenceProviderStatus,
@@ -30,6 +32,8 @@ STATUS = {
     "GridNetwork": GridNetworkStatus,
     "GridSite": GridSiteStatus,
     "InferenceProvider": InferenceProviderStatus,
+    "AgentToolProvider": AgentToolProviderStatus,
+    "AgentToAgentProvider": AgentToAgentProviderStatus,
 }
 
 ALL_PAIRS = [

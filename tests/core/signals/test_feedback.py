@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -234,3 +236,69 @@ def test_the_persisted_form_round_trips(
         ).gateway_feedback
     )
     assert again == book
+
+
+LATER = "2026-01-01T01:00:00Z"
+"""An hour after T0: the default idle age."""
+
+
+def test_a_full_book_gives_a_new_identity_the_slot_of_its_longest_idle_reporter() -> None:
+    book = FeedbackBook(capacity=2)
+    book = admitted(book, Report("old", "r", 1, 1, 0, True), T0)
+    book = admitted(book, Report("new", "r", 1, 1, 0, True), T1)
+    outcome = book.admit(Report("next", "r", 1, 1, 0, True), LATER)
+    assert isinstance(outcome, Admitted) and outcome.evicted == "old"
+    assert [r.reporter for r in outcome.book.reporters] == ["new", "next"]
+
+
+def test_no_slot_is_taken_from_a_reporter_younger_than_the_idle_age() -> None:
+    book = FeedbackBook(capacity=1, idle_s=3600)
+    book = admitted(book, Report("a", "r", 1, 1, 0, True), T1)
+    with pytest.raises(ReporterCapacity):
+        book.admit(Report("b", "r", 1, 1, 0, True), LATER)
+
+
+def test_a_state_without_a_report_time_counts_as_the_oldest() -> None:
+    status = feedback_status(admitted(FeedbackBook(), Report("a", "r", 1, 1, 0, True)))
+    status.reporters[0].last_report_time = None
+    book = book_from_status(status, capacity=1)
+    outcome = book.admit(Report("b", "r", 1, 1, 0, True), T1)
+    assert isinstance(outcome, Admitted) and outcome.evicted == "a"
+
+
+def test_an_evicted_reporter_returning_restores_its_evidence_from_its_counter() -> None:
+    book = FeedbackBook(capacity=1, idle_s=60)
+    book = admitted(book, Report("a", "r", 1, 5, 3, False), T0)
+    book = admitted(book, Report("b", "r", 1, 1, 0, True), LATER)
+    assert book.with_evidence == 0
+    book = admitted(book, Report("a", "r", 1, 6, 3, True), "2026-01-01T02:00:00Z")
+    assert book.with_evidence == 1 and [r.reporter for r in book.reporters] == ["a"]
+
+
+def stamp(seconds: int) -> str:
+    moment = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 900)), max_size=60))
+def test_a_book_never_outgrows_its_capacity_and_only_idle_slots_move(
+    reports: list[tuple[int, int]],
+) -> None:
+    book, clock, last = FeedbackBook(capacity=3, idle_s=600), 0, dict[str, int]()
+    for identity, step in reports:
+        clock += step
+        name = f"gw-{identity}"
+        current = book.get(name)
+        report = Report(name, "r", 1, current.sequence + 1 if current else 1, 0, True)
+        try:
+            outcome = book.admit(report, stamp(clock))
+        except ReporterCapacity:
+            assert len(book.reporters) == 3
+            assert all(clock - last[r.reporter] < 600 for r in book.reporters)
+            continue
+        assert isinstance(outcome, Admitted)
+        if outcome.evicted is not None:
+            assert clock - last[outcome.evicted] >= 600
+            assert last[outcome.evicted] == min(last[r.reporter] for r in book.reporters)
+        book, last[name] = outcome.book, clock
+        assert len(book.reporters) <= 3

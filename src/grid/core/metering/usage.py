@@ -8,7 +8,8 @@ that extra chunk from what the client receives (`StreamUsage`), so the client
 sees the stream it asked for.
 
 `StreamUsage` splits the byte stream into Server-Sent Events as they arrive and
-forwards each complete event at once, so relaying stays chunk by chunk. An
+forwards complete events at once, so relaying stays chunk by chunk; its work
+is linear in the bytes relayed for any event size and any chunking. An
 event longer than ``event_max_bytes`` stops the inspection: from then on bytes
 pass through untouched (and that answer's usage may go unmetered), so a hostile
 provider cannot make the gateway buffer without bound.
@@ -123,48 +124,80 @@ def ask_for_usage(request: dict[str, Any]) -> bool:
 
 
 class StreamUsage:
-    """Reads the usage out of an event stream; drops the usage chunk when the gateway asked."""
+    """Reads the usage out of an event stream; drops the usage chunk when the gateway asked.
+
+    Linear in the bytes fed, whatever the chunking and the event sizes: an event
+    ends at an empty line (``\\n`` or ``\\r\\n`` after a line end), and each feed
+    searches only its own new bytes (plus the few before them a separator or
+    ``"usage"`` may straddle). The buffer keeps a leading ``\\n`` so a separator
+    at the very start of an event is found by the same two patterns. Only events
+    holding ``"usage"`` are cut out and decoded; every other byte is forwarded in
+    one slice per feed.
+    """
 
     def __init__(self, strip: bool, event_max_bytes: int = EVENT_MAX_BYTES) -> None:
         self.strip = strip
         self.event_max_bytes = event_max_bytes
         self.usage: Usage | None = None
-        self._pending = b""
+        self._buf = bytearray(b"\n")  # the sentinel line end, then the pending bytes
+        self._usage_at = -1  # first '"usage"' in the buffer, or -1
         self._passthrough = False
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes of ``chunk`` to forward now (complete events; never the usage chunk)."""
         if self._passthrough:
             return chunk
-        data = self._pending + chunk
-        out = []
-        start = 0
-        while True:
-            end, sep = _event_end(data, start)
-            if end < 0:
-                break
-            event = data[start : end + sep]
-            if not self._consume(data[start:end]):
-                out.append(event)
-            start = end + sep
-        self._pending = data[start:]
-        if len(self._pending) > self.event_max_bytes:
+        buf = self._buf
+        old = len(buf)
+        buf += chunk
+        if self._usage_at < 0:
+            self._usage_at = buf.find(_USAGE, max(1, old - len(_USAGE) + 1))
+        lo = max(0, old - 2)
+        end = max(_end(buf.rfind(_LF_LF, lo), 2), _end(buf.rfind(_LF_CR_LF, lo), 3))
+        out = b""
+        if end > 0:
+            out = self._complete(end) if 0 <= self._usage_at < end else bytes(buf[1:end])
+            del buf[1:end]
+            self._usage_at = buf.find(_USAGE, 1) if self._usage_at >= 0 else -1
+        if len(buf) - 1 > self.event_max_bytes:
             self._passthrough = True
-            out.append(self._pending)
-            self._pending = b""
+            out += bytes(buf[1:])
+            del buf[1:]
+        return out
+
+    def _complete(self, end: int) -> bytes:
+        """``buf[1:end]`` (whole events) without the usage chunk, reading every usage event."""
+        buf = self._buf
+        out: list[bytes] = []
+        emit = 1
+        at = self._usage_at
+        while 0 <= at < end:
+            start = max(
+                emit,
+                _end(buf.rfind(_LF_LF, emit - 1, at), 2),
+                _end(buf.rfind(_LF_CR_LF, emit - 1, at), 3),
+            )
+            ends = [_end(buf.find(_LF_LF, at, end), 2), _end(buf.find(_LF_CR_LF, at, end), 3)]
+            stop = min(e for e in ends if e > 0)
+            if self._consume(bytes(buf[start:stop])):
+                out.append(bytes(buf[emit:start]))
+                emit = stop
+            at = buf.find(_USAGE, stop, end)
+        out.append(bytes(buf[emit:end]))
         return b"".join(out)
 
     def finish(self) -> bytes:
         """Whatever is left when the stream ended (an unterminated last event)."""
-        rest, self._pending = self._pending, b""
-        if rest and not self._passthrough and self._consume(rest):
+        rest = bytes(self._buf[1:])
+        del self._buf[1:]
+        if rest and not self._passthrough and _USAGE in rest and self._consume(rest):
             return b""
         return rest
 
     def _consume(self, event: bytes) -> bool:
         """Record a usage chunk's usage; True when the event is to be dropped."""
         payload = _data_of(event)
-        if payload is None or b'"usage"' not in payload:
+        if payload is None or _USAGE not in payload:
             return False
         try:
             document = json.loads(payload)
@@ -177,12 +210,14 @@ class StreamUsage:
         return self.strip and isinstance(document, dict) and document.get("choices") == []
 
 
-def _event_end(data: bytes, start: int) -> tuple[int, int]:
-    """(index of the blank line ending the next event, separator length), or (-1, 0)."""
-    candidates = [
-        (i, len(sep)) for sep in (b"\n\n", b"\r\n\r\n") if (i := data.find(sep, start)) >= 0
-    ]
-    return min(candidates) if candidates else (-1, 0)
+_USAGE = b'"usage"'
+_LF_LF = b"\n\n"
+_LF_CR_LF = b"\n\r\n"
+
+
+def _end(index: int, size: int) -> int:
+    """The end of a separator found at ``index`` (0 when none was found)."""
+    return index + size if index >= 0 else 0
 
 
 def _data_of(event: bytes) -> bytes | None:

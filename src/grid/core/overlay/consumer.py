@@ -10,12 +10,14 @@ It fails closed: every distinct candidate cluster needs an endpoint with a
 transport, ``mutual_tls`` needs an ``sni`` and ``plaintext`` refuses one. The
 first problem found, in overlay order, is the render's reason.
 
-Only what the gateway needs is copied: operator-only candidate fields
-(``stable_id``, ``admission_state``, ``selection_tier``, ``rank``) and
-``generated_at`` never enter the file, and credentials are only ever ``file:``
-references under ``credentialMountBase``. The YAML is written by PyYAML with
-every string double-quoted, so a model named ``a: b`` or ``- x`` parses back as
-itself.
+Only what the gateway needs is copied: the §14 selection fields (the route
+filter's ``selection_policy`` and ``selection_load_aware``, each candidate's
+``selection_group`` and ``traffic_weight`` or ``capacity_weight``) are, but
+operator-only candidate fields (``stable_id``, ``admission_state``,
+``selection_tier``, ``rank``) and ``generated_at`` never enter the file, and
+credentials are only ever ``file:`` references under ``credentialMountBase``.
+The YAML is written by PyYAML with every string double-quoted, so a model
+named ``a: b`` or ``- x`` parses back as itself.
 """
 
 from __future__ import annotations
@@ -61,8 +63,20 @@ CONFIG_ERROR = "ConsumerConfigError"
 DISABLED = "ConsumerConfigDisabled"
 """Upstream's reason for a gateway whose consumerConfig is absent or not enabled."""
 
-_CANDIDATE_FIELDS = ("kind", "name", "site", "cluster", "fresh")
-"""The candidate fields copied inline; `credential` follows when present."""
+_CANDIDATE_FIELDS = (
+    "kind",
+    "name",
+    "site",
+    "cluster",
+    "fresh",
+    "selection_group",
+    "traffic_weight",
+    "capacity_weight",
+)
+"""The candidate fields copied inline when present; `credential` follows when present."""
+
+_ROUTE_SELECTION_FIELDS = ("selection_policy", "selection_load_aware")
+"""The overlay's top-level §14 fields, copied onto the route filter when present."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +213,9 @@ def _route_filter(
         "local_site": overlay["local_site"],
         "model_header": MODEL_HEADER,
     }
+    for key in _ROUTE_SELECTION_FIELDS:
+        if key in overlay:
+            route[key] = overlay[key]
     if overlay_file is not None:
         route["overlay_file"] = overlay_file
         route["expected_scope"] = scope.as_dict()

@@ -60,6 +60,18 @@ PRINTER_COLUMNS: Mapping[str, list[dict[str, Any]]] = {
         {"name": "Endpoint", "type": "string", "jsonPath": ".spec.endpoint", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
+    "AgentToolProvider": [
+        {"name": "Network", "type": "string", "jsonPath": ".spec.gridNetworkRef"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Endpoint", "type": "string", "jsonPath": ".spec.endpoint", "priority": 1},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
+    "AgentToAgentProvider": [
+        {"name": "Network", "type": "string", "jsonPath": ".spec.gridNetworkRef"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Endpoint", "type": "string", "jsonPath": ".spec.endpoint", "priority": 1},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
 }
 """``kubectl get`` columns of each kind."""
 

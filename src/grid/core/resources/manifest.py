@@ -27,6 +27,8 @@ import yaml
 from grid.core.resources import (
     API_VERSION,
     KINDS,
+    AgentToAgentProvider,
+    AgentToolProvider,
     GridNetwork,
     GridSite,
     InferenceProvider,
@@ -39,7 +41,9 @@ from grid.core.resources.object_meta import SecretRef
 from grid.core.resources.secret import Secret, parse_secret
 from grid.errors import ValidationError
 
-_R = TypeVar("_R", GridNetwork, GridSite, InferenceProvider)
+_R = TypeVar(
+    "_R", GridNetwork, GridSite, InferenceProvider, AgentToolProvider, AgentToAgentProvider
+)
 
 DOCUMENT_NODES_MAX = 100_000
 """Most YAML nodes one document may expand to once aliases are followed. Real CRs
@@ -137,6 +141,8 @@ class Manifests:
     sites: Mapping[str, GridSite] = field(default_factory=dict)
     providers: Mapping[str, InferenceProvider] = field(default_factory=dict)
     secrets: Mapping[str, Secret] = field(default_factory=dict, repr=False)
+    tool_providers: Mapping[str, AgentToolProvider] = field(default_factory=dict)
+    agent_providers: Mapping[str, AgentToAgentProvider] = field(default_factory=dict)
 
     def find_secret(self, ref: SecretRef) -> Secret | None:
         """The Secret `ref` names, if it is in the set."""
@@ -145,7 +151,14 @@ class Manifests:
     def resources(self) -> list[Resource]:
         """Every Grid resource, networks first, then sites, then providers, by name."""
         out: list[Resource] = []
-        for group in (self.networks, self.sites, self.providers):
+        groups: tuple[Mapping[str, Resource], ...] = (
+            self.networks,
+            self.sites,
+            self.providers,
+            self.tool_providers,
+            self.agent_providers,
+        )
+        for group in groups:
             out.extend(group[name] for name in sorted(group))
         return out
 
@@ -175,6 +188,8 @@ def parse_manifests(sources: Iterable[Source]) -> Manifests:
         sites=collector.of_type("GridSite", GridSite),
         providers=collector.of_type("InferenceProvider", InferenceProvider),
         secrets=collector.secrets,
+        tool_providers=collector.of_type("AgentToolProvider", AgentToolProvider),
+        agent_providers=collector.of_type("AgentToAgentProvider", AgentToAgentProvider),
     )
 
 
@@ -297,6 +312,10 @@ def _yaml_problem(file: str, exc: yaml.YAMLError) -> Problem:
     return Problem(file, NO_RESOURCE, NO_FIELD, message, mark.line + 1 if mark else None)
 
 
+_NETWORKED_KINDS = ("GridSite", "InferenceProvider", "AgentToolProvider", "AgentToAgentProvider")
+"""Kinds whose ``spec.gridNetworkRef`` must name a GridNetwork of the input."""
+
+
 @dataclass
 class _Collector:
     problems: list[Problem] = field(default_factory=list)
@@ -384,9 +403,9 @@ class _Collector:
 
     def check_references(self) -> None:
         networks = self.by_kind["GridNetwork"]
-        for kind in ("GridSite", "InferenceProvider"):
+        for kind in _NETWORKED_KINDS:
             for name, resource in self.by_kind[kind].items():
-                assert isinstance(resource, GridSite | InferenceProvider)
+                assert not isinstance(resource, GridNetwork)
                 net = resource.spec.grid_network_ref
                 if net not in networks and ("GridNetwork", net) not in self.invalid:
                     message = f"GridNetwork {net!r} is not defined in the input"
@@ -410,12 +429,13 @@ class _Collector:
                 if ref is not None:
                     refs[(name, f"spec.tls.{wire}")] = ref
         yield "GridNetwork", refs
-        provider_refs: dict[tuple[str, str], SecretRef] = {}
-        for name, prov in self.of_type("InferenceProvider", InferenceProvider).items():
-            auth = prov.spec.auth
-            if auth is not None and auth.secret_ref is not None:
-                provider_refs[(name, "spec.auth.secretRef")] = auth.secret_ref
-        yield "InferenceProvider", provider_refs
+        for kind in _NETWORKED_KINDS[1:]:
+            provider_refs: dict[tuple[str, str], SecretRef] = {}
+            for name, prov in self.by_kind[kind].items():
+                auth = getattr(prov.spec, "auth", None)
+                if auth is not None and auth.secret_ref is not None:
+                    provider_refs[(name, "spec.auth.secretRef")] = auth.secret_ref
+            yield kind, provider_refs
 
     def _check_secret_key(self, doc: Document, label: str, path: str, ref: SecretRef) -> None:
         # A Secret absent from the input may exist in the cluster; only a Secret that

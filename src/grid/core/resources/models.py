@@ -1,4 +1,4 @@
-"""Grid's custom resources: GridNetwork, GridSite and InferenceProvider.
+"""Grid's custom resources: GridNetwork, GridSite, InferenceProvider and the agent kinds.
 
 These pydantic v2 models are the one definition of the CRDs (seed 003, SPEC-DECISIONS
 §2 and §4a). The Kubernetes OpenAPI schema (`grid.core.resources.crd_schema`), the manifest
@@ -12,11 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import pydantic
 from pydantic import Field
 
+from grid.core.resources.agent_spec import (
+    AgentCardSpec,
+    AgentHealthCheck,
+    AgentToAgentProviderSpec,
+    AgentToAgentProviderStatus,
+    AgentToolProviderSpec,
+    AgentToolProviderStatus,
+    ToolSpec,
+)
 from grid.core.resources.duration import parse_duration
 from grid.core.resources.errors import FieldIssue, InvalidResource, issues_from
 from grid.core.resources.network_spec import (
@@ -148,11 +157,76 @@ class InferenceProvider(WireModel):
         return self.spec.routing_cluster_ref or self.metadata.name
 
 
-Resource = GridNetwork | GridSite | InferenceProvider
+class AgentToolProvider(WireModel):
+    """An MCP server whose tools are offered to a grid (§16)."""
+
+    api_version: Literal["grid.praxis-proxy.io/v1alpha1"] = API_VERSION
+    kind: Literal["AgentToolProvider"] = "AgentToolProvider"
+    metadata: ObjectMeta
+    spec: AgentToolProviderSpec
+    status: AgentToolProviderStatus | None = None
+
+    @property
+    def name(self) -> str:
+        """`metadata.name`."""
+        return self.metadata.name
+
+    @property
+    def phase(self) -> ProviderPhase:
+        """The status phase, Pending before any status is written."""
+        return self.status.phase if self.status else ProviderPhase.PENDING
+
+    @property
+    def site_label(self) -> str | None:
+        """The `grid.praxis-proxy.io/site` label naming the provider's site, if any."""
+        return self.metadata.labels.get(SITE_LABEL)
+
+    @property
+    def cluster(self) -> str:
+        """Routing identity: the provider's name."""
+        return self.metadata.name
+
+
+class AgentToAgentProvider(WireModel):
+    """An A2A agent offered to a grid (§16)."""
+
+    api_version: Literal["grid.praxis-proxy.io/v1alpha1"] = API_VERSION
+    kind: Literal["AgentToAgentProvider"] = "AgentToAgentProvider"
+    metadata: ObjectMeta
+    spec: AgentToAgentProviderSpec
+    status: AgentToAgentProviderStatus | None = None
+
+    @property
+    def name(self) -> str:
+        """`metadata.name`."""
+        return self.metadata.name
+
+    @property
+    def phase(self) -> ProviderPhase:
+        """The status phase, Pending before any status is written."""
+        return self.status.phase if self.status else ProviderPhase.PENDING
+
+    @property
+    def site_label(self) -> str | None:
+        """The `grid.praxis-proxy.io/site` label naming the provider's site, if any."""
+        return self.metadata.labels.get(SITE_LABEL)
+
+    @property
+    def cluster(self) -> str:
+        """Routing identity: the provider's name."""
+        return self.metadata.name
+
+
+AgentProvider = AgentToolProvider | AgentToAgentProvider
+"""Either agent resource: both are hosted, selected and probed alike."""
+
+Resource = GridNetwork | GridSite | InferenceProvider | AgentToolProvider | AgentToAgentProvider
 """Any Grid custom resource."""
 
 
-def hosting_sites(provider: InferenceProvider, sites: Iterable[GridSite]) -> list[str]:
+def hosting_sites(
+    provider: InferenceProvider | AgentProvider, sites: Iterable[GridSite]
+) -> list[str]:
     """Names of the GridSites ``spec.siteSelector`` selects, sorted; [] without one.
 
     A site is selected when its labels contain every ``matchLabels`` pair and it
@@ -170,7 +244,9 @@ def hosting_sites(provider: InferenceProvider, sites: Iterable[GridSite]) -> lis
     )
 
 
-def hosts_here(provider: InferenceProvider, site: GridSite | None, own_site: str) -> bool:
+def hosts_here(
+    provider: InferenceProvider | AgentProvider, site: GridSite | None, own_site: str
+) -> bool:
     """Whether the operator of ``own_site`` serves ``provider`` (§2a).
 
     Without a siteSelector, the site label (default: the operator's site) decides;
@@ -181,7 +257,10 @@ def hosts_here(provider: InferenceProvider, site: GridSite | None, own_site: str
     return site is not None and hosting_sites(provider, [site]) == [site.name]
 
 
-def pinned_to(provider: InferenceProvider, site: str) -> InferenceProvider:
+_Hosted = TypeVar("_Hosted", InferenceProvider, AgentToolProvider, AgentToAgentProvider)
+
+
+def pinned_to(provider: _Hosted, site: str) -> _Hosted:
     """``provider`` as hosted at ``site`` alone: site label set, siteSelector dropped.
 
     An operator renders a selected provider as its own at its own site; the other
@@ -206,7 +285,13 @@ class KindInfo:
     plural: str
     singular: str
     short_names: tuple[str, ...]
-    model: type[GridNetwork] | type[GridSite] | type[InferenceProvider]
+    model: (
+        type[GridNetwork]
+        | type[GridSite]
+        | type[InferenceProvider]
+        | type[AgentToolProvider]
+        | type[AgentToAgentProvider]
+    )
 
     @property
     def crd_name(self) -> str:
@@ -219,6 +304,16 @@ KINDS: Mapping[str, KindInfo] = {
     "GridSite": KindInfo("GridSite", "gridsites", "gridsite", ("gs",), GridSite),
     "InferenceProvider": KindInfo(
         "InferenceProvider", "inferenceproviders", "inferenceprovider", ("ip",), InferenceProvider
+    ),
+    "AgentToolProvider": KindInfo(
+        "AgentToolProvider", "agenttoolproviders", "agenttoolprovider", ("atp",), AgentToolProvider
+    ),
+    "AgentToAgentProvider": KindInfo(
+        "AgentToAgentProvider",
+        "agenttoagentproviders",
+        "agenttoagentprovider",
+        ("a2ap",),
+        AgentToAgentProvider,
     ),
 }
 """Every Grid kind, keyed by kind name, in dependency order (networks first)."""
@@ -283,6 +378,15 @@ __all__ = [
     "AccessPolicy",
     "AdmissionSpec",
     "AdmissionThresholdsSpec",
+    "AgentCardSpec",
+    "AgentHealthCheck",
+    "AgentProvider",
+    "AgentToAgentProvider",
+    "AgentToAgentProviderSpec",
+    "AgentToAgentProviderStatus",
+    "AgentToolProvider",
+    "AgentToolProviderSpec",
+    "AgentToolProviderStatus",
     "AuthStrategy",
     "BackendKind",
     "Condition",
@@ -325,6 +429,7 @@ __all__ = [
     "SiteTrust",
     "SwimSpec",
     "TlsSpec",
+    "ToolSpec",
     "TrustSpec",
     "WireModel",
     "hosting_sites",

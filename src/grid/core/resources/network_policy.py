@@ -1,7 +1,8 @@
 """GridNetwork policy fields written in upstream Grid's shape (SPEC-DECISIONS §2a).
 
 Manifests written for upstream Grid carry ``scoringPolicy``, ``admissionPolicy``,
-``budgetPolicy`` and ``metricsRefreshInterval`` on the GridNetwork. Grid accepts
+``budgetPolicy``, ``metricsRefreshInterval``, ``routingPolicy`` and
+``selectionPolicy`` on the GridNetwork. Grid accepts
 them unchanged and maps the first two onto the seed's own fields (``scoring`` and
 ``admission``, §2 and §4); `GridNetworkSpec` applies the mapping. When both
 spellings are present the seed-shaped field wins and the operator says so in a
@@ -18,6 +19,7 @@ from pydantic import Field, model_validator
 from grid.core.resources.duration import Duration, parse_duration
 from grid.core.resources.errors import field_error
 from grid.core.resources.types import NonNegative, Ratio, Text, WireModel
+from grid.core.vocabulary import SelectionMode
 
 ScoringStrategy = Literal["noMetrics", "queueDepth", "kvCachePressure"]
 
@@ -97,6 +99,15 @@ class AdmissionPolicySpec(WireModel):
     missing_metrics: Literal["existingOnly", "excluded"] = "existingOnly"
     """Admission of a self-hosted candidate whose pressure signal is missing, when a
     scoringPolicy strategy names one (queueDepth, kvCachePressure)."""
+
+
+class SelectionPolicySpec(WireModel):
+    """How a gateway picks among the equivalent candidates of one group (§14)."""
+
+    mode: SelectionMode = Field(default=SelectionMode.LEAST_LOADED, strict=False)
+    """``deterministic`` (the first viable candidate, upstream's default), ``roundRobin``,
+    ``random``, ``weightedRandom`` (by each provider's ``capacityWeight``) or
+    ``leastLoaded`` (Grid's default: power of two choices on the load estimate)."""
 
 
 TENANTS_MAX = 1024

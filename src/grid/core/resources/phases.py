@@ -91,6 +91,9 @@ PHASE_TABLES: Final[Mapping[str, Mapping[StrEnum, frozenset[StrEnum]]]] = {
     "GridNetwork": NETWORK_TRANSITIONS,  # type: ignore[dict-item]
     "GridSite": SITE_TRANSITIONS,  # type: ignore[dict-item]
     "InferenceProvider": PROVIDER_TRANSITIONS,  # type: ignore[dict-item]
+    # The agent kinds follow InferenceProvider's phases (§16).
+    "AgentToolProvider": PROVIDER_TRANSITIONS,  # type: ignore[dict-item]
+    "AgentToAgentProvider": PROVIDER_TRANSITIONS,  # type: ignore[dict-item]
 }
 """Phase table of each kind, keyed by kind name."""
 
@@ -98,6 +101,8 @@ PHASE_ENUMS: Final[Mapping[str, type[StrEnum]]] = {
     "GridNetwork": NetworkPhase,
     "GridSite": SitePhase,
     "InferenceProvider": ProviderPhase,
+    "AgentToolProvider": ProviderPhase,
+    "AgentToAgentProvider": ProviderPhase,
 }
 """Phase enum of each kind, keyed by kind name."""
 

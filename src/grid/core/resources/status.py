@@ -87,6 +87,10 @@ class _StatusBase(WireModel):
         return True
 
 
+StatusBase = _StatusBase
+"""The fields every kind's status shares (for kinds defined in other modules)."""
+
+
 class OverlayStatus(WireModel):
     """One rendered overlay ConfigMap of the network."""
 

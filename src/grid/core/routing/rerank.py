@@ -171,11 +171,17 @@ def score_of(
     return breakdown_of(candidate, entry, ctx).total
 
 
-def group_key(candidate: OverlayCandidate, ctx: RerankContext) -> tuple[str, str, bool]:
-    """(admission, tier, freshness): candidates move only among equals of this key.
+def group_key(candidate: OverlayCandidate, ctx: RerankContext) -> tuple[object, ...]:
+    """Candidates move only among equals of this key.
 
-    The overlay's tier when it names one, else the tier derived from geography.
+    A candidate with a ``selection_group`` (§14) moves only inside it:
+    (kind, name, group). Otherwise (admission, tier, freshness), with the
+    overlay's tier when it names one, else the tier derived from geography,
+    which is also how groups are derived when the overlay names none.
     """
+    group = getattr(candidate, "selection_group", None)
+    if isinstance(group, int) and group >= 0:
+        return (candidate.kind, candidate.name, group)
     tier = candidate.tier
     if tier is None:
         probe = CandidateInput(
@@ -201,7 +207,7 @@ def rerank(candidates: Sequence[C], signals: SignalsDocument, ctx: RerankContext
     by_route = signal_entries(signals)
     keys = [group_key(c, ctx) for c in candidates]
     scores = [score_of(c, entry_for(c, by_route), ctx) for c in candidates]
-    slots: dict[tuple[str, str, bool], list[int]] = {}
+    slots: dict[tuple[object, ...], list[int]] = {}
     for index, key in enumerate(keys):
         slots.setdefault(key, []).append(index)
     result: list[C] = list(candidates)

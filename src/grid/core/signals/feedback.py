@@ -26,6 +26,7 @@ reporter states and the condition are always computed, and written, together.
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import re
 from collections.abc import Iterable, Mapping
@@ -57,6 +58,9 @@ SUPPORTED_VERSION = 1
 CONDITION_TYPE = "GatewayIngest"
 DEFAULT_REPORTER_CAPACITY = 64
 """Persisted reporters per GridNetwork (SPEC-DECISIONS §7)."""
+DEFAULT_REPORTER_IDLE_S = 3600.0
+"""Seconds without an admitted report after which a reporter's slot may go to a new
+identity when the book is full (see `FeedbackBook.admit`)."""
 
 _U64_DIGITS_MAX = 20
 _DECIMAL = re.compile(r"[0-9]{1,20}")
@@ -293,6 +297,8 @@ class Admitted:
 
     book: FeedbackBook
     state: ReporterState
+    evicted: str | None = None
+    """The idle reporter whose slot the report took, when the book was full."""
 
 
 @dataclass(frozen=True)
@@ -311,6 +317,12 @@ class FeedbackBook:
 
     reporters: tuple[ReporterState, ...] = ()
     capacity: int = DEFAULT_REPORTER_CAPACITY
+    idle_s: float = DEFAULT_REPORTER_IDLE_S
+    """A full book gives a new identity the slot of its longest-idle reporter once that
+    one has gone this long without an admitted report. Gateways that take a new ID on
+    every restart then cannot lock out new gateways for good; a live reporter that is
+    evicted loses nothing, as its next report carries its whole cumulative counter.
+    Shorter frees slots sooner; longer keeps a quiet reporter's evidence visible longer."""
 
     def get(self, reporter: str) -> ReporterState | None:
         """The persisted state of one reporter, if any."""
@@ -328,9 +340,12 @@ class FeedbackBook:
         freshness when the report is admitted.
         """
         current = self.get(report.reporter)
+        evicted: str | None = None
         if current is None:
             if len(self.reporters) >= self.capacity:
-                raise ReporterCapacity("the network already holds its reporter capacity")
+                evicted = self._evictable(now)
+                if evicted is None:
+                    raise ReporterCapacity("the network already holds its reporter capacity")
             baseline = 0
         elif report.epoch < current.epoch:
             raise Replay("the report's epoch is older than the persisted one")
@@ -356,9 +371,42 @@ class FeedbackBook:
             evidence=report.rejected > baseline or not report.clean,
             last_report_time=now,
         )
-        others = tuple(r for r in self.reporters if r.reporter != report.reporter)
+        gone = (report.reporter, evicted)
+        others = tuple(r for r in self.reporters if r.reporter not in gone)
         book = replace(self, reporters=tuple(sorted((*others, state), key=lambda r: r.reporter)))
-        return Admitted(book, state)
+        return Admitted(book, state, evicted)
+
+    def _evictable(self, now: str) -> str | None:
+        """The reporter idle longest, if it has been idle at least ``idle_s``.
+
+        A state without a report time (persisted by an older operator) counts as
+        the oldest; ties go to the smaller identity, so the choice is deterministic.
+        """
+        moment = _instant(now)
+        if moment is None:
+            return None
+        oldest = min(
+            self.reporters,
+            key=lambda r: (
+                _instant(r.last_report_time) or dt.datetime.min.replace(tzinfo=dt.UTC),
+                r.reporter,
+            ),
+        )
+        last = _instant(oldest.last_report_time)
+        if last is not None and (moment - last).total_seconds() < self.idle_s:
+            return None
+        return oldest.reporter
+
+
+def _instant(stamp: str | None) -> dt.datetime | None:
+    """An RFC 3339 time as an aware datetime; None when absent or unreadable."""
+    if not stamp:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -381,7 +429,9 @@ def ingest_condition(book: FeedbackBook) -> IngestCondition:
 
 
 def book_from_status(
-    feedback: GatewayFeedbackStatus | None, capacity: int = DEFAULT_REPORTER_CAPACITY
+    feedback: GatewayFeedbackStatus | None,
+    capacity: int = DEFAULT_REPORTER_CAPACITY,
+    idle_s: float = DEFAULT_REPORTER_IDLE_S,
 ) -> FeedbackBook:
     """The book persisted in a GridNetwork's ``status.gatewayFeedback``."""
     reporters = feedback.reporters if feedback is not None else []
@@ -398,7 +448,7 @@ def book_from_status(
         )
         for r in reporters
     )
-    return FeedbackBook(tuple(sorted(states, key=lambda s: s.reporter)), capacity)
+    return FeedbackBook(tuple(sorted(states, key=lambda s: s.reporter)), capacity, idle_s)
 
 
 def feedback_status(book: FeedbackBook) -> GatewayFeedbackStatus:

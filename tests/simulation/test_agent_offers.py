@@ -1,0 +1,80 @@
+"""Tools and agents converge add-wins across sites, in a seeded simulation.
+
+East's MCP server dies (its tools leave east's ``tools`` OR-Set) and comes back
+(they are added again with fresh tags) while west's agent offer comes and goes;
+the broadcast items reach every site in a random order, with duplicates. Every
+site ends with east's tools and west's agent, attributed to their origin. Each run
+prints its seed; replay one with ``GRID_SIM_SEED``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grid.core.crdt.offer import AgentOffer, decode, origin_offers
+from grid.core.crdt.replica import GridState
+
+TOOLS = {AgentOffer("tools", "tools-east", n) for n in ("search", "calculator")}
+AGENT = AgentOffer("agents", "planner", "planner", (("tier", "prod"),))
+
+
+def seed() -> int:
+    value = int(os.environ.get("GRID_SIM_SEED", random.randrange(2**32)))
+    print(f"agent offer simulation seed {value}")
+    return value
+
+
+def offer(replica: GridState, kind: str, offers: set[AgentOffer]) -> list[object]:
+    snap = replica.local.sync_capability(kind, {o.encode() for o in offers})
+    return list(replica.update_local(snap))
+
+
+def test_offers_leave_and_return_and_converge_add_wins_everywhere() -> None:
+    rng = random.Random(seed())
+    names = ["east", "west", "central"]
+    replicas = {n: GridState(n) for n in names}
+    east, west = replicas["east"], replicas["west"]
+    items = offer(east, "tools", TOOLS) + offer(west, "agents", {AGENT})
+    items += offer(east, "tools", set())  # the MCP server died
+    items += offer(west, "agents", set())
+    items += offer(east, "tools", TOOLS)  # and came back
+    items += offer(west, "agents", {AGENT})
+    deliveries = [(n, i) for n in names for i in items] * 2
+    rng.shuffle(deliveries)
+    for name, item in deliveries:
+        replicas[name].apply(item)  # type: ignore[arg-type]
+    for replica in replicas.values():
+        assert set(origin_offers(replica, "tools")) == {("east", o) for o in TOOLS}
+        assert origin_offers(replica, "agents") == [("west", AGENT)]
+        assert AGENT.admits({"tier": "prod"}) and not AGENT.admits({"tier": "dev"})
+
+
+def test_a_malformed_element_from_a_peer_is_ignored() -> None:
+    for element in ("", "a b", "UPPER/tool", "p/bad name", "p", "p/t k", "p/t k=v k=w"):
+        assert decode("tools", element) is None
+    assert decode("agents", "p/x") is None
+
+
+names = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
+tool_names = st.from_regex(r"[A-Za-z0-9_.-]{1,40}", fullmatch=True)
+labels = st.dictionaries(
+    st.from_regex(r"[a-z][a-z0-9./-]{0,20}", fullmatch=True),
+    st.from_regex(r"[A-Za-z0-9_.-]{0,20}", fullmatch=True),
+    max_size=4,
+)
+
+
+@given(names, tool_names, labels)
+def test_an_offer_round_trips_through_its_element(
+    provider: str, tool: str, access: dict[str, str]
+) -> None:
+    pairs = tuple(sorted(access.items()))
+    for candidate in (
+        AgentOffer("tools", provider, tool, pairs),
+        AgentOffer("agents", provider, provider, pairs),
+    ):
+        assert decode(candidate.kind, candidate.encode()) == candidate
