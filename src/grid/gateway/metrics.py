@@ -24,6 +24,7 @@ OUTCOMES = (
     "upstream_unavailable",
     "stream_broken",
     "budget_exhausted",
+    "unauthenticated",
 )
 """Every value of ``grid_gateway_requests_total{outcome}``."""
 

@@ -126,14 +126,18 @@ class BudgetPolicySpec(WireModel):
     """Tenants whose spend is tracked; absent means none (§12)."""
 
     tenants: list[TenantBudgetSpec] = Field(default_factory=list, max_length=TENANTS_MAX)
+    default_tenant: Text | None = Field(default=None, min_length=1, max_length=256)
+    """The tenant a request without a tenant is charged to under ``clientAuth.mode: none``
+    (§15); absent leaves such requests uncharged (counted as ``other``)."""
 
     @model_validator(mode="after")
     def _unique_tenants(self) -> BudgetPolicySpec:
+        # Tenants compare case-insensitively (§15): ACME and acme are one tenant.
         seen: set[str] = set()
         for i, tenant in enumerate(self.tenants):
-            if tenant.tenant_id in seen:
-                raise field_error(f"tenants[{i}].tenantId", "duplicate tenant")
-            seen.add(tenant.tenant_id)
+            if tenant.tenant_id.casefold() in seen:
+                raise field_error(f"tenants[{i}].tenantId", "duplicate tenant (in any case)")
+            seen.add(tenant.tenant_id.casefold())
         return self
 
     def caps(self) -> dict[str, float]:

@@ -179,6 +179,25 @@ class ClusterEndpointSpec(WireModel):
     """Absent fails the render closed with ``MissingTransport``."""
 
 
+class ClientAuthSpec(WireModel):
+    """How the gateway establishes a request's tenant (§15); ``none`` trusts the header."""
+
+    mode: Literal["none", "apiKey", "mtls"] = "none"
+    """``none``: the tenant header is trusted (trusted networks only). ``apiKey``: a
+    hashed key from ``secretRef``. ``mtls``: the client certificate's tenant."""
+    secret_ref: SecretRef | None = None
+    """``apiKey`` only: the Secret key holding lines ``{tenant, sha256}`` in YAML, mounted
+    at ``{credentialMountBase}/{name}/{key}``."""
+
+    @model_validator(mode="after")
+    def _secret_for_api_keys(self) -> ClientAuthSpec:
+        if self.mode == "apiKey" and (self.secret_ref is None or not self.secret_ref.complete):
+            raise field_error("secretRef", "apiKey needs a secretRef with name, namespace and key")
+        if self.mode != "apiKey" and self.secret_ref is not None:
+            raise field_error("secretRef", "only apiKey reads a Secret")
+        return self
+
+
 class ConsumerSpec(WireModel):
     """Render a complete Praxis configuration (``praxis.yaml``) for this gateway (§11)."""
 
@@ -199,6 +218,8 @@ class ConsumerSpec(WireModel):
     overlay_file: Text | None = Field(default=None, min_length=1)
     """Grid extension: render ``overlay_file`` mode reading this envelope path, instead of
     inline candidates. The embedded operator defaults it to the envelope it writes."""
+    client_auth: ClientAuthSpec = Field(default_factory=ClientAuthSpec)
+    """The ``client_auth`` filter, rendered ahead of routing (§15)."""
 
     @model_validator(mode="after")
     def _unique_clusters(self) -> ConsumerSpec:
