@@ -20,6 +20,12 @@ Two figures, each with a baseline measured in the same run:
   ``time.process_time`` per call, unchanged state and with one record changed
   per call (which rewrites the overlay); so is the pure path (mesh view and
   render, no store). Baseline: ``json.dumps`` of the resulting envelope.
+  The full run repeats it with 10,000 providers over 50 sites.
+* Steady-state CPU share on the live demo: each operator process's CPU
+  seconds (``/proc/PID/stat``) per wall second, after a 20 s warm-up, over
+  60 s, without traffic and then with the demo's 2 requests a second through
+  the gateways (``steady_cpu_share_idle`` / ``_traffic``: the mean over the
+  three operators; ``--quick`` warms up 10 s and measures 15 s each).
 
 ``--quick`` keeps it under a minute. The last line printed is one JSON object.
 """
@@ -58,6 +64,7 @@ from grid.core.resources import API_VERSION, GridSite  # noqa: E402
 from grid.core.resources.phases import SitePhase  # noqa: E402
 from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs  # noqa: E402
 from grid.core.routing.render import render  # noqa: E402
+from grid.demo.cpu_share import steady_cpu  # noqa: E402
 from grid.demo.mesh import DemoMesh  # noqa: E402
 from grid.demo.plan import MODEL  # noqa: E402
 from grid.operator.runtime import Operator  # noqa: E402
@@ -161,38 +168,50 @@ async def _idle_shares(mesh: DemoMesh) -> dict[str, float]:
     raise TimeoutError(f"not every site lists {TARGET} with a score")
 
 
-async def mesh_latency(cycles: int) -> dict[str, Any]:
+async def mesh_latency(mesh: DemoMesh, cycles: int) -> dict[str, Any]:
     """Toggle load ``cycles`` times; per-site signal-to-overlay latency samples."""
-    root = Path(tempfile.mkdtemp(prefix="grid-bench-operator-"))
-    mesh = DemoMesh(root, SITES)
     samples: dict[str, list[float]] = {s: [] for s in SITES}
     missed = 0
+    idle = await _idle_shares(mesh)
+    port = next(p.port for p in mesh.plan.providers if p.name == TARGET)
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    async with aiohttp.ClientSession() as session:
+        for _ in range(cycles):
+            stop = asyncio.Event()
+            workers = [asyncio.create_task(_load(session, url, stop)) for _ in range(LOAD_WORKERS)]
+            try:
+                loaded = await _half_cycle(mesh, session, idle, loading=True)
+            finally:
+                stop.set()
+                await asyncio.gather(*workers)
+            released = await _half_cycle(mesh, session, idle, loading=False)
+            for lags in (loaded, released):
+                missed += len(SITES) - len(lags)
+                for site, lag in lags.items():
+                    samples[site].append(lag)
+    return _latency_figures(samples, missed)
+
+
+async def live_mesh(
+    cycles: int, warmup_s: float, measure_s: float
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """On one demo mesh: steady CPU shares (if ``measure_s``), then latency (if ``cycles``)."""
+    root = Path(tempfile.mkdtemp(prefix="grid-bench-operator-"))
+    mesh = DemoMesh(root, SITES)
     try:
         await mesh.prepare()
         await mesh.start()
-        idle = await _idle_shares(mesh)
-        port = next(p.port for p in mesh.plan.providers if p.name == TARGET)
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        async with aiohttp.ClientSession() as session:
-            for _ in range(cycles):
-                stop = asyncio.Event()
-                workers = [
-                    asyncio.create_task(_load(session, url, stop)) for _ in range(LOAD_WORKERS)
-                ]
-                try:
-                    loaded = await _half_cycle(mesh, session, idle, loading=True)
-                finally:
-                    stop.set()
-                    await asyncio.gather(*workers)
-                released = await _half_cycle(mesh, session, idle, loading=False)
-                for lags in (loaded, released):
-                    missed += len(SITES) - len(lags)
-                    for site, lag in lags.items():
-                        samples[site].append(lag)
+        pids = {}
+        for site in SITES:
+            process = mesh.children[f"operator-{site}"].process
+            assert process is not None
+            pids[site] = process.pid
+        steady = await steady_cpu(mesh, pids, warmup_s, measure_s) if measure_s > 0 else None
+        latency = await mesh_latency(mesh, cycles) if cycles > 0 else None
     finally:
         await mesh.stop()
         shutil.rmtree(root, ignore_errors=True)
-    return _latency_figures(samples, missed)
+    return steady, latency
 
 
 def _latency_figures(samples: dict[str, list[float]], missed: int) -> dict[str, Any]:
@@ -271,14 +290,15 @@ def _record(i: int, origin: str, queue: float, now: float) -> ProviderRecord:
 class Peers:
     """Nine peer origins publishing 1,000 records into one operator's replica."""
 
-    def __init__(self, providers: int, replica: GridState) -> None:
+    def __init__(self, providers: int, replica: GridState, peers: int = PEER_SITES) -> None:
         self.replica = replica
         self.count = providers
+        self.peers = peers
         self.now = time.time()
-        self.origins = {f"s{k}": GridState(f"s{k}") for k in range(1, PEER_SITES + 1)}
+        self.origins = {f"s{k}": GridState(f"s{k}") for k in range(1, peers + 1)}
         snaps = {o: GridStateSnapshot.empty(o) for o in self.origins}
         for i in range(providers):
-            origin = f"s{1 + i % PEER_SITES}"
+            origin = f"s{1 + i % peers}"
             snaps[origin] = snaps[origin].put_provider(
                 f"p{i}", _record(i, origin, (i * 7 % 85) / 100, self.now)
             )
@@ -298,7 +318,7 @@ class Peers:
         i = step % self.count
         while i % 97 == 0 or i * 13 % 100 >= 90:
             i = (i + 1) % self.count
-        origin = f"s{1 + i % PEER_SITES}"
+        origin = f"s{1 + i % self.peers}"
         snap = self.origins[origin].local
         record = _record(i, origin, ((step * 31) % 85) / 100, self.now)
         self._publish(origin, snap.put_provider(f"p{i}", record))
@@ -318,12 +338,12 @@ async def _timed(coro_fn: Any) -> float:
     return time.process_time() - start
 
 
-async def reconcile_cpu(providers: int, repeat: int) -> dict[str, Any]:
+async def reconcile_cpu(providers: int, repeat: int, peers: int = PEER_SITES) -> dict[str, Any]:
     """CPU per `Operator.reconcile_overlays` with ``providers`` remote records."""
     root = Path(tempfile.mkdtemp(prefix="grid-bench-reconcile-"))
     store = await SqliteStore.open(root / "store.db")
     try:
-        for doc in _docs(PEER_SITES + 1):
+        for doc in _docs(peers + 1):
             await store.create(doc)
         settings = OperatorSettings(
             site="s0", store=f"sqlite:{root / 'store.db'}", overlay_dir=root / "out"
@@ -332,8 +352,11 @@ async def reconcile_cpu(providers: int, repeat: int) -> dict[str, Any]:
         operator.served.network = await select_network(store, None)
         # Every peer site is verified (Active), as in a converged mesh: an
         # unverified site's candidates are never rendered.
-        operator.sites.phases = {f"s{i}": SitePhase.ACTIVE for i in range(PEER_SITES + 1)}
-        peers = Peers(providers, operator.replica)
+        operator.sites.phases = {f"s{i}": SitePhase.ACTIVE for i in range(peers + 1)}
+        # The peers publish unsigned items, as a mesh without a CA does: an operator
+        # built without --ca still authenticates origins, and would believe none.
+        operator.replica.auth = None
+        mesh = Peers(providers, operator.replica, peers)
         await operator.reconcile_overlays()
         envelope_text = (root / "out" / "grid-overlay.json").read_text()
         envelope = json.loads(envelope_text)
@@ -361,7 +384,7 @@ async def reconcile_cpu(providers: int, repeat: int) -> dict[str, Any]:
 
         for step in range(repeat):
             unchanged.append(await _timed(operator.reconcile_overlays))
-            peers.change(step + 1)
+            mesh.change(step + 1)
             changed.append(await _timed(operator.reconcile_overlays))
             pure.append(await _timed(pure_path))
             dumps.append(await _timed(dump))
@@ -372,6 +395,7 @@ async def reconcile_cpu(providers: int, repeat: int) -> dict[str, Any]:
     base = statistics.median(dumps)
     return {
         "providers": providers,
+        "sites": peers + 1,
         "candidates": len(envelope["overlay"]["candidates"]),
         "envelope_bytes": len(envelope_text),
         "repeat": repeat,
@@ -386,12 +410,10 @@ async def reconcile_cpu(providers: int, repeat: int) -> dict[str, Any]:
     }
 
 
-async def main_async(quick: bool, providers: int) -> dict[str, Any]:
-    """Run both measurements and print the human-readable lines."""
-    started = time.monotonic()
-    cpu = await reconcile_cpu(providers, repeat=8 if quick else 30)
+def _print_cpu(cpu: dict[str, Any]) -> None:
     print(
-        f"reconcile with {cpu['providers']} providers ({cpu['candidates']} candidates): "
+        f"reconcile with {cpu['providers']} providers over {cpu['sites']} sites "
+        f"({cpu['candidates']} candidates): "
         f"unchanged {cpu['reconcile_unchanged']['median_ms']} ms CPU "
         f"({cpu['reconcile_unchanged_over_dumps']}x json.dumps), "
         f"changed {cpu['reconcile_changed']['median_ms']} ms "
@@ -399,21 +421,63 @@ async def main_async(quick: bool, providers: int) -> dict[str, Any]:
         f"{cpu['render_path']['median_ms']} ms ({cpu['render_path_over_dumps']}x); "
         f"json.dumps {cpu['json_dumps']['median_ms']} ms"
     )
-    latency = await mesh_latency(cycles=3 if quick else 10)
-    print(
-        f"signal -> overlay over {latency['samples']} samples: p50 {latency['p50_ms']} ms, "
-        f"p99 {latency['p99_ms']} ms ({latency['p50_over_scrape_interval']}x / "
-        f"{latency['p99_over_scrape_interval']}x the {latency['scrape_interval_ms']:.0f} ms "
-        f"scrape interval); local p50 {latency['local_p50_ms']} ms, remote p50 "
-        f"{latency['remote_p50_ms']} ms ({latency['remote_over_local_p50']}x local)"
+
+
+def _print_live(steady: dict[str, Any] | None, latency: dict[str, Any] | None) -> None:
+    if steady is not None:
+        print(
+            f"steady CPU share per operator over {steady['measure_s']} s: idle "
+            f"{steady['idle']} (mean {steady['idle_mean']}), with {steady['traffic_rps']} req/s "
+            f"{steady['traffic']} (mean {steady['traffic_mean']})"
+        )
+    if latency is not None:
+        print(
+            f"signal -> overlay over {latency['samples']} samples: p50 {latency['p50_ms']} ms, "
+            f"p99 {latency['p99_ms']} ms ({latency['p50_over_scrape_interval']}x / "
+            f"{latency['p99_over_scrape_interval']}x the {latency['scrape_interval_ms']:.0f} ms "
+            f"scrape interval); local p50 {latency['local_p50_ms']} ms, remote p50 "
+            f"{latency['remote_p50_ms']} ms ({latency['remote_over_local_p50']}x local)"
+        )
+
+
+async def main_async(quick: bool, providers: int, parts: set[str]) -> dict[str, Any]:
+    """Run the measurements in ``parts`` and print the human-readable lines."""
+    started = time.monotonic()
+    result: dict[str, Any] = {"bench": "operator", "quick": quick}
+    if "reconcile" in parts:
+        cpu = await reconcile_cpu(providers, repeat=8 if quick else 30)
+        _print_cpu(cpu)
+        result["reconcile_cpu"] = cpu
+        result["reconcile_unchanged_ratio_to_dumps"] = cpu["reconcile_unchanged_over_dumps"]
+        result["reconcile_one_changed_ratio_to_dumps"] = cpu["reconcile_changed_over_dumps"]
+        if not quick:
+            large = await reconcile_cpu(10_000, repeat=10, peers=49)
+            _print_cpu(large)
+            result["reconcile_cpu_10000"] = large
+            result["reconcile_unchanged_ratio_to_dumps_10000"] = large[
+                "reconcile_unchanged_over_dumps"
+            ]
+            result["reconcile_one_changed_ratio_to_dumps_10000"] = large[
+                "reconcile_changed_over_dumps"
+            ]
+    warmup_s, measure_s = (10.0, 15.0) if quick else (20.0, 60.0)
+    steady, latency = await live_mesh(
+        (3 if quick else 10) if "latency" in parts else 0,
+        warmup_s,
+        measure_s if "steady" in parts else 0.0,
     )
-    return {
-        "bench": "operator",
-        "quick": quick,
-        "signal_to_overlay": latency,
-        "reconcile_cpu": cpu,
-        "wall_s": round(time.monotonic() - started, 1),
-    }
+    _print_live(steady, latency)
+    if steady is not None:
+        result["steady_cpu"] = steady
+        result["steady_cpu_share_idle"] = steady["idle_mean"]
+        result["steady_cpu_share_traffic"] = steady["traffic_mean"]
+    if latency is not None:
+        result["signal_to_overlay"] = latency
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    return result
+
+
+PARTS = ("reconcile", "steady", "latency")
 
 
 def main() -> None:
@@ -421,8 +485,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples, under a minute")
     parser.add_argument("--providers", type=int, default=1000, help="providers in the replica")
+    parser.add_argument(
+        "--only", choices=PARTS, action="append", help="run only these parts (repeatable)"
+    )
     args = parser.parse_args()
-    result = asyncio.run(main_async(args.quick, args.providers))
+    result = asyncio.run(main_async(args.quick, args.providers, set(args.only or PARTS)))
     print(json.dumps(result, sort_keys=True))
     sys.stdout.flush()
 

@@ -37,6 +37,7 @@ from grid.core.overlay.consumer import (
     render_consumer_config,
 )
 from grid.core.overlay.consumer import CONFIG_KEY as PRAXIS_KEY
+from grid.core.overlay.envelope import Scope
 from grid.core.resources.network_spec import ConsumerSpec
 from grid.core.resources.overlay_status import Distribution
 from grid.core.routing.render import Rendered, poll_ranking
@@ -289,7 +290,10 @@ class ConsumerConfigWriter:
         self._store = store
         self._overlays = overlays
         self._written: dict[tuple[str, str, str], str | None] = {}
+        self._inputs: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        """Per gateway: what its last written praxis.yaml was rendered from."""
         self.writes = 0
+        self.renders = 0
 
     def overlay_file(
         self, config: ConsumerSpec, gateway: str, fmt: OverlayFormat = OverlayFormat.GRID
@@ -322,13 +326,23 @@ class ConsumerConfigWriter:
         if config is None or not config.enabled:
             return {**entry, "phase": "Disabled", "reason": DISABLED}
         ranking = poll_ranking(rendered)
+        overlay_file = self.overlay_file(config, scope.gateway, fmt)
+        route = ranking.route_fields() if ranking is not None else None
+        key = (scope.network, scope.gateway, name)
+        inputs = consumer_inputs(rendered.overlay, scope, config, overlay_file, route)
+        if inputs is not None and self._inputs.get(key) == inputs:
+            return {**entry, "phase": "Rendered", "reason": "Rendered"}
+        self._inputs.pop(key, None)
+        self.renders += 1
         try:
+            policy = rendered.network.spec.budget_policy
             result = render_consumer_config(
                 rendered.overlay,
                 scope,
                 config,
-                self.overlay_file(config, scope.gateway, fmt),
-                ranking.route_fields() if ranking is not None else None,
+                overlay_file,
+                route,
+                policy.default_tenant if policy is not None else None,
             )
         except (GridError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
             # Not a fail-closed reason of §11: an input the renderer could not take. The
@@ -337,7 +351,6 @@ class ConsumerConfigWriter:
             return {**entry, "phase": "Error", "reason": RENDER_FAILED, "message": message}
         if isinstance(result, ConsumerConfigError):
             return {**entry, "phase": "Error", "reason": result.reason, "message": result.message}
-        key = (scope.network, scope.gateway, name)
         directory = self._overlays.directory(scope.gateway)
         if key not in self._written:
             # After a restart, what the store and the file already hold counts as written.
@@ -358,6 +371,8 @@ class ConsumerConfigWriter:
                     return {**entry, "phase": "Error", "reason": CONFIG_ERROR, "message": message}
             self._written[key] = result.text
             self.writes += 1
+        if inputs is not None:
+            self._inputs[key] = inputs
         return {**entry, "phase": "Rendered", "reason": "Rendered"}
 
     async def _stored(self, name: str, namespace: str, directory: Path | None) -> str | None:
@@ -376,3 +391,34 @@ class ConsumerConfigWriter:
             except (OSError, UnicodeDecodeError):
                 return None
         return text
+
+
+def consumer_inputs(
+    overlay: Mapping[str, Any],
+    scope: Scope,
+    config: ConsumerSpec,
+    overlay_file: str | None,
+    route: Mapping[str, Any] | None,
+) -> tuple[Any, ...] | None:
+    """What `render_consumer_config` reads: equal inputs render the same ``praxis.yaml``.
+
+    With an ``overlay_file`` the text holds the candidates' clusters and credentials
+    in order, not the candidates themselves, so a signal that moves a score but no
+    cluster renders nothing. Inline candidates are the text itself: None, always render.
+    """
+    if overlay_file is None:
+        return None
+    candidates = overlay["candidates"]
+    clusters = tuple(dict.fromkeys(str(c["cluster"]) for c in candidates))
+    credentials = tuple(
+        json.dumps(c["credential"], sort_keys=True) for c in candidates if c.get("credential")
+    )
+    return (
+        config.model_dump_json(),
+        scope,
+        overlay_file,
+        json.dumps(route, sort_keys=True) if route is not None else None,
+        overlay.get("local_site"),
+        clusters,
+        credentials,
+    )

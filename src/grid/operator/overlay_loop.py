@@ -53,6 +53,7 @@ from grid.core.routing.signals import SignalsDocument
 from grid.errors import GridError
 from grid.operator.budgets import BudgetView
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
+from grid.operator.round_gate import time_deadline
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,15 @@ class OverlayLoop:
         """What the last round rendered (its span and ``grid_overlay_candidate_fresh``)."""
         self.failed_rounds = 0
         """Rounds in a row in which a served gateway's overlay failed to render or be written."""
+        self.deadline = 0.0
+        """When time alone changes the last round's view (a record turns stale or leaves it)."""
+
+    @property
+    def settled(self) -> bool:
+        """Whether the last round wrote everything it rendered (else the next one retries)."""
+        return self.failed_rounds == 0 and not any(
+            c.get("phase") == "Error" for c in self.consumer_status
+        )
 
     def stabilized_holds(
         self, network: GridNetwork, signals: SignalsDocument, now_s: float
@@ -195,6 +205,9 @@ class OverlayLoop:
             now.timestamp(),
             float(ttl) if ttl is not None else None,
             trusted,
+        )
+        self.deadline = time_deadline(
+            records, self.site, float(ttl) if ttl is not None else None, now.timestamp()
         )
         inputs = mesh_inputs(network, sites, own, secrets, records, self.site)
         if signals_view is not None:

@@ -49,11 +49,8 @@ from grid.core.address import parse_address
 from grid.core.crdt.origin import AuthLimits
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
-from grid.core.resources import (
-    GridNetwork,
-)
+from grid.core.resources import GridNetwork
 from grid.core.resources.discovery import as_member
-from grid.core.resources.network_status import RoundOutcome
 from grid.core.resources.secret import Secret
 from grid.core.routing.mesh_view import OriginRecord
 from grid.core.routing.signals import SignalsDocument
@@ -73,6 +70,7 @@ from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.own_providers import HOSTED_KINDS, WATCHED_KINDS, OwnProviders
 from grid.operator.providers import ProviderController
+from grid.operator.round_gate import RoundGate, round_key, round_outcome, trust_deadline
 from grid.operator.settings import OperatorSettings
 from grid.operator.site_pki import SitePki, with_site_pki
 from grid.operator.site_rounds import SiteRounds
@@ -135,6 +133,7 @@ class Operator:
         ItemCounters(self.replica, self.registry)
         self.writer = OverlayWriter(store, settings.overlay_dir)
         self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
+        self.gate = RoundGate(self.registry)
         self.gateways = GatewayScrape(
             list(settings.gateway_metrics), settings.budget_scrape_timeout_s
         )
@@ -340,6 +339,7 @@ class Operator:
 
     def _on_record(self, provider: str, record: ProviderRecord | None) -> None:
         self.lanes.on_record(provider, record)
+        self.gate.providers_epoch += 1
         self._dirty.set()
 
     async def _refresh_trust(self) -> None:
@@ -385,6 +385,7 @@ class Operator:
                         await self.own.sync()
                         if event.object["metadata"]["name"] == self.settings.site:
                             await self.lanes.publish_site_lanes()
+                    self.gate.store_event(kind, event.object)
                     self._dirty.set()
                 return
             except Expired:
@@ -429,17 +430,24 @@ class Operator:
     async def _render_round(self) -> None:
         # Rounds never overlap, whoever starts one: two would race on the same writes.
         async with self._round_lock:
+            await self.lanes.publish_records(self.own.agents.offers)
+            if self.gate.unchanged(round_key(self), time.time()):
+                return
             started = time.monotonic()
             with (
                 outcome_span(_tracer, RENDER_SPAN, {"grid.site": self.settings.site}) as span,
                 self.reconcile_seconds.labels("render").time(),
             ):
-                await self.lanes.publish_records(self.own.agents.offers)
                 await self.reconcile_overlays()
                 span.set_attribute("grid.render.duration_ms", (time.monotonic() - started) * 1e3)
 
     async def reconcile_overlays(self) -> None:
-        """Render every gateway this site serves; write changed overlays and status."""
+        """Render every gateway this site serves; write changed overlays and status.
+
+        A round that sees nothing changed since the last one does nothing (`RoundGate`)."""
+        key = round_key(self)
+        if self.gate.unchanged(key, time.time()):
+            return
         network = self.served.network
         assert network is not None
         sites = await self.served.sites()
@@ -474,25 +482,15 @@ class Operator:
         self.live.on_render(
             self.overlays.last_inputs, self.overlays.last_signals, self.overlays.last_held
         )
-        outcome = RoundOutcome(
-            served=self.overlays.served,
-            render_failed=tuple(self.overlays.render_failed),
-            write_failed=tuple(self.overlays.write_failed),
-            unreadable_secrets=tuple(
-                sorted(
-                    {
-                        *self.providers.unresolved_secrets(),
-                        *filter(None, [self.swim_keys.unreadable]),
-                    }
-                )
-            ),
-        )
+        unread = [*self.providers.unresolved_secrets(), *filter(None, [self.swim_keys.unreadable])]
         await self.served.write_status(
             network.name,
             overlays,
             self.sites.phases,
-            outcome,
+            round_outcome(self.overlays, unread),
             self.overlays.consumer_status,
             self.overlays.budget_status,
             self.overlays.overlay_status,
         )
+        deadline = min(self.overlays.deadline, trust_deadline(self.replica, time.time()))
+        self.gate.rendered(key if self.overlays.settled else None, deadline)

@@ -127,6 +127,10 @@ class GridState:
         """Every known origin, sorted."""
         return sorted(self._snapshots)
 
+    def trust_expiry(self) -> tuple[tuple[str, float], ...]:
+        """Each verified origin with its certificate's expiry, after which it is not trusted."""
+        return tuple(sorted((o, v.not_after) for o, v in self._verified.items()))
+
     def trusted(self, origin: str) -> bool:
         """Whether ``origin``'s state counts: ours, unauthenticated, or a verified cert."""
         if self.auth is None or origin == self.local_origin:
