@@ -314,3 +314,67 @@ async def test_an_added_route_runs_within_the_budget_and_knows_its_caller(
         assert sample(registry, "grid_signals_requests_total", route="ingest", code="504") == 1
     finally:
         await server.stop()
+
+
+def _client_hello() -> bytes:
+    """The first flight of a TLS handshake, as a real client would send it."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+async def _flood(port: int, hello: bytes | None, stop: asyncio.Event) -> None:
+    """One attacker connection from 127.0.0.2, reopened whenever it is closed.
+
+    ``hello`` None sends nothing (half-open); otherwise half a ClientHello (a stalled
+    handshake).
+    """
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, local_addr=("127.0.0.2", 0)
+            )
+        except OSError:
+            await asyncio.sleep(0.01)
+            continue
+        if hello is not None:
+            writer.write(hello[: len(hello) // 2])
+        with contextlib.suppress(ConnectionError):
+            await asyncio.wait(
+                [asyncio.ensure_future(reader.read()), asyncio.ensure_future(stop.wait())],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        writer.close()
+
+
+async def test_300_half_open_and_300_slow_handshakes_leave_local_served(
+    signals_pki: SignalsPki,
+) -> None:
+    server, registry, url = await running(signals_pki)
+    port = int(url.rsplit(":", 1)[1])
+    stop = asyncio.Event()
+    hello = _client_hello()
+    attackers = [asyncio.create_task(_flood(port, None, stop)) for _ in range(300)]
+    attackers += [asyncio.create_task(_flood(port, hello, stop)) for _ in range(300)]
+    latencies = []
+    try:
+        await eventually(
+            lambda: (
+                sample(registry, "grid_signals_refused_connections_total", reason="evicted") > 300
+            ),
+            "the flood filled the handshake bound",
+        )
+        assert server.book.pending <= server.book.limits.handshakes_max
+        for _ in range(5):
+            started = time.monotonic()
+            async with session(signals_pki, "east") as s, s.get(url + "/v1/site/signals") as r:
+                assert r.status == 200
+            latencies.append(time.monotonic() - started)
+    finally:
+        stop.set()
+        await asyncio.gather(*attackers, return_exceptions=True)
+        await server.stop()
+    assert max(latencies) < 5.0, latencies
+    print("local latency under the flood, s:", [round(x, 3) for x in latencies])

@@ -74,9 +74,9 @@ def test_an_over_large_file_is_refused(tmp_path: Path) -> None:
         (lambda d: d.pop("admin"), "admin"),
         (lambda d: d["listeners"].append(d["listeners"][0]), "exactly one listener"),
         (lambda d: d["filter_chains"][0]["filters"].pop(), "load_balancer"),
-        (lambda d: d["filter_chains"][0]["filters"][1]["candidates"][0].pop("cluster"), "cluster"),
+        (lambda d: d["filter_chains"][0]["filters"][2]["candidates"][0].pop("cluster"), "cluster"),
         (
-            lambda d: d["filter_chains"][0]["filters"][2]["credentials"][0].update(strategy="x"),
+            lambda d: d["filter_chains"][0]["filters"][3]["credentials"][0].update(strategy="x"),
             "strategy",
         ),
         (lambda d: d.update(shutdown_timeout_secs=-1), "shutdown_timeout_secs"),
@@ -108,7 +108,7 @@ def test_the_poll_mode_scoring_and_sites_round_trip_through_the_rendered_file(
     )
     result = render_consumer_config(OVERLAY, SCOPE, config, ranking=ranking.route_fields())
     assert isinstance(result, RenderedConsumerConfig)
-    route = result.document["filter_chains"][0]["filters"][1]
+    route = result.document["filter_chains"][0]["filters"][2]
     assert route["sites"] == {"east": {"region": "r1", "zone": "a"}, "west": {"region": "r2"}}
     path = tmp_path / "praxis.yaml"
     path.write_text(result.text)
@@ -136,6 +136,6 @@ def test_without_scoring_fields_the_defaults_apply() -> None:
 )
 def test_bad_scoring_fields_are_refused_by_name(fields: dict, fault: str) -> None:
     document = yaml.safe_load(_rendered().text)
-    document["filter_chains"][0]["filters"][1].update(fields)
+    document["filter_chains"][0]["filters"][2].update(fields)
     with pytest.raises(ConfigError, match=fault):
         parse_config(document)

@@ -49,7 +49,7 @@ async def test_rendered_praxis_yaml_lands_in_the_configmap_and_the_overlay_dir(
     assert status["phase"] == "Rendered" and status["configMapName"] == "praxis-consumer-config"
     text = await _praxis(store)
     assert (tmp_path / "praxis.yaml").read_text() == text
-    route = yaml.safe_load(text)["filter_chains"][0]["filters"][1]
+    route = yaml.safe_load(text)["filter_chains"][0]["filters"][2]
     assert route["overlay_file"] == str((tmp_path / "grid-overlay.json").absolute())
     assert route["expected_scope"]["gateway"] == "edge"
 
@@ -57,7 +57,7 @@ async def test_rendered_praxis_yaml_lands_in_the_configmap_and_the_overlay_dir(
 async def test_without_an_overlay_dir_candidates_are_inline(store: Any) -> None:
     writer = ConsumerConfigWriter(store, OverlayWriter(store, None))
     await writer.write(_render(["a"]), _config(["a"], configMapName="my-praxis"))
-    route = yaml.safe_load(await _praxis(store, "my-praxis"))["filter_chains"][0]["filters"][1]
+    route = yaml.safe_load(await _praxis(store, "my-praxis"))["filter_chains"][0]["filters"][2]
     assert [c["cluster"] for c in route["candidates"]] == ["a"]
 
 
@@ -108,7 +108,7 @@ async def test_under_poll_the_route_filter_carries_scoring_and_sites(store: Any)
     writer = ConsumerConfigWriter(store, OverlayWriter(store, None))
     gossip = _render(["a"])
     await writer.write(gossip, _config(["a"]))
-    route = yaml.safe_load(await _praxis(store))["filter_chains"][0]["filters"][1]
+    route = yaml.safe_load(await _praxis(store))["filter_chains"][0]["filters"][2]
     assert "scoring" not in route and "sites" not in route
     network = gossip.network.model_copy(
         update={
@@ -120,7 +120,7 @@ async def test_under_poll_the_route_filter_carries_scoring_and_sites(store: Any)
     inputs = replace(_cases._inputs(["a"]), networks=[network])
     poll = render(inputs, site="east", gateway="edge", now=NOW)
     await writer.write(poll, _config(["a"]))
-    route = yaml.safe_load(await _praxis(store))["filter_chains"][0]["filters"][1]
+    route = yaml.safe_load(await _praxis(store))["filter_chains"][0]["filters"][2]
     assert route["scoring"]["weights"]["locality"] == 3.0
     assert route["scoring"]["latency_ceiling_ms"] == 5000.0
     assert route["sites"] == {"east": {"region": "r1", "zone": "z1"}}

@@ -40,6 +40,10 @@ HEAP_TRIM_DELAY_S = 1.0
 """Seconds after a connection closes before freed heap is handed back to the OS;
 closes within that time share one trim, so churn costs one trim a second at most."""
 
+HANDSHAKE_FAILURES = (OSError, ssl.SSLError, TimeoutError, EOFError)
+"""What a failed TLS handshake raises (a refused certificate, a timeout, a reset); any
+other exception is a fault of the listener and propagates (interrupts included)."""
+
 Classifier = Callable[[asyncio.Transport], str]
 """Names the class of a connection (for example ``local`` or ``peer``) from its
 transport after the TLS handshake (peer certificate, address)."""
@@ -351,14 +355,16 @@ class GuardedConnection(ForwardingProtocol):
             secured = await start_compact_tls(
                 raw, self, self._tls, timeout_s, timeout_s, first_bytes
             )
-        except BaseException as exc:
-            # Refused certificate, timeout, reset, or shutdown: the TLS layer never
-            # reports this connection again, so the slot is returned here.
+        except HANDSHAKE_FAILURES:
+            # Refused certificate, timeout or reset: the TLS layer never reports
+            # this connection again, so the slot is returned here.
             raw.abort()
             self._release()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
             return
+        except asyncio.CancelledError:  # shutdown: give the slot back, then stop
+            raw.abort()
+            self._release()
+            raise
         if secured is None:  # the peer went away as the handshake finished
             self._release()
             return

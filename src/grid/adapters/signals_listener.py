@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from grid.adapters.connection_gate import ForwardingProtocol
+from grid.adapters.connection_gate import HANDSHAKE_FAILURES, ForwardingProtocol
 from grid.core.signals.connections import ConnectionBook, ConnectionClass, Refusal
 from grid.core.trust import PeerClass, TrustPolicy
 
@@ -89,14 +89,21 @@ class ClassifiedConnection(ForwardingProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Take a slot (or abort at once), then start the TLS handshake."""
         raw = cast(asyncio.Transport, transport)
-        refused = self._state.book.accept()
+        peer = raw.get_extra_info("peername")
+        source = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        now = asyncio.get_running_loop().time()
+        book = self._state.book
+        refused = book.accept(self, source, now)
+        for victim in book.take_evicted():
+            self._state.on_refused(Refusal.EVICTED)
+            cast(ClassifiedConnection, victim).evict()
         if refused is not None:
             self._state.on_refused(refused)
             raw.abort()
             return
         self._pending = True
         self._raw = raw
-        self._accepted_at = asyncio.get_running_loop().time()
+        self._accepted_at = now
         raw.pause_reading()  # start_tls resumes reading once the TLS layer is in place
         task = asyncio.get_running_loop().create_task(self._secure(raw))
         self._state.tasks.add(task)
@@ -112,30 +119,41 @@ class ClassifiedConnection(ForwardingProtocol):
                 server_side=True,
                 ssl_handshake_timeout=self._state.book.limits.handshake_timeout_s,
             )
-        except BaseException as exc:
-            # A missing or unverifiable certificate, a timeout, a reset or shutdown.
+        except HANDSHAKE_FAILURES:
+            # A missing or unverifiable certificate, a timeout or a reset.
             raw.abort()
             self._abandon()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
             return
+        except asyncio.CancelledError:  # shutdown: give the slot back, then stop
+            raw.abort()
+            self._abandon()
+            raise
         if secured is None:  # the peer went away as the handshake finished
             self._abandon()
             return
         self._classify(secured)
 
+    def evict(self) -> None:
+        """Close a connection still handshaking; the book has already forgotten it."""
+        self._pending = False
+        if self._raw is not None:
+            self._raw.abort()
+
     def _abandon(self) -> None:
         if self._pending:
             self._pending = False
-            self._state.book.abandon()
+            self._state.book.abandon(self)
             self._state.on_refused(None)
 
     def _classify(self, secured: asyncio.Transport) -> None:
         ssl_object = secured.get_extra_info("ssl_object")
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         peer_class = self._state.trust().classify(der) if der else PeerClass.UNKNOWN
+        if not self._pending:  # evicted as its handshake finished
+            secured.abort()
+            return
         self._pending = False
-        verdict = self._state.book.classify(peer_class)
+        verdict = self._state.book.classify(peer_class, self)
         if isinstance(verdict, Refusal):
             self._state.on_refused(verdict)
             if verdict is Refusal.UNAUTHORIZED:

@@ -14,6 +14,7 @@ from grid.cli import (
     certs_cmd,
     demo_cmd,
     gateway_cmd,
+    keys_cmd,
     mock_provider_cmd,
     operator_cmd,
     resources_cmd,
@@ -34,6 +35,7 @@ COMMAND_MODULES = (
     demo_cmd,
     telemetry_send,
     gateway_cmd,
+    keys_cmd,
 )
 """The command families, in the order `grid --help` lists them; each defines
 ``register(main: click.Group)``."""

@@ -124,3 +124,46 @@ class RouteIdentity(Protocol):
     def cluster(self) -> str: ...
     @property
     def fresh(self) -> bool: ...
+
+
+class RoutingPolicy(StrEnum):
+    """``GridNetwork.spec.routingPolicy``: what makes candidates equivalent (§14).
+
+    The values are upstream Grid's spellings. ``geographyFirst`` (the default)
+    groups candidates by admission, tier and freshness, so remote providers
+    stay a fallback; ``scoreFirst`` groups by admission and freshness, so
+    eligible providers of every site share one group.
+    """
+
+    GEOGRAPHY_FIRST = "geographyFirst"
+    SCORE_FIRST = "scoreFirst"
+
+
+class SelectionMode(StrEnum):
+    """``GridNetwork.spec.selectionPolicy.mode``: how a gateway picks inside a group (§14).
+
+    Written in the overlay as `SelectionPolicy` (``leastLoaded`` as ``random``
+    plus ``selection_load_aware``, so a consumer that does not know it falls
+    back to random within the group, never to herding).
+    """
+
+    DETERMINISTIC = "deterministic"
+    ROUND_ROBIN = "roundRobin"
+    RANDOM = "random"
+    WEIGHTED_RANDOM = "weightedRandom"
+    LEAST_LOADED = "leastLoaded"
+
+
+class SelectionPolicy(StrEnum):
+    """The overlay's top-level ``selection_policy`` (§14), upstream's wire values."""
+
+    DETERMINISTIC = "deterministic"
+    ROUND_ROBIN = "round_robin"
+    RANDOM = "random"
+    WEIGHTED_RANDOM = "weighted_random"
+
+
+CAPACITY_WEIGHT_MIN = 1
+CAPACITY_WEIGHT_MAX = 1000
+"""``InferenceProvider.spec.capacityWeight`` bounds (§14), also the overlay's
+``traffic_weight`` and ``capacity_weight`` bounds; the default weight is 1."""

@@ -68,6 +68,23 @@ class CredentialFile:
 
 
 @dataclass(frozen=True)
+class ClientAuthConfig:
+    """The ``client_auth`` filter (§15): how a request's tenant is established.
+
+    ``none`` trusts the tenant header (``default_tenant`` for a request without
+    one); ``api_key`` reads hashed keys from ``keys_file``; ``mtls`` requires a
+    client certificate from ``ca_path`` on a listener serving ``cert_path`` and
+    ``key_path``."""
+
+    mode: str = "none"
+    keys_file: str | None = None
+    default_tenant: str | None = None
+    ca_path: str | None = None
+    cert_path: str | None = None
+    key_path: str | None = None
+
+
+@dataclass(frozen=True)
 class PraxisConfig:
     """Everything ``grid gateway`` needs from praxis.yaml."""
 
@@ -87,6 +104,7 @@ class PraxisConfig:
     ranking: RerankContext | None = None
     """What poll mode scores with: the route filter's optional ``scoring`` and
     ``sites``, defaults where absent (see docs/gateway.md)."""
+    client_auth: ClientAuthConfig = ClientAuthConfig()
 
 
 def _need(mapping: Any, key: str, where: str, kind: type | tuple[type, ...] = str) -> Any:
@@ -171,8 +189,35 @@ def parse_config(document: Any) -> PraxisConfig:
         credentials=_credentials(by_kind.get("credential_inject")),
         shutdown_timeout_s=float(timeout),
         ranking=_ranking(route),
+        client_auth=_client_auth(by_kind.get("client_auth")),
     )
     return _with_candidates(config, route)
+
+
+def _client_auth(section: Any) -> ClientAuthConfig:
+    """The ``client_auth`` filter; absent is ``mode: none``."""
+    if section is None:
+        return ClientAuthConfig()
+    where = "client_auth"
+    mode = _need(section, "mode", where)
+    default = section.get("default_tenant")
+    if default is not None and (not isinstance(default, str) or not default.strip()):
+        raise ConfigError(f"{where}.default_tenant must be a non-blank string")
+    if mode == "none":
+        return ClientAuthConfig(default_tenant=default)
+    if default is not None:
+        raise ConfigError(f"{where}.default_tenant applies to mode none only")
+    if mode == "api_key":
+        return ClientAuthConfig(mode, keys_file=_need(section, "keys_file", where))
+    if mode == "mtls":
+        tls = _need(section, "tls", where, dict)
+        return ClientAuthConfig(
+            mode,
+            ca_path=_need(tls, "ca_path", f"{where}.tls"),
+            cert_path=_need(tls, "cert_path", f"{where}.tls"),
+            key_path=_need(tls, "key_path", f"{where}.tls"),
+        )
+    raise ConfigError(f"{where}.mode must be none, api_key or mtls")
 
 
 def _number(value: Any, where: str) -> float:

@@ -2,9 +2,11 @@
 
 `TenantMeter` counts the tokens each answer used per tenant, cluster and
 direction and exports ``grid_gateway_tenant_tokens_total{tenant, cluster,
-direction}``. The tenant label is the ``x-grid-tenant`` value only for tenants
-the budget view names; every other request counts as ``other``, so the label
-set stays closed and a client cannot mint label values.
+direction}``. The tenant label is the request's tenant only for tenants the
+budget view names; every other request counts as ``other``, so the label set
+stays closed and a client cannot mint label values. Tenants compare
+case-insensitively: ``ACME`` is charged to the policy's ``acme``
+(`canonical`).
 
 The budget view is ``grid-budgets.json``, which the operator writes beside the
 overlay. The gateway checks it as it checks the overlay file: a file that does
@@ -31,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
+from grid.core.identity import tenant_key
 from grid.core.json_document import DocumentError, decode_json
 from grid.core.metering.bounds import UsageBound, billable
 from grid.core.metering.budgets import (
@@ -61,6 +64,7 @@ class TenantMeter(Collector):
         self.budgets_path = budgets_path
         self.state_path = state_path
         self.known: frozenset[str] = frozenset()
+        self._names: dict[str, str] = {}
         self.exhausted: frozenset[str] = frozenset()
         self.tokens: dict[CounterKey, int] = {}
         self.view_rejected = 0
@@ -71,6 +75,12 @@ class TenantMeter(Collector):
         self.poll()
 
     # -- counting ---------------------------------------------------------------
+
+    def canonical(self, tenant: str | None) -> str | None:
+        """The budget view's spelling of ``tenant`` when it names it in any case."""
+        if tenant is None:
+            return None
+        return self._names.get(tenant_key(tenant), tenant)
 
     def label(self, tenant: str | None) -> str:
         """The tenant label of a request's ``x-grid-tenant`` value."""
@@ -152,6 +162,7 @@ class TenantMeter(Collector):
             log.warning("grid-budgets.json does not load; keeping the last good view")
             return False
         self.known, self.exhausted = known, exhausted
+        self._names = {tenant_key(t): t for t in sorted(known, reverse=True)}
         return True
 
     # -- process restarts -------------------------------------------------------

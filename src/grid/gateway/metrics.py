@@ -19,10 +19,12 @@ OUTCOMES = (
     "no_candidate",
     "bad_request",
     "too_large",
+    "body_timeout",
     "not_found",
     "upstream_unavailable",
     "stream_broken",
     "budget_exhausted",
+    "unauthenticated",
 )
 """Every value of ``grid_gateway_requests_total{outcome}``."""
 

@@ -7,14 +7,19 @@ credential, or a 502/503 before any byte reached the client move on to the
 next candidate; once the client has received bytes nothing is retried.
 Event streams are relayed chunk by chunk as they arrive.
 
-Budgets (§12): a request whose ``x-grid-tenant`` is exhausted in the budget
+Identity (§15): the ``client_auth`` filter (`grid.gateway.client_auth`) names
+the request's tenant first, or refuses it (401 ``unauthenticated``, 400
+``ambiguous_tenant``) before anything is routed.
+
+Budgets (§12): a request whose tenant is exhausted in the budget
 view is answered 429 ``budget_exhausted`` before anything is routed. Every
 answer's ``usage`` is counted for its tenant and cluster; a stream is made to
 carry its usage chunk (``stream_options.include_usage``), which is removed
 again when the client did not ask for it.
 
-Outgoing requests lose the client's ``Authorization``, ``x-api-key`` and
-``x-ai-routing-*`` headers and the hop-by-hop ones; they gain the candidate's
+Outgoing requests lose the client's ``Authorization``, ``x-api-key``, tenant
+and ``x-ai-routing-*`` headers and the hop-by-hop ones, and ask for an
+unencoded answer (``Accept-Encoding: identity``, which metering reads); they gain the candidate's
 credential and the provider-hop headers ``x-ai-routing-candidate``,
 ``x-ai-routing-request-id`` and, for an enveloped overlay,
 ``x-ai-routing-revision``.
@@ -35,8 +40,16 @@ from aiohttp import web
 from yarl import URL
 
 from grid.core.metering.bounds import UsageBound, usage_bound
-from grid.core.metering.usage import StreamUsage, answer_usage, ask_for_usage
+from grid.core.metering.usage import (
+    StreamUsage,
+    answer_usage,
+    ask_for_usage,
+    decoded_body,
+    stream_refusal,
+)
 from grid.gateway.affinity import AffinityTable
+from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body, write_within
+from grid.gateway.client_auth import ClientAuth, Refusal
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
 from grid.gateway.metering import TenantMeter
@@ -99,9 +112,12 @@ class Proxy:
         upstreams: Mapping[str, Upstream],
         metrics: GatewayMetrics,
         meter: TenantMeter | None = None,
+        client_auth: ClientAuth | None = None,
     ) -> None:
         self.config = config
         self.meter = meter or TenantMeter(None)
+        self.client_auth = client_auth or ClientAuth(config.client_auth, settings.tenant_header)
+        self._stripped = _STRIPPED | {settings.tenant_header.lower(), "accept-encoding"}
         self.settings = settings
         self._snapshot = snapshot
         self.upstreams = upstreams
@@ -135,13 +151,22 @@ class Proxy:
         if request.method != "POST" or target is None:
             requests["not_found"].inc()
             return error(404, "not_found", "only POST requests under /v1/ are routed")
-        tenant = request.headers.get(self.settings.tenant_header)
+        try:
+            tenant = self.meter.canonical(self.client_auth.tenant(request))
+        except Refusal as refused:
+            requests[refused.outcome].inc()
+            return error(refused.status, refused.code, refused.message)
         if self.meter.is_exhausted(tenant):
             requests["budget_exhausted"].inc()
             return error(429, "budget_exhausted", "the tenant's budget is spent")
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+            body = await read_body(request, self.settings.body_max_bytes, *self.settings.body_pace)
+        except BodyTooSlow:
+            requests["body_timeout"].inc()
+            refusal = error(408, "body_timeout", "the body did not arrive at the minimum rate")
+            refusal.force_close()
+            return refusal
+        except BodyTooLarge:
             requests["too_large"].inc()
             return error(
                 413, "body_too_large", f"the body exceeds {self.settings.body_max_bytes} bytes"
@@ -166,6 +191,9 @@ class Proxy:
             requests["no_candidate"].inc()
             return error(404, "no_candidate", "no candidate admits new requests for this model")
         assert isinstance(document, dict)
+        if (problem := stream_refusal(document)) is not None:
+            requests["bad_request"].inc()
+            return error(400, "invalid_stream", problem)
         strip = ask_for_usage(document)
         if strip:
             body = json.dumps(document, separators=(",", ":")).encode()
@@ -207,11 +235,11 @@ class Proxy:
     def _outgoing_headers(
         self, request: web.Request, model: str, snapshot: Snapshot
     ) -> dict[str, str]:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _STRIPPED}
-        if "Accept-Encoding" not in request.headers:
-            # Otherwise aiohttp would ask for gzip, and the relayed body would be
-            # compressed for a client that never asked for it.
-            headers["Accept-Encoding"] = "identity"
+        stripped = self._stripped
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in stripped}
+        # Always: an encoded answer could not be metered, and aiohttp would otherwise
+        # ask for gzip on behalf of a client that never asked for it.
+        headers["Accept-Encoding"] = "identity"
         headers[self._model_header] = model
         headers[REQUEST_ID_HEADER] = f"{self._id_prefix}{next(self._ids):x}"
         if snapshot.revision is not None:
@@ -292,7 +320,12 @@ class Proxy:
         length = response.content_length
         streaming = response.headers.get("Content-Type", "").startswith("text/event-stream")
         requests = self.metrics.requests
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
         try:
+            if streaming and encoding not in ("", "identity"):
+                # Asked for identity; an encoded stream's usage could not be read.
+                requests["upstream_unavailable"].inc()
+                return error(502, "upstream_unavailable", "the cluster's stream is encoded")
             if response.status >= 400:  # an error body may echo the credential
                 try:
                     answer = await error_answer(
@@ -310,7 +343,9 @@ class Proxy:
                     requests["upstream_unavailable"].inc()
                     return error(502, "upstream_unavailable", "the cluster's answer broke off")
                 requests["routed"].inc()
-                self._meter_answer(data, metered)
+                self._meter_answer(
+                    decoded_body(data, encoding, self.settings.buffer_max_bytes), metered
+                )
                 return web.Response(status=response.status, body=data, headers=headers)
             usage = StreamUsage(strip) if streaming else None
             out = await self._stream(request, response, headers, usage)
@@ -340,9 +375,9 @@ class Proxy:
                     chunk = usage.feed(chunk)
                     if not chunk:
                         continue
-                await out.write(chunk)
+                await write_within(out, chunk, self.settings.write_timeout_s)
             if usage is not None and (rest := usage.finish()):
-                await out.write(rest)
+                await write_within(out, rest, self.settings.write_timeout_s)
         except (aiohttp.ClientError, TimeoutError, ConnectionError):
             # Bytes already reached the client: never retried; the connection is cut
             # so the client sees an incomplete answer rather than a clean end.

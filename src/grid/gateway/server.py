@@ -25,9 +25,11 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from grid.adapters.http_listener import HttpListener
 from grid.adapters.tracing import server_middlewares
 from grid.core.address import format_address, parse_address
-from grid.core.routing.rerank import RerankContext, rerank
+from grid.core.routing.rerank import RerankContext, reported_requests, rerank
 from grid.core.routing.signals import SignalsDocument
+from grid.gateway.client_auth import ClientAuth, server_context
 from grid.gateway.config import ConfigError, PraxisConfig, load_config
+from grid.gateway.descriptors import connection_cap, raise_nofile
 from grid.gateway.feedback import FeedbackReporter, HttpIngestTransport
 from grid.gateway.ingest_reports import IngestReports
 from grid.gateway.metering import BUDGETS_FILE, TenantMeter
@@ -109,18 +111,29 @@ class Gateway:
         self._deliver: asyncio.Task[None] | None = None
         self.meter = TenantMeter(*self._budget_paths())
         self.metrics.registry.register(self.meter)
+        self.client_auth = ClientAuth(config.client_auth, self.settings.tenant_header)
+        self.metrics.registry.register(self.client_auth)
         self.proxy = Proxy(
-            config, self.settings, self.snapshot, self.upstreams, self.metrics, self.meter
+            config,
+            self.settings,
+            self.snapshot,
+            self.upstreams,
+            self.metrics,
+            self.meter,
+            self.client_auth,
         )
         # Client bodies are relayed as sent (a compressed one is not unpacked).
         public = self.proxy.app()
         # One server span per request while tracing is on (SPEC-DECISIONS §17).
         public.middlewares[:0] = server_middlewares()
+        policy = self.settings.listener
+        cap = connection_cap(policy.connections_max, raise_nofile())
         self.public = HttpListener(
             public,
-            self.settings.listener,
+            replace(policy, connections_max=cap),
             auto_decompress=False,
             shutdown_timeout_s=config.shutdown_timeout_s,
+            ssl_context=server_context(config.client_auth),
         )
         self.admin = HttpListener(self._admin_app(), self.settings.listener)
         self.ready = False
@@ -164,6 +177,8 @@ class Gateway:
             return held[2]
         ordered = rerank(base.candidates, document, self._ranking)
         ranked = snapshot_of(ordered, base.revision, base.source, base.policy)
+        if held is None or held[1] is not document:
+            self.proxy.router.take_reports(reported_requests(base.candidates, document))
         self._ranked = (base, document, ranked)
         return ranked
 
@@ -301,6 +316,7 @@ class Gateway:
         while True:
             await asyncio.sleep(self.settings.overlay_poll_interval_s)
             self._reload_clusters()
+            self.client_auth.poll()
             if self.meter.poll():
                 log.info("budget view reloaded", extra={"exhausted": len(self.meter.exhausted)})
             if self.overlay is not None:

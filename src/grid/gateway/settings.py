@@ -16,10 +16,13 @@ LISTENER_POLICY = ListenerPolicy(
     header_read_timeout_s=10.0,
     idle_timeout_s=60.0,
     connections_max=1024,
+    evict_unsettled=True,
 )
 """The public and admin listeners' policy (`grid.adapters.http_listener`): a request
 head within 10 s, idle keep-alive connections closed after 60 s, at most 1,024
-connections. A proxy holds many client connections at once, hence the larger cap;
+connections (fewer when the descriptor limit is lower, `grid.gateway.descriptors`), and
+when full the oldest connection that has not sent a complete head is evicted for a new
+one. A proxy holds many client connections at once, hence the larger cap;
 clients of long generations keep connections alive between requests, hence the
 longer idle time."""
 
@@ -85,6 +88,24 @@ class GatewaySettings:
     state_dir: str | None = None
     """Where a graceful stop saves the tenant token counters for the next start; None
     keeps them in memory only (a restart then reads as a counter reset)."""
+    body_grace_s: float = 10.0
+    """Seconds a request body may take before `body_min_rate_bytes_s` applies
+    (`grid.gateway.body`): time for a slow start."""
+    body_min_rate_bytes_s: float = 64 * 1024
+    """Bytes per second a body must average after the grace (408 ``body_timeout`` when
+    it falls behind). Lower admits slower links; every slow body holds a connection and
+    the bytes it sent."""
+    body_timeout_s: float = 60.0
+    """Seconds the whole body may take at most, whatever its rate."""
+    write_timeout_s: float = 30.0
+    """Seconds one write to a client may wait for it to read; a client that stops
+    reading a stream is cut after this, freeing the cluster's pooled connection."""
+    pool_acquire_timeout_s: float = 10.0
+    """Seconds a request may wait for a pooled connection to a cluster (and connect)
+    before failing over; bounds the wait when a cluster's pool is full."""
+    upstream_request_max_s: float = 3600.0
+    """Seconds one request may hold a pooled connection to a cluster, streaming
+    included; no pooled connection is held without bound."""
     usage_tokens_max: int = TOKENS_CEILING
     """Most tokens one answer is billed (`grid.core.metering.bounds`); a request's own
     ``max_tokens`` plus a prompt estimate bounds it lower. Reported usage above the bound
@@ -92,6 +113,11 @@ class GatewaySettings:
     usage_prompt_allowance_tokens: int = PROMPT_ALLOWANCE
     """Prompt tokens believed beyond the request body's bytes (template, images by URL)."""
     listener: ListenerPolicy = LISTENER_POLICY
+
+    @property
+    def body_pace(self) -> tuple[float, float, float]:
+        """(grace, minimum rate, timeout) for `grid.gateway.body.read_body`."""
+        return self.body_grace_s, self.body_min_rate_bytes_s, self.body_timeout_s
 
     @property
     def usage_limits(self) -> tuple[int, int]:

@@ -55,7 +55,11 @@ class Upstream:
             self.session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(
-                    total=None, sock_connect=s.connect_timeout_s, sock_read=s.read_timeout_s
+                    total=s.upstream_request_max_s,
+                    # Waiting for a pooled connection and connecting, together.
+                    connect=s.pool_acquire_timeout_s,
+                    sock_connect=s.connect_timeout_s,
+                    sock_read=s.read_timeout_s,
                 ),
                 # Bodies are relayed as the cluster encoded them; `Proxy` asks for
                 # identity when the client named no encoding. (`skip_auto_headers`

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from grid.adapters.store.port import ResourceStore
 from grid.adapters.swim_node import SwimNode
+from grid.core.crdt.offer import AgentOffer, OfferKind
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.snapshot import (
     CertLaneValue,
@@ -147,8 +148,11 @@ class LanePublisher:
             log.warning("site certificate unreadable; cert lane left empty")
             return ""
 
-    async def publish_records(self) -> None:
-        """Write changed own records into the local snapshot and disseminate them.
+    async def publish_records(
+        self, offers: Callable[[OfferKind], set[AgentOffer]] | None = None
+    ) -> None:
+        """Write changed own records (and agent ``offers``) into the local snapshot and
+        disseminate them.
 
         Under poll the signal values travel by poll, not over SWIM, so the
         records published carry none.
@@ -168,7 +172,12 @@ class LanePublisher:
                 elif held.get(name) != record:
                     snap = snap.put_provider(name, record)
             models = {m for r in snap.state.live_providers().values() for m in r.models}
-            return snap.sync_capability("models", models)
+            snap = snap.sync_capability("models", models)
+            kinds: tuple[OfferKind, ...] = ("tools", "agents") if offers is not None else ()
+            for kind in kinds:
+                assert offers is not None
+                snap = snap.sync_capability(kind, {o.encode() for o in offers(kind)})
+            return snap
 
         if await self.write(change):
             for name, record in records.items():

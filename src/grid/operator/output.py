@@ -335,7 +335,15 @@ class ConsumerConfigWriter:
         self._inputs.pop(key, None)
         self.renders += 1
         try:
-            result = render_consumer_config(rendered.overlay, scope, config, overlay_file, route)
+            policy = rendered.network.spec.budget_policy
+            result = render_consumer_config(
+                rendered.overlay,
+                scope,
+                config,
+                overlay_file,
+                route,
+                policy.default_tenant if policy is not None else None,
+            )
         except (GridError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
             # Not a fail-closed reason of §11: an input the renderer could not take. The
             # round goes on; the status names the failure's type, never its content.

@@ -255,6 +255,7 @@ class ProviderController:
                 kv_cache_utilization=v.kv_cache_utilization,
                 prefix_cache_hit_ratio=v.prefix_cache_hit_ratio,
                 p99_latency_ms=v.p99_latency_ms,
+                requests=scraped.requests,
             )
             state.metrics_ok, state.metric_healthy = True, scraped.healthy
             state.observed_at = None

@@ -68,7 +68,7 @@ from grid.operator.local_lanes import LanePublisher
 from grid.operator.network import ServedNetwork
 from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
-from grid.operator.own_providers import OwnProviders
+from grid.operator.own_providers import HOSTED_KINDS, WATCHED_KINDS, OwnProviders
 from grid.operator.providers import ProviderController
 from grid.operator.round_gate import RoundGate, round_key, round_outcome, trust_deadline
 from grid.operator.settings import OperatorSettings
@@ -157,7 +157,7 @@ class Operator:
         self.providers = ProviderController(
             store, settings.site, self._on_record, settings.record_refresh_s
         )
-        self.own = OwnProviders(store, settings.site, self.served, self.providers)
+        self.own = OwnProviders(store, settings.site, self.served, self.providers, self._dirty.set)
         self.signals = SignalLifecycle(settings, store, self.registry)
         self.feedback: FeedbackWriter | None = None
         tls = None
@@ -233,8 +233,7 @@ class Operator:
         await self._start_swim(network)
         await self.providers.start()
         self._tasks = [
-            asyncio.create_task(self._watch(kind), name=f"watch-{kind}")
-            for kind in ("GridNetwork", "GridSite", "InferenceProvider", "Secret")
+            asyncio.create_task(self._watch(kind), name=f"watch-{kind}") for kind in WATCHED_KINDS
         ]
         self._tasks += [
             asyncio.create_task(self._events(), name="swim-events"),
@@ -291,7 +290,7 @@ class Operator:
         for task in self._tasks:
             if not task.cancelled():
                 task.exception()  # retrieved: the failure that ended the run is raised by run()
-        await self.providers.stop()
+        await self.own.stop()
         if self._egress is not None:
             await self._egress.stop()
         if self.signals.transport is not None:
@@ -364,7 +363,7 @@ class Operator:
         while True:
             try:
                 async for event in self.store.watch(kind):
-                    if kind == "InferenceProvider":
+                    if kind in HOSTED_KINDS:
                         await self.own.sync()
                     elif kind == "GridNetwork":
                         before = self.lanes.geography()
@@ -431,7 +430,7 @@ class Operator:
     async def _render_round(self) -> None:
         # Rounds never overlap, whoever starts one: two would race on the same writes.
         async with self._round_lock:
-            await self.lanes.publish_records()
+            await self.lanes.publish_records(self.own.agents.offers)
             if self.gate.unchanged(round_key(self), time.time()):
                 return
             started = time.monotonic()

@@ -95,6 +95,7 @@ def test_inline_render_has_the_section_11_shape() -> None:
     assert document["shutdown_timeout_secs"] == 5
     filters = _filters(document)
     assert list(filters) == [
+        "client_auth",
         "json_body_field",
         "intelligent_route",
         "credential_inject",
@@ -222,3 +223,45 @@ def test_yaml_lookalike_model_names_stay_strings(name: str) -> None:
     )
     parsed = yaml.safe_load(rendered.text)
     assert _filters(parsed)["intelligent_route"]["candidates"][0]["name"] == name
+
+
+def test_client_auth_is_rendered_first_with_file_references_only() -> None:
+    overlay = _overlay(_candidate("m", "c1"))
+
+    def auth(client_auth: dict[str, Any], default: str | None = None) -> dict[str, Any]:
+        config = _config(PLAIN, clientAuth=client_auth, credentialMountBase="/keys/")
+        rendered = _rendered(render_consumer_config(overlay, SCOPE, config, default_tenant=default))
+        assert yaml.safe_load(rendered.text) == rendered.document
+        first = rendered.document["filter_chains"][0]["filters"][0]
+        assert first["filter"] == "client_auth"
+        return dict(first)
+
+    ref = {"name": "grid-client-keys", "namespace": "ns", "key": "keys.yaml"}
+    assert auth({"mode": "apiKey", "secretRef": ref}, "ignored") == {
+        "filter": "client_auth",
+        "mode": "api_key",
+        "keys_file": "/keys/grid-client-keys/keys.yaml",
+    }
+    assert auth({"mode": "mtls"})["tls"] == {
+        "ca_path": "/etc/praxis/tls/ca.crt",
+        "cert_path": "/etc/praxis/tls/tls.crt",
+        "key_path": "/etc/praxis/tls/tls.key",
+    }
+    assert auth({}, "acme") == {"filter": "client_auth", "mode": "none", "default_tenant": "acme"}
+    assert auth({}) == {"filter": "client_auth", "mode": "none"}
+
+
+@pytest.mark.parametrize(
+    "client_auth",
+    [
+        {"mode": "apiKey"},
+        {"mode": "apiKey", "secretRef": {"name": "k", "namespace": "ns"}},
+        {"mode": "mtls", "secretRef": {"name": "k", "namespace": "ns", "key": "x"}},
+        {"mode": "basic"},
+    ],
+)
+def test_a_client_auth_without_its_secret_or_with_a_stray_one_is_refused(
+    client_auth: dict[str, Any],
+) -> None:
+    with pytest.raises(ValueError, match="clientAuth"):
+        _config(PLAIN, clientAuth=client_auth)

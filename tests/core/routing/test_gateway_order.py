@@ -216,6 +216,7 @@ def test_default_output_is_unchanged_and_excluded_rows_stay_as_they_are() -> Non
         "model",
         "capability",
         "scoring_enabled",
+        "routing_policy",
         "candidates",
     ]
     gateway = explain(inputs, site="east", model="llama", signals=signals, as_gateway=True)

@@ -422,7 +422,8 @@ def test_canonical_fingerprints_are_accepted_normalized() -> None:
 @pytest.mark.parametrize(
     ("mutate", "path"),
     [
-        (lambda o: o["spec"].update(routingPolicy="scoreFirst"), "spec.routingPolicy"),
+        (lambda o: o["spec"].update(placementPolicy="spread"), "spec.placementPolicy"),
+        (lambda o: o["spec"].update(selectionPolicy={"seed": 1}), "spec.selectionPolicy.seed"),
         (lambda o: o["spec"]["scoringPolicy"].update(weights={}), "spec.scoringPolicy.weights"),
     ],
 )
@@ -437,5 +438,5 @@ def test_fields_outside_the_list_are_still_refused(mutate: Any, path: str) -> No
 
 def test_unknown_provider_fields_are_still_refused() -> None:
     with pytest.raises(InvalidResource) as info:
-        parse_resource(provider("p", capacityWeight=3))
-    assert info.value.path == "spec.capacityWeight"
+        parse_resource(provider("p", capacityShare=3))
+    assert info.value.path == "spec.capacityShare"

@@ -90,3 +90,16 @@ def test_caps_hold_under_any_sequence_of_events(steps: list[str]) -> None:
         assert book.peer <= limits.peer_connections_max
         # Peers alone never leave fewer than the reserve for Local and handshakes.
         assert limits.connections_max - book.peer >= limits.local_reserved
+
+
+def test_handshakes_have_their_own_bound_and_the_busiest_source_is_evicted() -> None:
+    book = ConnectionBook(ListenerLimits(handshakes_max=4))
+    for n in range(4):
+        assert book.accept(("flood", n), "10.0.0.9", float(n)) is None
+    assert book.accept("local", "10.0.0.1", 5.0) is None
+    assert book.take_evicted() == [("flood", 0)]
+    assert book.accept(("flood", 4), "10.0.0.9", 6.0) is None
+    assert book.take_evicted() == [("flood", 1)]
+    assert book.classify(PeerClass.LOCAL, "local") is ConnectionClass.LOCAL
+    book.abandon(("flood", 0))  # already evicted: nothing to give back
+    assert (book.pending, book.local, book.classified) == (3, 1, 1)

@@ -112,3 +112,49 @@ def test_operator_without_the_site_certificate_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--cert, --key and --ca" in result.output
     result = CliRunner().invoke(main, ["gateway", "--config", str(config), "--cert", str(config)])
     assert result.exit_code == 2 and "add --operator" in result.output
+
+
+def _with_requests(document: dict[str, Any], **requests: float) -> dict[str, Any]:
+    for entry in document["providers"]:
+        entry["requests"] = requests[entry["cluster"]]
+    return document
+
+
+async def test_least_loaded_adds_the_queue_other_gateways_put_on_a_provider(
+    upstreams: Upstreams, gateways: Gateways, tls_files: TlsFiles, tmp_path: Path
+) -> None:
+    a, b = await upstreams("a"), await upstreams("b")
+    # Equal scores, so the order stays a, b; only the reported requests differ.
+    document = _with_requests(_signals(1, a=0.2, b=0.2), a=12, b=0)
+    operator = SignalsOperator(tls_files.server_context(), document)
+    address = await operator.start()
+    try:
+        least_loaded = {"selection_policy": "random", "selection_load_aware": True}
+        group = [candidate(n, selection_group=0) for n in ("a", "b")]
+        content = {**overlay(*group), **least_loaded}
+        overlay_path = tmp_path / "grid-overlay.json"
+        write_json(overlay_path, envelope(content))
+        rendered, public, admin = render_praxis(
+            content, [a, b], tmp_path, overlay_file=overlay_path
+        )
+        path = tmp_path / "praxis.yaml"
+        path.write_text(rendered.text)
+        d = tls_files.directory
+        flags = ("--operator", address, "--cert", str(d / "tls.crt"),
+                 "--key", str(d / "tls.key"), "--ca", str(d / "ca.crt"))  # fmt: skip
+        await gateways(path, public, admin, *flags)
+        async with aiohttp.ClientSession() as http:
+
+            async def polled(sequence: int) -> bool:
+                async with http.get(f"http://{admin}/snapshot") as resp:
+                    return bool((await resp.json())["signals"]["sequence"] == sequence)
+
+            await eventually(lambda: polled(1), "the first document held")  # type: ignore[arg-type]
+            # One request at a time: the gateway's own in-flight count is 0 for both,
+            # so only the others' queue on a sends every request to b.
+            assert {await _served_by(http, public) for _ in range(8)} == {"b"}
+            operator.document = _with_requests(_signals(2, a=0.2, b=0.2), a=0, b=12)
+            await eventually(lambda: polled(2), "the second document held")  # type: ignore[arg-type]
+            assert {await _served_by(http, public) for _ in range(8)} == {"a"}
+    finally:
+        await operator.stop()

@@ -82,7 +82,7 @@ async def test_a_gateway_polls_and_reports_to_a_real_poll_mode_operator(
     praxis = site.overlay_dir / "praxis.yaml"
     await eventually(praxis.exists, "the operator renders praxis.yaml", timeout_s=30)
     document = yaml.safe_load(praxis.read_text())
-    route = document["filter_chains"][0]["filters"][1]
+    route = document["filter_chains"][0]["filters"][2]
     assert "scoring" in route and "east" in route["sites"]  # poll mode carries them
     public, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     document["listeners"][0]["address"] = public

@@ -40,7 +40,12 @@ from grid.core.crdt.snapshot import (
     sorted_pairs,
 )
 from grid.core.swim.messages import Lane
-from grid.core.vocabulary import PROVIDER_KINDS, BackendKind
+from grid.core.vocabulary import (
+    CAPACITY_WEIGHT_MAX,
+    CAPACITY_WEIGHT_MIN,
+    PROVIDER_KINDS,
+    BackendKind,
+)
 from grid.errors import ProtocolError, ValidationError
 from grid.proto_gen.grid.swim.v1 import state_pb2 as pb
 
@@ -50,6 +55,7 @@ SignalName = Literal[
     "prefix_cache_hit_ratio",
     "p99_latency_ms",
     "cost_per_million_input_tokens",
+    "requests",
 ]
 
 SIGNAL_FIELDS: tuple[SignalName, ...] = (
@@ -58,6 +64,7 @@ SIGNAL_FIELDS: tuple[SignalName, ...] = (
     "prefix_cache_hit_ratio",
     "p99_latency_ms",
     "cost_per_million_input_tokens",
+    "requests",
 )
 
 
@@ -168,6 +175,10 @@ def _record_pb(record: ProviderRecord) -> pb.ProviderRecord:
         msg.cost_per_million_output_tokens = record.cost_per_million_output_tokens
     if record.cost_per_million_input_tokens is not None:
         msg.cost_per_million_input_tokens = record.cost_per_million_input_tokens
+    if record.capacity_weight != CAPACITY_WEIGHT_MIN:
+        # The default travels as absence, so a record without a weight encodes
+        # to the same bytes as before the field existed.
+        msg.capacity_weight = record.capacity_weight
     msg.signals.SetInParent()
     for name in SIGNAL_FIELDS:
         value = getattr(record.signals, name)
@@ -300,7 +311,18 @@ def _record(msg: pb.ProviderRecord, limits: PayloadLimits) -> ProviderRecord:
             if msg.HasField("cost_per_million_input_tokens")
             else None
         ),
+        capacity_weight=_capacity_weight(msg),
     )
+
+
+def _capacity_weight(msg: pb.ProviderRecord) -> int:
+    """The record's capacity weight: absent is 1, out of 1..1000 is refused."""
+    if not msg.HasField("capacity_weight"):
+        return CAPACITY_WEIGHT_MIN
+    weight = int(msg.capacity_weight)
+    if not CAPACITY_WEIGHT_MIN <= weight <= CAPACITY_WEIGHT_MAX:
+        raise _fail("payload_invalid", "provider record has a capacity weight outside 1..1000")
+    return weight
 
 
 def _model_info(msg: pb.ProviderRecord, limits: PayloadLimits) -> tuple[ModelInfo, ...]:

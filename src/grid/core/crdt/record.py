@@ -5,9 +5,9 @@ carries exactly what a consuming site needs to render the provider: identity
 (name, cluster, site), the ``backend_kind`` and ``provider_kind``, the served
 models, health, the InferenceProvider ``phase``, when the sample was observed,
 the five scraped signals, the access policy's ``siteSelector.matchLabels``
-(which the consuming site enforces), and each model's capabilities and
-``contextWindow`` (`ModelInfo`). A signal that is ``None`` is *missing*
-(scoring treats it as neutral), never zero.
+(which the consuming site enforces), each model's capabilities and
+``contextWindow`` (`ModelInfo`), and its ``capacityWeight`` (§14). A signal
+that is ``None`` is *missing* (scoring treats it as neutral), never zero.
 
 Records are immutable, validated on construction, and have a deterministic
 ``repr`` (models are kept sorted) so LWW tie-breaks agree on every site.
@@ -19,7 +19,12 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from grid.core.vocabulary import PROVIDER_KINDS, BackendKind
+from grid.core.vocabulary import (
+    CAPACITY_WEIGHT_MAX,
+    CAPACITY_WEIGHT_MIN,
+    PROVIDER_KINDS,
+    BackendKind,
+)
 from grid.errors import ValidationError
 
 """The ``spec.providerKind`` values of an InferenceProvider (seed 003)."""
@@ -66,9 +71,11 @@ class RecordSignals:
     prefix_cache_hit_ratio: float | None = None
     p99_latency_ms: float | None = None
     cost_per_million_input_tokens: float | None = None
+    requests: float | None = None
+    """Requests waiting and running at the provider, a count (§14's load estimate)."""
 
     def __post_init__(self) -> None:
-        for name in (*RATIO_SIGNALS, "p99_latency_ms", "cost_per_million_input_tokens"):
+        for name in (*RATIO_SIGNALS, "p99_latency_ms", "cost_per_million_input_tokens", "requests"):
             _check_signal(name, getattr(self, name))
 
 
@@ -122,10 +129,23 @@ class ProviderRecord:
     It comes from the spec and travels in the record under either signal
     transport; ``signals.cost_per_million_input_tokens`` is a ranking signal and
     is empty under poll."""
+    capacity_weight: int = CAPACITY_WEIGHT_MIN
+    """``spec.capacityWeight`` (1..1000): the provider's share of its selection group (§14)."""
 
     def __post_init__(self) -> None:
         _check_signal("cost_per_million_output_tokens", self.cost_per_million_output_tokens)
         _check_signal("cost_per_million_input_tokens", self.cost_per_million_input_tokens)
+        weight = self.capacity_weight
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int)
+            or not CAPACITY_WEIGHT_MIN <= weight <= CAPACITY_WEIGHT_MAX
+        ):
+            raise ValidationError(
+                f"capacity_weight must be an integer in "
+                f"{CAPACITY_WEIGHT_MIN}..{CAPACITY_WEIGHT_MAX}",
+                path="capacity_weight",
+            )
         for attr in ("name", "cluster", "site"):
             if not getattr(self, attr):
                 raise ValidationError(f"provider record needs a {attr}", path=attr)

@@ -18,6 +18,7 @@ provider cannot make the gateway buffer without bound.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,36 @@ def answer_usage(body: bytes) -> Usage | None:
         return usage_of(json.loads(body))
     except (ValueError, RecursionError):
         return None
+
+
+def stream_refusal(request: dict[str, Any]) -> str | None:
+    """Why a request's streaming fields cannot be metered exactly, or None when they can.
+
+    ``stream`` must be a boolean (or null), and ``stream_options`` an object (or
+    null): a provider that coerces ``"true"`` or ``1`` to true, as vLLM's models
+    do, would otherwise stream without the usage chunk the gateway asks for.
+    """
+    stream = request.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        return "'stream' must be true or false"
+    options = request.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return "'stream_options' must be an object"
+    return None
+
+
+def decoded_body(body: bytes, encoding: str, max_bytes: int) -> bytes:
+    """The answer body as metering reads it: gzip and deflate unpacked (to ``max_bytes``).
+
+    The gateway asks providers for ``identity``; one that compresses anyway is
+    still metered. Another encoding, or a body that does not unpack, is read as is.
+    """
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        try:  # 32 + 15: a gzip or a zlib header, detected
+            return zlib.decompressobj(47).decompress(body, max_bytes)
+        except zlib.error:
+            return body
+    return body
 
 
 def ask_for_usage(request: dict[str, Any]) -> bool:

@@ -13,6 +13,7 @@ seam of SPEC-DECISIONS §10 (``grid.core.overlay.canonical_digest``).
 from grid.core.overlay.digest import canonical_digest
 from grid.core.overlay.document import (
     KIND_INFERENCE_MODEL,
+    Selection,
     build_overlay,
     build_overlay_and_envelope,
     candidate_document,
@@ -39,6 +40,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Provenance",
     "Scope",
+    "Selection",
     "Verdict",
     "build_envelope",
     "build_overlay",

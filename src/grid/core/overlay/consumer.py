@@ -2,7 +2,7 @@
 
 `render_consumer_config` turns a gateway's overlay and its ``consumerConfig``
 into the Praxis configuration that ``grid gateway`` (and a Praxis gateway)
-runs: the public listener, one filter chain (``json_body_field``,
+runs: the public listener, one filter chain (``client_auth``, ``json_body_field``,
 ``intelligent_route``, ``credential_inject`` when a candidate has a credential,
 ``load_balancer``), the admin listener and the shutdown timeout.
 
@@ -10,12 +10,14 @@ It fails closed: every distinct candidate cluster needs an endpoint with a
 transport, ``mutual_tls`` needs an ``sni`` and ``plaintext`` refuses one. The
 first problem found, in overlay order, is the render's reason.
 
-Only what the gateway needs is copied: operator-only candidate fields
-(``stable_id``, ``admission_state``, ``selection_tier``, ``rank``) and
-``generated_at`` never enter the file, and credentials are only ever ``file:``
-references under ``credentialMountBase``. The YAML is written by PyYAML with
-every string double-quoted, so a model named ``a: b`` or ``- x`` parses back as
-itself.
+Only what the gateway needs is copied: the §14 selection fields (the route
+filter's ``selection_policy`` and ``selection_load_aware``, each candidate's
+``selection_group`` and ``traffic_weight`` or ``capacity_weight``) are, but
+operator-only candidate fields (``stable_id``, ``admission_state``,
+``selection_tier``, ``rank``) and ``generated_at`` never enter the file, and
+credentials are only ever ``file:`` references under ``credentialMountBase``.
+The YAML is written by PyYAML with every string double-quoted, so a model
+named ``a: b`` or ``- x`` parses back as itself.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from grid.core.identity import RENDERED_MODES
 from grid.core.overlay.envelope import Scope
 from grid.core.resources.network_spec import ClusterEndpointSpec, ConsumerSpec
 
@@ -60,8 +63,20 @@ CONFIG_ERROR = "ConsumerConfigError"
 DISABLED = "ConsumerConfigDisabled"
 """Upstream's reason for a gateway whose consumerConfig is absent or not enabled."""
 
-_CANDIDATE_FIELDS = ("kind", "name", "site", "cluster", "fresh")
-"""The candidate fields copied inline; `credential` follows when present."""
+_CANDIDATE_FIELDS = (
+    "kind",
+    "name",
+    "site",
+    "cluster",
+    "fresh",
+    "selection_group",
+    "traffic_weight",
+    "capacity_weight",
+)
+"""The candidate fields copied inline when present; `credential` follows when present."""
+
+_ROUTE_SELECTION_FIELDS = ("selection_policy", "selection_load_aware")
+"""The overlay's top-level §14 fields, copied onto the route filter when present."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,7 @@ def render_consumer_config(
     config: ConsumerSpec,
     overlay_file: str | None = None,
     ranking: Mapping[str, Any] | None = None,
+    default_tenant: str | None = None,
 ) -> RenderedConsumerConfig | ConsumerConfigError:
     """The ``praxis.yaml`` for one gateway, or why it fails closed.
 
@@ -95,7 +111,9 @@ def render_consumer_config(
     credentials are still those of ``overlay``'s candidates. With ``ranking``
     (under ``signalTransport.mode: poll``; `RerankContext.route_fields`) the route
     filter also carries the network's ``scoring`` settings and the ``sites``'
-    geography, which the gateway scores pulled signals with.
+    geography, which the gateway scores pulled signals with. ``default_tenant``
+    (``budgetPolicy.defaultTenant``) is what ``clientAuth.mode: none`` charges a
+    request without a tenant header to.
     """
     candidates: Sequence[Mapping[str, Any]] = overlay["candidates"]
     clusters = _distinct(str(c["cluster"]) for c in candidates)
@@ -104,6 +122,7 @@ def render_consumer_config(
     if problem is not None:
         return problem
     filters: list[dict[str, Any]] = [
+        client_auth_filter(config, default_tenant),
         {"filter": "json_body_field", "field": "model", "header": MODEL_HEADER},
         _route_filter(overlay, candidates, scope, overlay_file, ranking),
     ]
@@ -129,6 +148,27 @@ def render_consumer_config(
         "shutdown_timeout_secs": SHUTDOWN_TIMEOUT_SECS,
     }
     return RenderedConsumerConfig(text=dump_yaml(document), document=document)
+
+
+def client_auth_filter(config: ConsumerSpec, default_tenant: str | None) -> dict[str, Any]:
+    """The ``client_auth`` filter of ``consumerConfig.clientAuth`` (§15): file references only."""
+    auth = config.client_auth
+    section: dict[str, Any] = {"filter": "client_auth", "mode": RENDERED_MODES[auth.mode]}
+    if auth.mode == "apiKey":
+        ref = auth.secret_ref
+        assert ref is not None and ref.key
+        root = config.credential_mount_base.rstrip("/")
+        section["keys_file"] = f"{root}/{ref.name}/{ref.key}"
+    elif auth.mode == "mtls":
+        tls = config.tls_cert_mount_path.rstrip("/")
+        section["tls"] = {
+            "ca_path": f"{tls}/ca.crt",
+            "cert_path": f"{tls}/tls.crt",
+            "key_path": f"{tls}/tls.key",
+        }
+    elif default_tenant is not None:
+        section["default_tenant"] = default_tenant
+    return section
 
 
 def _distinct(values: Any) -> list[str]:
@@ -173,6 +213,9 @@ def _route_filter(
         "local_site": overlay["local_site"],
         "model_header": MODEL_HEADER,
     }
+    for key in _ROUTE_SELECTION_FIELDS:
+        if key in overlay:
+            route[key] = overlay[key]
     if overlay_file is not None:
         route["overlay_file"] = overlay_file
         route["expected_scope"] = scope.as_dict()

@@ -184,6 +184,10 @@ def canonical_breakdown(wire: Mapping[str, float | int]) -> str:
     )
 
 
+_SELECTION_INTS = ("capacity_weight", "selection_group", "traffic_weight")
+"""The §14 integer fields a Grid candidate may carry, each written at most once."""
+
+
 def canonical_candidate(document: Mapping[str, Any], breakdown_text: str | None) -> str | None:
     """The JCS text of one overlay candidate document, keys in order, or ``None`` if unsure.
 
@@ -191,11 +195,17 @@ def canonical_candidate(document: Mapping[str, Any], breakdown_text: str | None)
     writes, which is the JCS text when every number is plain
     (`is_plain_number`, checked by the caller) and the text encodes
     as UTF-8 (also checked by the caller); the keys are fixed ASCII names.
-    Anything else (another field, a non-boolean ``fresh``) answers ``None``.
+    Anything else (another field, a non-boolean ``fresh``, a §14 field that is
+    not an ``int``) answers ``None``.
     """
     fresh = document["fresh"]
     credential = document.get("credential")
-    expected = 9 + (0 if breakdown_text is None else 2) + (0 if credential is None else 1)
+    ints = {key: document[key] for key in _SELECTION_INTS if key in document}
+    if any(type(value) is not int for value in ints.values()):
+        return None
+    expected = (
+        9 + (0 if breakdown_text is None else 2) + (0 if credential is None else 1) + len(ints)
+    )
     if (fresh is not True and fresh is not False) or len(document) != expected:
         return None
     enc = encode_string
@@ -211,25 +221,44 @@ def canonical_candidate(document: Mapping[str, Any], breakdown_text: str | None)
             f',"credential":{{"secretRef":{{"key":{enc(ref["key"])},"name":{enc(ref["name"])},'
             f'"namespace":{enc(ref["namespace"])}}},"strategy":{enc(credential["strategy"])}}}'
         )
+    capacity = f',"capacity_weight":{ints["capacity_weight"]}' if "capacity_weight" in ints else ""
+    group = f',"selection_group":{ints["selection_group"]}' if "selection_group" in ints else ""
+    traffic = f',"traffic_weight":{ints["traffic_weight"]}' if "traffic_weight" in ints else ""
     return (
-        f'{{"admission_state":{enc(document["admission_state"])},'
+        f'{{"admission_state":{enc(document["admission_state"])}{capacity},'
         f'"cluster":{enc(document["cluster"])}{secret},'
         f'"fresh":{"true" if fresh else "false"},"kind":{enc(document["kind"])},'
-        f'"name":{enc(document["name"])},"rank":{document["rank"]!r}{score},'
+        f'"name":{enc(document["name"])},"rank":{document["rank"]!r}{score}{group},'
         f'"selection_tier":{enc(document["selection_tier"])},"site":{enc(document["site"])},'
-        f'"stable_id":{enc(document["stable_id"])}}}'
+        f'"stable_id":{enc(document["stable_id"])}{traffic}}}'
     )
 
 
-def digest_of_texts(network: str, local_site: str, texts: Sequence[str]) -> str | None:
+def digest_of_texts(
+    network: str,
+    local_site: str,
+    texts: Sequence[str],
+    selection_policy: str | None = None,
+    selection_load_aware: bool | None = None,
+) -> str | None:
     """The digest from the candidates' canonical texts (`canonical_candidate`), or ``None``.
 
-    ``None`` when the text does not encode as UTF-8; the caller then takes the full path.
+    ``selection_policy`` and ``selection_load_aware`` are the overlay's §14
+    top-level fields, covered when present (absent, the digest is the one of
+    ``{candidates, local_site, network}``). ``None`` when the text does not
+    encode as UTF-8; the caller then takes the full path.
     """
+    tail = ""
+    if selection_load_aware is not None:
+        if selection_load_aware is not True and selection_load_aware is not False:
+            return None
+        tail += f',"selection_load_aware":{"true" if selection_load_aware else "false"}'
     try:
+        if selection_policy is not None:
+            tail += f',"selection_policy":{encode_string(selection_policy)}'
         text = (
             f'{{"candidates":[{",".join(texts)}],'
-            f'"local_site":{encode_string(local_site)},"network":{encode_string(network)}}}'
+            f'"local_site":{encode_string(local_site)},"network":{encode_string(network)}{tail}}}'
         )
         data = text.encode("utf-8")
     except (TypeError, UnicodeEncodeError):
@@ -243,8 +272,10 @@ def canonical_digest(overlay: Mapping[str, Any]) -> str:
     ``overlay`` is JSON data (string keys), as built by `build_overlay` or decoded
     from a file; the canonical bytes are exactly RFC 8785's (`dumps_json`). The
     digest covers the raw overlay object as received, less ``generated_at``: for
-    what Grid writes that is exactly ``{candidates, local_site, network}``, and a
-    newer producer's additive fields stay covered (SPEC-DECISIONS §5).
+    what Grid writes that is ``{candidates, local_site, network}`` plus the §14
+    ``selection_policy`` and ``selection_load_aware`` when present (an overlay
+    without them keeps its old digest), and a newer producer's additive fields
+    stay covered (SPEC-DECISIONS §5).
     """
     return digest(overlay, numbers_checked=False)
 

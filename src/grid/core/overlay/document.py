@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 from grid.core.overlay.digest import (
     canonical_breakdown,
@@ -31,6 +31,8 @@ from grid.core.vocabulary import (
     CandidateKind,
     RouteIdentity,
     ScoreBreakdown,
+    SelectionMode,
+    SelectionPolicy,
     SelectionTier,
 )
 
@@ -56,6 +58,8 @@ class Routed(RouteIdentity, Protocol):
 
     @property
     def credential(self) -> Credential | None: ...
+    @property
+    def capacity_weight(self) -> int: ...
 
 
 class Judged(Protocol):
@@ -82,6 +86,47 @@ class Ranked(Protocol):
     def evaluation(self) -> Judged: ...
     @property
     def rank(self) -> int: ...
+
+
+TRAFFIC_WEIGHT = "traffic_weight"
+CAPACITY_WEIGHT = "capacity_weight"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The §14 selection fields of one overlay: its policy and each candidate's group.
+
+    ``groups`` holds each candidate's ``selection_group`` in overlay order;
+    ``weight_field`` names the per-candidate weight written (the provider's
+    ``capacityWeight``): ``traffic_weight`` under ``weighted_random``,
+    ``capacity_weight`` when ``load_aware`` (``leastLoaded``), else none.
+    """
+
+    policy: SelectionPolicy
+    load_aware: bool
+    groups: Sequence[int]
+    weight_field: str | None
+
+    @classmethod
+    def for_mode(cls, mode: SelectionMode, groups: Sequence[int]) -> Selection:
+        """What the overlay writes for ``selectionPolicy.mode`` (§14).
+
+        ``leastLoaded`` is written as ``random`` plus ``selection_load_aware``,
+        so a consumer that does not know it picks at random within the group.
+        """
+        match mode:
+            case SelectionMode.DETERMINISTIC:
+                return cls(SelectionPolicy.DETERMINISTIC, False, groups, None)
+            case SelectionMode.ROUND_ROBIN:
+                return cls(SelectionPolicy.ROUND_ROBIN, False, groups, None)
+            case SelectionMode.RANDOM:
+                return cls(SelectionPolicy.RANDOM, False, groups, None)
+            case SelectionMode.WEIGHTED_RANDOM:
+                return cls(SelectionPolicy.WEIGHTED_RANDOM, False, groups, TRAFFIC_WEIGHT)
+            case SelectionMode.LEAST_LOADED:
+                return cls(SelectionPolicy.RANDOM, True, groups, CAPACITY_WEIGHT)
+            case _:
+                assert_never(mode)
 
 
 def json_number(value: float) -> float | int:
@@ -125,10 +170,13 @@ class _Shared:
     breakdown_texts: dict[ScoreBreakdown, str] = field(default_factory=dict)
 
 
-def _candidate_document(ranked: Ranked, shared: _Shared) -> dict[str, Any]:
+def _candidate_document(
+    ranked: Ranked, shared: _Shared, group: int | None = None, weight_field: str | None = None
+) -> dict[str, Any]:
     """`candidate_document`, reusing what ``shared`` already converted.
 
-    Each candidate still gets its own dicts.
+    Each candidate still gets its own dicts. ``group`` and ``weight_field`` are
+    the candidate's `Selection` fields, written when given.
     """
     evaluation = ranked.evaluation
     candidate = evaluation.candidate
@@ -149,6 +197,14 @@ def _candidate_document(ranked: Ranked, shared: _Shared) -> dict[str, Any]:
     }
     if not is_plain_number(ranked.rank):
         shared.plain_numbers = False
+    if group is not None:
+        document["selection_group"] = group
+        if not is_plain_number(group):
+            shared.plain_numbers = False
+    if weight_field is not None:
+        document[weight_field] = candidate.capacity_weight
+        if not is_plain_number(candidate.capacity_weight):
+            shared.plain_numbers = False
     breakdown = evaluation.breakdown
     if breakdown is not None:
         wire = shared.breakdowns.get(breakdown)
@@ -205,12 +261,16 @@ def build_overlay(
     local_site: str,
     ranked: Sequence[Ranked],
     generated_at: datetime,
+    selection: Selection | None = None,
 ) -> dict[str, Any]:
     """``grid-config.json``: ``{network, local_site, candidates[], generated_at}``.
 
     ``ranked`` must already be in rank order 0..n-1 (as `scoring.rank` returns).
+    With ``selection`` the §14 fields are written too: top-level
+    ``selection_policy`` (and ``selection_load_aware``), and each candidate's
+    ``selection_group`` and weight.
     """
-    return _build_overlay(network, local_site, ranked, generated_at, _Shared())
+    return _build_overlay(network, local_site, ranked, generated_at, _Shared(), selection)
 
 
 def _build_overlay(
@@ -219,13 +279,25 @@ def _build_overlay(
     ranked: Sequence[Ranked],
     generated_at: datetime,
     shared: _Shared,
+    selection: Selection | None,
 ) -> dict[str, Any]:
-    return {
-        "network": network,
-        "local_site": local_site,
-        "candidates": [_candidate_document(r, shared) for r in ranked],
-        "generated_at": format_timestamp(generated_at),
-    }
+    overlay: dict[str, Any] = {"network": network, "local_site": local_site}
+    if selection is None:
+        candidates = [_candidate_document(r, shared) for r in ranked]
+    else:
+        if len(selection.groups) != len(ranked):
+            raise ValueError("selection.groups must name one group per ranked candidate")
+        overlay["selection_policy"] = selection.policy.value
+        if selection.load_aware:
+            overlay["selection_load_aware"] = True
+        field_name = selection.weight_field
+        candidates = [
+            _candidate_document(r, shared, g, field_name)
+            for r, g in zip(ranked, selection.groups, strict=True)
+        ]
+    overlay["candidates"] = candidates
+    overlay["generated_at"] = format_timestamp(generated_at)
+    return overlay
 
 
 def build_overlay_and_envelope(
@@ -235,6 +307,7 @@ def build_overlay_and_envelope(
     generated_at: datetime,
     scope: Scope,
     provenance: Provenance,
+    selection: Selection | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """`build_overlay`, then `build_envelope` of it: the same two documents.
 
@@ -246,10 +319,16 @@ def build_overlay_and_envelope(
     `canonical_digest`. Tests hold both to the `rfc8785` reference.
     """
     shared = _Shared(texts=[])
-    overlay = _build_overlay(network, local_site, ranked, generated_at, shared)
+    overlay = _build_overlay(network, local_site, ranked, generated_at, shared, selection)
     value = None
     if shared.texts is not None and shared.plain_numbers:
-        value = digest_of_texts(network, local_site, shared.texts)
+        value = digest_of_texts(
+            network,
+            local_site,
+            shared.texts,
+            overlay.get("selection_policy"),
+            overlay.get("selection_load_aware"),
+        )
     if value is None:
         value = digest(overlay, numbers_checked=shared.plain_numbers)
     return overlay, envelope_with_digest(overlay, scope, provenance, value)

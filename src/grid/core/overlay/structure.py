@@ -9,6 +9,14 @@ from newer 1.x producers load:
   ``name``, ``site`` and ``cluster``; ``fresh`` defaults to true; ``stable_id``,
   ``admission_state``, ``selection_tier``, ``rank``, ``score`` and
   ``score_breakdown`` are type-checked when present;
+* every value upstream writes is read: admission ``none`` (a candidate that
+  serves no request, not even a bound session) and ``selection_tier: unknown``
+  (upstream's tier for a missing region, which sorts after ``cross_region``);
+* the §14 selection fields are optional and type-checked when present: the
+  top-level ``selection_policy`` (one of `SELECTION_POLICIES`) and
+  ``selection_load_aware`` (a boolean), and per candidate ``selection_group``
+  (an integer >= 0), ``traffic_weight`` and ``capacity_weight`` (integers
+  1..1000);
 * unknown fields are allowed at every level, except inside ``credential`` and its
   ``secretRef`` (alias ``secret_ref``), so no token can ride along in a reference;
 * strings are 1-256 characters and not blank.
@@ -28,6 +36,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from grid.core.vocabulary import CAPACITY_WEIGHT_MAX, CAPACITY_WEIGHT_MIN, SelectionPolicy
+
 CANDIDATES_MAX = 1024
 """Most candidates one overlay may carry (§5). Renderers keep the top-ranked
 ones so they never produce an overlay this check refuses; the bound keeps the
@@ -46,8 +56,24 @@ IDENTITY_KEYS = ("kind", "name", "site", "cluster")
 BREAKDOWN_KEYS = frozenset(
     {"locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost", "total"}
 )
-ADMISSION_STATES = frozenset({"new_and_existing", "existing_only"})
-SELECTION_TIERS = frozenset({"same_site", "same_zone", "same_region", "cross_region"})
+ADMISSION_NONE = "none"
+"""Upstream's admission for a candidate that serves no request, not even a bound session."""
+ADMISSION_STATES = frozenset({"new_and_existing", "existing_only", ADMISSION_NONE})
+TIER_UNKNOWN = "unknown"
+"""Upstream's ``selection_tier`` when a region is missing; Grid writes ``cross_region``."""
+TIER_ORDER = {
+    "same_site": 0,
+    "same_zone": 1,
+    "same_region": 2,
+    "cross_region": 3,
+    TIER_UNKNOWN: 4,
+}
+"""How a reader orders the tiers it accepts: ``unknown`` sorts after ``cross_region``."""
+SELECTION_TIERS = frozenset(TIER_ORDER)
+SELECTION_POLICIES = frozenset(p.value for p in SelectionPolicy)
+"""The overlay's ``selection_policy`` values (§14)."""
+WEIGHT_FIELDS = ("traffic_weight", "capacity_weight")
+"""Per-candidate weights (§14), integers in 1..1000 when present."""
 CREDENTIAL_STRATEGIES = frozenset({"bearer_token", "api_key"})
 SECRET_REF_KEYS = frozenset({"name", "namespace", "key"})
 SCOPE_KEYS = ("gateway", "local_site", "namespace", "network")
@@ -156,15 +182,40 @@ def _optional_fields_problem(candidate: Mapping[str, Any], path: str) -> str | N
     if "admission_state" in candidate and not is_one_of(
         candidate["admission_state"], ADMISSION_STATES
     ):
-        return f"{path}.admission_state must be new_and_existing or existing_only"
+        return f"{path}.admission_state must be new_and_existing, existing_only or none"
     if "selection_tier" in candidate and not is_one_of(
         candidate["selection_tier"], SELECTION_TIERS
     ):
         return f"{path}.selection_tier is not a known tier"
-    rank = candidate.get("rank", 0)
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        return f"{path}.rank must be a non-negative integer"
+    for key in ("rank", "selection_group"):
+        if key in candidate and not _is_int_in(candidate[key], 0, None):
+            return f"{path}.{key} must be a non-negative integer"
+    for key in WEIGHT_FIELDS:
+        if key in candidate and not _is_int_in(
+            candidate[key], CAPACITY_WEIGHT_MIN, CAPACITY_WEIGHT_MAX
+        ):
+            return (
+                f"{path}.{key} must be an integer in {CAPACITY_WEIGHT_MIN}..{CAPACITY_WEIGHT_MAX}"
+            )
     return _score_problem(candidate, path)
+
+
+def _is_int_in(value: object, low: int, high: int | None) -> bool:
+    """An integer (not a boolean) in ``low..high`` (no upper bound for ``None``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        return False
+    return high is None or value <= high
+
+
+def _selection_problem(overlay: Mapping[str, Any], path: str) -> str | None:
+    """Problems of the overlay's top-level §14 fields, or ``None``."""
+    if "selection_policy" in overlay and not is_one_of(
+        overlay["selection_policy"], SELECTION_POLICIES
+    ):
+        return f"{path}.selection_policy must be one of {', '.join(sorted(SELECTION_POLICIES))}"
+    if "selection_load_aware" in overlay and not isinstance(overlay["selection_load_aware"], bool):
+        return f"{path}.selection_load_aware must be a boolean"
+    return None
 
 
 def check_candidate(candidate: object, index: int) -> str | None:
@@ -194,6 +245,8 @@ def check_overlay_structure(overlay: object, prefix: str = "overlay") -> str | N
     problem = _text_fields(overlay, path, ("network", "local_site"))
     if problem is None and "generated_at" in overlay and not is_timestamp(overlay["generated_at"]):
         problem = f"{path}.generated_at must be an RFC 3339 timestamp"
+    if problem is None:
+        problem = _selection_problem(overlay, path)
     if problem is not None:
         return problem
     candidates = overlay["candidates"]

@@ -1,7 +1,8 @@
 """GridNetwork policy fields written in upstream Grid's shape (SPEC-DECISIONS §2a).
 
 Manifests written for upstream Grid carry ``scoringPolicy``, ``admissionPolicy``,
-``budgetPolicy`` and ``metricsRefreshInterval`` on the GridNetwork. Grid accepts
+``budgetPolicy``, ``metricsRefreshInterval``, ``routingPolicy`` and
+``selectionPolicy`` on the GridNetwork. Grid accepts
 them unchanged and maps the first two onto the seed's own fields (``scoring`` and
 ``admission``, §2 and §4); `GridNetworkSpec` applies the mapping. When both
 spellings are present the seed-shaped field wins and the operator says so in a
@@ -18,6 +19,7 @@ from pydantic import Field, model_validator
 from grid.core.resources.duration import Duration, parse_duration
 from grid.core.resources.errors import field_error
 from grid.core.resources.types import NonNegative, Ratio, Text, WireModel
+from grid.core.vocabulary import SelectionMode
 
 ScoringStrategy = Literal["noMetrics", "queueDepth", "kvCachePressure"]
 
@@ -99,6 +101,15 @@ class AdmissionPolicySpec(WireModel):
     scoringPolicy strategy names one (queueDepth, kvCachePressure)."""
 
 
+class SelectionPolicySpec(WireModel):
+    """How a gateway picks among the equivalent candidates of one group (§14)."""
+
+    mode: SelectionMode = Field(default=SelectionMode.LEAST_LOADED, strict=False)
+    """``deterministic`` (the first viable candidate, upstream's default), ``roundRobin``,
+    ``random``, ``weightedRandom`` (by each provider's ``capacityWeight``) or
+    ``leastLoaded`` (Grid's default: power of two choices on the load estimate)."""
+
+
 TENANTS_MAX = 1024
 """Tenants a budgetPolicy may name: each is a metric label value at every gateway
 and an entry of status.budgetStatus, so the set must stay small and closed."""
@@ -115,14 +126,18 @@ class BudgetPolicySpec(WireModel):
     """Tenants whose spend is tracked; absent means none (§12)."""
 
     tenants: list[TenantBudgetSpec] = Field(default_factory=list, max_length=TENANTS_MAX)
+    default_tenant: Text | None = Field(default=None, min_length=1, max_length=256)
+    """The tenant a request without a tenant is charged to under ``clientAuth.mode: none``
+    (§15); absent leaves such requests uncharged (counted as ``other``)."""
 
     @model_validator(mode="after")
     def _unique_tenants(self) -> BudgetPolicySpec:
+        # Tenants compare case-insensitively (§15): ACME and acme are one tenant.
         seen: set[str] = set()
         for i, tenant in enumerate(self.tenants):
-            if tenant.tenant_id in seen:
-                raise field_error(f"tenants[{i}].tenantId", "duplicate tenant")
-            seen.add(tenant.tenant_id)
+            if tenant.tenant_id.casefold() in seen:
+                raise field_error(f"tenants[{i}].tenantId", "duplicate tenant (in any case)")
+            seen.add(tenant.tenant_id.casefold())
         return self
 
     def caps(self) -> dict[str, float]:

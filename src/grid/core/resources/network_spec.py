@@ -18,6 +18,7 @@ from grid.core.resources.network_policy import (
     AdmissionPolicySpec,
     BudgetPolicySpec,
     ScoringPolicySpec,
+    SelectionPolicySpec,
 )
 from grid.core.resources.object_meta import SecretRef
 from grid.core.resources.types import (
@@ -31,7 +32,7 @@ from grid.core.resources.types import (
     TrustDomain,
     WireModel,
 )
-from grid.core.vocabulary import OverlayFormat
+from grid.core.vocabulary import OverlayFormat, RoutingPolicy, SelectionMode
 
 GOSSIP_NODES_MAX = 64
 """Largest accepted `swim.gossipNodes`. Fan-out beyond this buys no speed in meshes
@@ -178,6 +179,25 @@ class ClusterEndpointSpec(WireModel):
     """Absent fails the render closed with ``MissingTransport``."""
 
 
+class ClientAuthSpec(WireModel):
+    """How the gateway establishes a request's tenant (§15); ``none`` trusts the header."""
+
+    mode: Literal["none", "apiKey", "mtls"] = "none"
+    """``none``: the tenant header is trusted (trusted networks only). ``apiKey``: a
+    hashed key from ``secretRef``. ``mtls``: the client certificate's tenant."""
+    secret_ref: SecretRef | None = None
+    """``apiKey`` only: the Secret key holding lines ``{tenant, sha256}`` in YAML, mounted
+    at ``{credentialMountBase}/{name}/{key}``."""
+
+    @model_validator(mode="after")
+    def _secret_for_api_keys(self) -> ClientAuthSpec:
+        if self.mode == "apiKey" and (self.secret_ref is None or not self.secret_ref.complete):
+            raise field_error("secretRef", "apiKey needs a secretRef with name, namespace and key")
+        if self.mode != "apiKey" and self.secret_ref is not None:
+            raise field_error("secretRef", "only apiKey reads a Secret")
+        return self
+
+
 class ConsumerSpec(WireModel):
     """Render a complete Praxis configuration (``praxis.yaml``) for this gateway (§11)."""
 
@@ -198,6 +218,8 @@ class ConsumerSpec(WireModel):
     overlay_file: Text | None = Field(default=None, min_length=1)
     """Grid extension: render ``overlay_file`` mode reading this envelope path, instead of
     inline candidates. The embedded operator defaults it to the envelope it writes."""
+    client_auth: ClientAuthSpec = Field(default_factory=ClientAuthSpec)
+    """The ``client_auth`` filter, rendered ahead of routing (§15)."""
 
     @model_validator(mode="after")
     def _unique_clusters(self) -> ConsumerSpec:
@@ -252,6 +274,11 @@ class GridNetworkSpec(WireModel):
     """Tenants whose spend is tracked (§12)."""
     metrics_refresh_interval: Duration | None = None
     """Scrape interval of providers whose metricsConfig sets none; absent means 15s."""
+    routing_policy: RoutingPolicy | None = Field(default=None, strict=False)
+    """What makes candidates equivalent (§14): ``geographyFirst`` (absent) groups by
+    admission, tier and freshness; ``scoreFirst`` by admission and freshness."""
+    selection_policy: SelectionPolicySpec | None = None
+    """How a gateway picks inside a group (§14); absent means ``leastLoaded``."""
 
     @model_validator(mode="after")
     def _unique_gateways(self) -> GridNetworkSpec:
@@ -299,6 +326,17 @@ class GridNetworkSpec(WireModel):
         """``metricsRefreshInterval`` in seconds, None when absent."""
         interval = self.metrics_refresh_interval
         return parse_duration(interval) if interval else None
+
+    @property
+    def effective_routing_policy(self) -> RoutingPolicy:
+        """``routingPolicy``, ``geographyFirst`` when absent."""
+        return self.routing_policy or RoutingPolicy.GEOGRAPHY_FIRST
+
+    @property
+    def selection_mode(self) -> SelectionMode:
+        """``selectionPolicy.mode``, ``leastLoaded`` when the policy is absent."""
+        policy = self.selection_policy
+        return policy.mode if policy is not None else SelectionMode.LEAST_LOADED
 
     @property
     def signal_mode(self) -> Literal["gossip", "poll"]:

@@ -29,7 +29,7 @@ from grid.core.resources.types import (
     Url,
     WireModel,
 )
-from grid.core.vocabulary import BackendKind
+from grid.core.vocabulary import CAPACITY_WEIGHT_MAX, CAPACITY_WEIGHT_MIN, BackendKind
 
 _BackendKindField = Annotated[
     BackendKind,
@@ -241,6 +241,11 @@ class InferenceProviderSpec(WireModel):
     metrics_config: MetricsConfig | None = None
     routing_cluster_ref: Text | None = Field(default=None, min_length=1)
     """Routing identity in Praxis; absent means the provider's name."""
+    capacity_weight: int = Field(
+        default=CAPACITY_WEIGHT_MIN, ge=CAPACITY_WEIGHT_MIN, le=CAPACITY_WEIGHT_MAX
+    )
+    """This provider's share of its group under ``weightedRandom`` and ``leastLoaded``
+    (§14): an integer 1..1000, relative to the other providers of the group."""
 
     @model_validator(mode="after")
     def _unique_models(self) -> InferenceProviderSpec:

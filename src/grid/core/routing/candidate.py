@@ -100,6 +100,8 @@ class CandidateInput:
     observed_at: datetime | None = None
     credential: CredentialRef | None = None
     kind: str = "inference_model"
+    capacity_weight: int = 1
+    """The provider's ``spec.capacityWeight`` (§14), carried through to the overlay."""
 
 
 def with_cost(values: SignalValues, cost: float | None) -> SignalValues:
@@ -133,6 +135,7 @@ def provider_candidates(
     observed_at: datetime | None,
     credential: CredentialRef | None,
     kind: str = "inference_model",
+    capacity_weight: int = 1,
 ) -> tuple[CandidateInput, ...]:
     """One provider's candidates: ``CandidateInput(name=model, ...)`` for each model.
 
@@ -161,6 +164,7 @@ def provider_candidates(
         "observed_at": observed_at,
         "credential": credential,
         "kind": kind,
+        "capacity_weight": capacity_weight,
     }
     made = []
     for model in models:

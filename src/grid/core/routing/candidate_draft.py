@@ -186,6 +186,7 @@ def draft_for(
         fresh=not (degraded or stale),
         observed_at=entry.observed_at if entry else None,
         credential=credential,
+        capacity_weight=spec.capacity_weight,
     )
     if spec.access_policy is None and phase is not ProviderPhase.UNAVAILABLE and view.ttl is None:
         # Nothing can exclude it.

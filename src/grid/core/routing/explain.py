@@ -4,7 +4,9 @@
 same candidates as ``grid render`` (`grid.core.routing.render.evaluate_network`), keeps
 the excluded ones, and for each ranked candidate names the sort key that put it
 after the one above it: admission, tier, score, freshness, sample age or the
-``(site, name, cluster)`` tie-break. Only names and numbers appear here; a
+``(site, name, cluster)`` tie-break. Each ranked candidate also names its §14
+selection group and why the group boundary falls where it does
+(`grid.core.routing.groups.group_boundary`). Only names and numbers appear here; a
 credential shows as its Secret reference, never a value.
 
 Under ``signalTransport.mode: poll`` the operator does not score, so its rows
@@ -22,7 +24,7 @@ from typing import Any, Literal
 from grid.core.overlay import format_timestamp
 from grid.core.routing.candidate import SignalValues
 from grid.core.routing.gateway_order import GatewayRow, gateway_order
-from grid.core.routing.ranking import sort_key
+from grid.core.routing.groups import group_boundary
 from grid.core.routing.render import (
     CandidateRow,
     Evaluated,
@@ -34,7 +36,7 @@ from grid.core.routing.render import (
 )
 from grid.core.routing.scoring import Evaluation
 from grid.core.routing.signals import SignalsDocument
-from grid.core.vocabulary import SIGNAL_NAMES
+from grid.core.vocabulary import SIGNAL_NAMES, RoutingPolicy
 from grid.errors import ValidationError
 
 ScoredBy = Literal["operator", "gateway"]
@@ -69,6 +71,9 @@ class ExplainRow:
     credential: dict[str, Any] | None
     reason: str
     notes: tuple[str, ...]
+    selection_group: int | None = None
+    group_reason: str = ""
+    """Why the candidate is in its selection group (empty when excluded)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping of every field."""
@@ -91,6 +96,8 @@ class ExplainRow:
             "score_breakdown": self.score_breakdown,
             "credential": self.credential,
             "reason": self.reason,
+            "selection_group": self.selection_group,
+            "group_reason": self.group_reason,
             "notes": list(self.notes),
         }
 
@@ -110,6 +117,8 @@ class Explanation:
     """Who computed the scores shown; None under poll unless asked ``as_gateway``."""
     as_gateway: bool = False
     """Whether the gateway's view was asked for (only then is ``scored_by`` in `as_dict`)."""
+    routing_policy: RoutingPolicy = RoutingPolicy.GEOGRAPHY_FIRST
+    """The network's ``routingPolicy``, which decides the sort and the groups."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping."""
@@ -119,6 +128,7 @@ class Explanation:
             "model": self.model,
             "capability": self.capability,
             "scoring_enabled": self.scoring_enabled,
+            "routing_policy": self.routing_policy.value,
         }
         if self.as_gateway:
             document["scored_by"] = self.scored_by
@@ -136,23 +146,56 @@ def _sample(evaluation: Evaluation) -> str:
     return format_timestamp(observed) if observed else "no sample"
 
 
-def decisive_difference(above: Evaluation, below: Evaluation) -> str:
-    """Why ``below`` sorts after ``above``: the first sort key that differs."""
-    a, b = sort_key(above), sort_key(below)
-    if a[0] != b[0]:
-        return f"admission {below.admission.value} sorts after {above.admission.value}"
-    if a[1] != b[1]:
-        return f"tier {below.tier.value} sorts after {above.tier.value}"
-    if a[2] != b[2] and above.score is not None and below.score is not None:
-        return f"score {below.score:.4f} is below {above.score:.4f}"
-    if a[3] != b[3]:
-        return "it is not fresh and the candidate above is"
-    if a[4:6] != b[4:6]:
+def decisive_difference(
+    above: Evaluation, below: Evaluation, policy: RoutingPolicy = RoutingPolicy.GEOGRAPHY_FIRST
+) -> str:
+    """Why ``below`` sorts after ``above``: the first sort key that differs.
+
+    The keys are checked in ``policy``'s order: under ``scoreFirst`` freshness
+    comes right after admission (`grid.core.routing.ranking`).
+    """
+    a, b = above.candidate, below.candidate
+    checks = [_admission, _tier, _score, _freshness]
+    if policy is RoutingPolicy.SCORE_FIRST:
+        checks = [_admission, _freshness, _tier, _score]
+    for check in checks:
+        reason = check(above, below)
+        if reason is not None:
+            return reason
+    if (a.observed_at is None, a.observed_at) != (b.observed_at is None, b.observed_at):
         return f"its sample ({_sample(below)}) is older than {_sample(above)}"
     return "ties on admission, tier, score and freshness; (site, name, cluster) order decides"
 
 
-def _rank_reason(ordered: Sequence[CandidateRow], index: int) -> str:
+def _admission(above: Evaluation, below: Evaluation) -> str | None:
+    if above.admission is below.admission:
+        return None
+    return f"admission {below.admission.value} sorts after {above.admission.value}"
+
+
+def _tier(above: Evaluation, below: Evaluation) -> str | None:
+    if above.tier is below.tier:
+        return None
+    return f"tier {below.tier.value} sorts after {above.tier.value}"
+
+
+def _score(above: Evaluation, below: Evaluation) -> str | None:
+    if above.score is None or below.score is None or above.score == below.score:
+        return None
+    return f"score {below.score:.4f} is below {above.score:.4f}"
+
+
+def _freshness(above: Evaluation, below: Evaluation) -> str | None:
+    if above.candidate.fresh == below.candidate.fresh:
+        return None
+    return "it is not fresh and the candidate above is"
+
+
+def _rank_reason(
+    ordered: Sequence[CandidateRow],
+    index: int,
+    policy: RoutingPolicy = RoutingPolicy.GEOGRAPHY_FIRST,
+) -> str:
     row = ordered[index].evaluation
     summary = f"{row.admission.value}, {row.tier.value}"
     if row.score is not None:
@@ -161,10 +204,26 @@ def _rank_reason(ordered: Sequence[CandidateRow], index: int) -> str:
         text = f"first for this model ({summary})"
         if len(ordered) > 1:
             nxt = ordered[1].evaluation
-            text += f"; ahead of {_who(nxt)} because {decisive_difference(row, nxt)}"
+            text += f"; ahead of {_who(nxt)} because {decisive_difference(row, nxt, policy)}"
         return text
     above = ordered[index - 1].evaluation
-    return f"after {_who(above)} because {decisive_difference(above, row)} ({summary})"
+    return f"after {_who(above)} because {decisive_difference(above, row, policy)} ({summary})"
+
+
+def _group_reasons(ranked: Sequence[CandidateRow], policy: RoutingPolicy) -> dict[int, str]:
+    """Each ranked row's group reason, by overlay rank, computed per ``(kind, name)``."""
+    by_model: dict[tuple[str, str], list[CandidateRow]] = {}
+    for row in ranked:
+        c = row.evaluation.candidate
+        by_model.setdefault((c.kind, c.name), []).append(row)
+    reasons: dict[int, str] = {}
+    for rows in by_model.values():
+        groups = [r.selection_group or 0 for r in rows]
+        evaluations = [r.evaluation for r in rows]
+        for i, row in enumerate(rows):
+            if row.rank is not None:
+                reasons[row.rank] = group_boundary(groups, evaluations, i, policy)
+    return reasons
 
 
 def _values(signals: SignalValues) -> dict[str, float | None]:
@@ -226,6 +285,7 @@ def _row(row: CandidateRow, reason: str) -> ExplainRow:
         credential=credential,
         reason=reason,
         notes=row.notes,
+        selection_group=row.selection_group,
     )
 
 
@@ -286,11 +346,16 @@ def explain_evaluated(
         (r for r in mine if r.exclusion is not None),
         key=lambda r: (r.evaluation.candidate.provider, r.evaluation.candidate.site),
     )
+    policy = evaluated.routing_policy
     ranking = gateway_ranking(evaluated) if as_gateway else None
     if ranking is None:
-        out = [_row(r, _rank_reason(ranked, i)) for i, r in enumerate(ranked)]
+        out = [_row(r, _rank_reason(ranked, i, policy)) for i, r in enumerate(ranked)]
     else:
         out = [_gateway_row(g) for g in gateway_order(ranked, signals, ranking)]
+    reasons = _group_reasons(ranked, policy)
+    out = [
+        replace(row, group_reason=reasons[row.rank]) if row.rank in reasons else row for row in out
+    ]
     out += [_row(r, f"excluded ({r.exclusion}): {r.exclusion_detail}") for r in excluded]
     scored_by: ScoredBy | None = "operator" if context.config.enabled else None
     if ranking is not None:
@@ -304,4 +369,5 @@ def explain_evaluated(
         capability,
         scored_by,
         as_gateway,
+        policy,
     )

@@ -14,8 +14,8 @@ rendering path:
 
 Own providers keep their full resource (auth, access policy, cost), so only
 they can carry a credential reference: a peer's Secret lives in its cluster. A
-remote provider keeps its ``providerKind`` and its access policy's
-``siteSelector.matchLabels`` (both carried in the record), so the consuming site
+remote provider keeps its ``providerKind``, its ``capacityWeight`` and its
+access policy's ``siteSelector.matchLabels`` (all carried in the record), so the consuming site
 enforces the policy exactly as for its own providers.
 """
 
@@ -100,6 +100,7 @@ def record_for(
             provider.spec.cost.per_million_output_tokens if provider.spec.cost else None
         ),
         cost_per_million_input_tokens=cost,
+        capacity_weight=provider.spec.capacity_weight,
     )
 
 
@@ -119,6 +120,7 @@ def remote_provider(record: ProviderRecord, network: str) -> InferenceProvider:
         "providerKind": record.provider_kind,
         "models": [_model_spec(record.info(m)) for m in record.models],
         "routingClusterRef": record.cluster,
+        "capacityWeight": record.capacity_weight,
     }
     if record.access_match_labels:
         spec["accessPolicy"] = {"siteSelector": {"matchLabels": dict(record.access_match_labels)}}
@@ -217,6 +219,7 @@ def signals_entry(record: ProviderRecord) -> ProviderSignals:
             p99_latency_ms=s.p99_latency_ms,
             cost_per_million_input_tokens=s.cost_per_million_input_tokens,
         ),
+        requests=s.requests,
     )
 
 

@@ -28,6 +28,9 @@ from grid.core.routing.candidate import SignalValues
 LATENCY_QUANTILE = 0.99
 """The quantile reported as ``p99_latency_ms``."""
 
+RUNNING_SOURCE = "vllm:num_requests_running"
+"""Requests being served, added to the raw queue depth for ``ScrapedSignals.requests``."""
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -65,6 +68,9 @@ class ScrapedSignals:
     healthy: bool | None = None
     latency_buckets: Buckets | None = None
     problems: tuple[str, ...] = field(default=())
+    requests: float | None = None
+    """Requests waiting and running, a count: the raw queue depth source (when it
+    is a plain metric, not a ratio) plus `RUNNING_SOURCE` where the provider has it."""
 
 
 POOL_LABELS = ("name", "pool", "pool_name", "model_name")
@@ -239,10 +245,10 @@ def map_signals(
     """
     names = names or SignalNames()
     problems: list[str] = []
+    raw_queue = _sum(families, names.queue_depth) if "/" not in names.queue_depth else None
+    requests = None if raw_queue is None else raw_queue + (_sum(families, RUNNING_SOURCE) or 0.0)
     queue = _as_ratio(
-        _sum(families, names.queue_depth)
-        if "/" not in names.queue_depth
-        else _ratio_source(families, names.queue_depth),
+        raw_queue if "/" not in names.queue_depth else _ratio_source(families, names.queue_depth),
         "queue depth",
         problems,
         queue_capacity,
@@ -264,4 +270,6 @@ def map_signals(
         prefix_cache_hit_ratio=prefix,
         p99_latency_ms=p99_ms,
     )
-    return ScrapedSignals(values, healthy, buckets, tuple(problems))
+    return ScrapedSignals(
+        values, healthy, buckets, tuple(problems), None if requests is None else max(0.0, requests)
+    )

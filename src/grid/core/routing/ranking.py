@@ -13,6 +13,11 @@ The sort is admission, tier, score (descending), freshness (fresh first, then
 the newer ``observed_at``; no sample is oldest), then ``(site, name, cluster)``.
 With scoring off (``signalTransport.mode: poll``) there is no score and the
 score key is skipped in the sort.
+
+Under ``routingPolicy: scoreFirst`` the sort puts the selection group key
+first (admission, then freshness) and then the rest of that order (tier,
+score, the newer sample, the tie-break), so the candidates of one group are
+contiguous (`grid.core.routing.groups`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from functools import cached_property
 
 from grid.core.routing.candidate import CandidateInput, ExclusionReason
 from grid.core.routing.scoring import Evaluation, ScoringContext, evaluate
-from grid.core.vocabulary import AdmissionState, SelectionTier
+from grid.core.vocabulary import AdmissionState, RoutingPolicy, SelectionTier
 
 _ADMISSION_ORDER = {
     AdmissionState.NEW_AND_EXISTING: 0,
@@ -65,7 +70,9 @@ class Ranking:
     excluded: tuple[ExcludedCandidate, ...]
 
 
-SortKey = tuple[int, int, float, int, int, float, str, str, str]
+SortKey = tuple[float | str, ...]
+"""Under ``geographyFirst``: admission, tier, score, freshness, has-sample, sample age,
+site, name, cluster. Under ``scoreFirst`` freshness moves to second place."""
 
 _EvaluationKey = tuple[int, int, float]
 """The part of a `SortKey` an `Evaluation` decides: admission, tier, score."""
@@ -95,16 +102,25 @@ def _sample_key(candidate: CandidateInput) -> _SampleKey:
     )
 
 
-def sort_key(evaluation: Evaluation) -> SortKey:
+def _policy_order(key: tuple[float | str, ...], policy: RoutingPolicy) -> tuple[float | str, ...]:
+    """``key`` (admission, tier, score, fresh, ...) in ``policy``'s order."""
+    if policy is RoutingPolicy.SCORE_FIRST:
+        return (key[0], key[3], key[1], key[2], *key[4:])
+    return key
+
+
+def sort_key(
+    evaluation: Evaluation, policy: RoutingPolicy = RoutingPolicy.GEOGRAPHY_FIRST
+) -> SortKey:
     """The §4 order: admission, tier, score desc, fresh, newer sample, tie-break.
 
     With scoring off the score component is a constant, so it never decides.
     A candidate without ``observed_at`` sorts after every candidate that has one.
+    Under ``scoreFirst`` freshness comes second (the module docstring).
     """
     candidate = evaluation.candidate
-    return (
-        _evaluation_key(evaluation) + _sample_key(candidate) + (candidate.name, candidate.cluster)
-    )
+    key = _evaluation_key(evaluation) + _sample_key(candidate) + (candidate.name, candidate.cluster)
+    return _policy_order(key, policy)
 
 
 class Ordering:
@@ -154,20 +170,28 @@ class Ordering:
         return Ranking(ranked=self.top(), excluded=excluded)
 
 
-def rank(evaluations: Iterable[Evaluation]) -> tuple[RankedCandidate, ...]:
+def rank(
+    evaluations: Iterable[Evaluation], policy: RoutingPolicy = RoutingPolicy.GEOGRAPHY_FIRST
+) -> tuple[RankedCandidate, ...]:
     """Sort evaluations by `sort_key` and number them 0..n-1."""
     listed = list(evaluations)
     candidates = [e.candidate for e in listed]
-    return Ordering(candidates, listed, [sort_key(e) for e in listed], []).top()
+    return Ordering(candidates, listed, [sort_key(e, policy) for e in listed], []).top()
 
 
-def score_candidates(candidates: Sequence[CandidateInput], context: ScoringContext) -> Ranking:
+def score_candidates(
+    candidates: Sequence[CandidateInput],
+    context: ScoringContext,
+    policy: RoutingPolicy = RoutingPolicy.GEOGRAPHY_FIRST,
+) -> Ranking:
     """Evaluate each candidate, exclude (unhealthy, then admission ``excluded``) and rank."""
-    return order_candidates([(candidate,) for candidate in candidates], context).ranking
+    return order_candidates([(candidate,) for candidate in candidates], context, policy).ranking
 
 
 def order_candidates(
-    groups: Iterable[Sequence[CandidateInput]], context: ScoringContext
+    groups: Iterable[Sequence[CandidateInput]],
+    context: ScoringContext,
+    policy: RoutingPolicy = RoutingPolicy.GEOGRAPHY_FIRST,
 ) -> Ordering:
     """`score_candidates` over groups of candidates, records built on demand (`Ordering`).
 
@@ -185,7 +209,7 @@ def order_candidates(
         if not group:
             continue
         evaluation = evaluate(group[0], context)
-        shared_key = _evaluation_key(evaluation) + _sample_key(group[0])
+        shared_key = _policy_order(_evaluation_key(evaluation) + _sample_key(group[0]), policy)
         for candidate in group:
             if not candidate.healthy:
                 excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))

@@ -24,6 +24,7 @@ from grid.core.overlay import (
     CANDIDATES_MAX,
     Provenance,
     Scope,
+    Selection,
     build_overlay_and_envelope,
 )
 from grid.core.resources import GridNetwork, GridSite, InferenceProvider
@@ -37,6 +38,7 @@ from grid.core.routing.candidate_draft import (
     drafts_for,
 )
 from grid.core.routing.capability import provider_with_capability
+from grid.core.routing.groups import assign_groups
 from grid.core.routing.ranking import Ordering, RankedCandidate, Ranking, order_candidates
 from grid.core.routing.rerank import RerankContext
 from grid.core.routing.scoring import (
@@ -48,7 +50,7 @@ from grid.core.routing.scoring import (
     pressure_missing,
 )
 from grid.core.routing.signals import SignalsDocument
-from grid.core.vocabulary import AdmissionState
+from grid.core.vocabulary import AdmissionState, RoutingPolicy
 from grid.errors import ValidationError
 
 # `ExclusionReason` is defined with the candidates and is part of this module's interface too.
@@ -95,13 +97,15 @@ class RenderInputs:
 class CandidateRow:
     """One candidate with everything ``explain`` shows about it.
 
-    ``rank`` is the overlay rank (``None`` when excluded); ``exclusion`` and
-    ``exclusion_detail`` say why a candidate is missing from the overlay.
+    ``rank`` is the overlay rank and ``selection_group`` its §14 group (both
+    ``None`` when excluded); ``exclusion`` and ``exclusion_detail`` say why a
+    candidate is missing from the overlay.
     """
 
     evaluation: Evaluation
     provider: InferenceProvider
     rank: int | None = None
+    selection_group: int | None = None
     exclusion: ExclusionReason | None = None
     exclusion_detail: str = ""
     notes: tuple[str, ...] = ()
@@ -120,6 +124,7 @@ class Evaluated:
     ordering: Ordering
     context: ScoringContext
     candidates_max: int | None
+    routing_policy: RoutingPolicy = RoutingPolicy.GEOGRAPHY_FIRST
 
     @property
     def ranking(self) -> Ranking:
@@ -130,6 +135,11 @@ class Evaluated:
     def kept(self) -> tuple[RankedCandidate, ...]:
         """The ranked candidates the overlay carries, in rank order."""
         return self.ordering.top(self.candidates_max)
+
+    @cached_property
+    def groups(self) -> tuple[int, ...]:
+        """Each kept candidate's ``selection_group``, in rank order (§14)."""
+        return assign_groups(self.kept, self.routing_policy)
 
     @cached_property
     def rows(self) -> tuple[CandidateRow, ...]:
@@ -325,7 +335,9 @@ def evaluate_network(
     context = ScoringContext(local_site, geographies.get(local_site), scoring_config(network, held))
     # Each eligible draft is one group: its candidates share one evaluation.
     eligible = [d.candidates for d in drafts if d.exclusion is None]
-    return Evaluated(drafts, order_candidates(eligible, context), context, candidates_max)
+    policy = network.spec.effective_routing_policy
+    ordering = order_candidates(eligible, context, policy)
+    return Evaluated(drafts, ordering, context, candidates_max, policy)
 
 
 def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:
@@ -334,6 +346,7 @@ def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:
     # check_duplicates made (kind, name, site, cluster) name one candidate of one draft.
     owner = {_route(c): d for d in evaluated.drafts for c in d.candidates}
     rows: list[CandidateRow] = []
+    groups = evaluated.groups
     for r in evaluated.ranking.ranked:
         draft = owner[_route(r.evaluation.candidate)]
         over = limit is not None and r.rank >= limit
@@ -342,6 +355,7 @@ def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:
                 evaluation=r.evaluation,
                 provider=draft.provider,
                 rank=None if over else r.rank,
+                selection_group=None if over else groups[r.rank],
                 exclusion=ExclusionReason.CANDIDATE_LIMIT if over else None,
                 exclusion_detail=f"ranked beyond the {limit}-candidate overlay limit"
                 if over
@@ -430,8 +444,9 @@ def render(
         source_generation=network.metadata.generation,
         rendered_at=now,
     )
+    selection = Selection.for_mode(network.spec.selection_mode, evaluated.groups)
     overlay, envelope = build_overlay_and_envelope(
-        network.name, local_site, evaluated.kept, now, scope, provenance
+        network.name, local_site, evaluated.kept, now, scope, provenance, selection
     )
     return Rendered(
         network=network, scope=scope, overlay=overlay, envelope=envelope, evaluated=evaluated

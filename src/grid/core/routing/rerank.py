@@ -46,6 +46,7 @@ __all__ = [
     "breakdown_of",
     "entry_for",
     "group_key",
+    "reported_requests",
     "rerank",
     "score_of",
     "signal_entries",
@@ -194,6 +195,21 @@ def group_key(candidate: OverlayCandidate, ctx: RerankContext) -> tuple[object, 
         )
         tier = selection_tier(probe, ctx.scoring()).value
     return (candidate.admission, tier, candidate.fresh)
+
+
+def reported_requests(
+    candidates: Sequence[OverlayCandidate], signals: SignalsDocument
+) -> dict[str, float]:
+    """Per candidate ``stable_id``: the waiting and running requests its signals entry
+    reports (§14's load estimate); candidates without an entry or a count are left out."""
+    by_route = signal_entries(signals)
+    reported: dict[str, float] = {}
+    for candidate in candidates:
+        entry = entry_for(candidate, by_route)
+        stable_id = getattr(candidate, "stable_id", None)
+        if entry is not None and entry.requests is not None and isinstance(stable_id, str):
+            reported[stable_id] = entry.requests
+    return reported
 
 
 def rerank(candidates: Sequence[C], signals: SignalsDocument, ctx: RerankContext) -> list[C]:

@@ -6,7 +6,10 @@ A site publishes the provider load it observes as one JSON document::
      providers: [{name, cluster, site, backend_kind, models[], healthy?,
                   observed_at, signals: {queue_depth?, kv_cache_utilization?,
                   prefix_cache_hit_ratio?, p99_latency_ms?,
-                  cost_per_million_input_tokens?}}]}
+                  cost_per_million_input_tokens?}, requests?}]}
+
+``requests`` (waiting and running requests, a count) is additive: a reader
+that does not know it ignores it, as it ignores any unknown entry key.
 
 `parse_signals` turns untrusted JSON into a `SignalsDocument` or raises a
 `grid.errors.ValidationError` whose message names the offending path. An absent
@@ -65,6 +68,9 @@ class ProviderSignals:
     healthy: bool | None
     observed_at: datetime
     signals: SignalValues
+    requests: float | None = None
+    """Requests waiting and running at the provider, a count; an additive entry key
+    (``requests``, outside ``signals``) that older readers ignore (§14)."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,11 @@ def _provider(value: object, path: str) -> ProviderSignals:
         healthy=healthy,
         observed_at=parse_timestamp(value["observed_at"], f"{path}.observed_at"),
         signals=_signal_values(value["signals"], f"{path}.signals"),
+        requests=(
+            _number(value["requests"], f"{path}.requests", ratio=False)
+            if value.get("requests") is not None
+            else None
+        ),
     )
 
 
@@ -265,6 +276,8 @@ def encode_entry(entry: ProviderSignals) -> dict[str, Any]:
     out["signals"] = {
         key: getattr(values, key) for key in _SIGNAL_ORDER if getattr(values, key) is not None
     }
+    if entry.requests is not None:
+        out["requests"] = entry.requests
     return out
 
 

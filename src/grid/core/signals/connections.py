@@ -8,20 +8,24 @@ completed and its leaf certificate has been classified, so a connection moves
 through three counted states:
 
     accept ──► pending ──classify──► local | peer ──close──► gone
-                  └──── handshake failed / refused ────────► gone
+                  └──── handshake failed / refused / evicted ─► gone
 
 `ConnectionBook` is that bookkeeping, pure and synchronous: the adapter calls
 `accept` when TCP accepts, `classify` when the handshake completes, and
 `release` when the connection ends, however it ends. A refusal at accept
 aborts the socket before a byte is read; a refusal at classification closes it
-at once. Pending handshakes count against the total cap, and the handshake
-deadline bounds how long one can hold its slot, so peers retrying in a loop can
-take the reserved slots only for the length of a handshake.
+at once. Pending handshakes are not counted against the classified caps: they
+have their own, smaller bound (``handshakes_max``), and when it is full a
+newcomer evicts the oldest handshake of the source address holding the most.
+So half-open or stalled handshakes, reopened as fast as they are closed, can
+neither fill the Local reserve nor keep a Local caller's handshake from
+finishing unless they come from the Local caller's own address.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from grid.core.trust import PeerClass
@@ -43,6 +47,10 @@ class Refusal(enum.StrEnum):
     """Peers already hold ``peer_connections_max`` connections."""
     UNAUTHORIZED = "unauthorized"
     """The certificate is neither Local nor an authorized peer."""
+    HANDSHAKES_FULL = "handshakes_full"
+    """``handshakes_max`` connections are handshaking and none could be evicted."""
+    EVICTED = "evicted"
+    """A handshaking connection was closed to make room for a newcomer."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,13 @@ class ListenerLimits:
     peer_connections_max: int = 248
     """Connections peers may hold; the rest (8) are kept for Local callers.
     Raising it serves more peers but shrinks the Local reserve."""
+
+    handshakes_max: int = 64
+    """Connections still handshaking (not yet classified) held at once, on top of the
+    classified ones. When full, a newcomer evicts the oldest handshake of the source
+    address holding the most, so half-open or stalled handshakes from one place cannot
+    keep a Local caller from completing its own. Lower bounds descriptors and memory
+    more tightly; higher tolerates more honest handshakes at once."""
 
     handshake_timeout_s: float = 5.0
     """Seconds from TCP accept to a completed TLS handshake. Shorter frees slots held
@@ -86,6 +101,8 @@ class ListenerLimits:
     """Most header lines in one request; more are refused with 431 or 400."""
 
     def __post_init__(self) -> None:
+        if self.handshakes_max < 1:
+            raise ValueError("handshakes_max must be at least 1")
         if not 0 < self.peer_connections_max <= self.connections_max:
             raise ValueError("peer_connections_max must be in 1..connections_max")
         for name in ("handshake_timeout_s", "header_timeout_s", "idle_timeout_s"):
@@ -102,34 +119,101 @@ class ListenerLimits:
 
 @dataclass
 class ConnectionBook:
-    """Counts the listener's connections by state and class against `ListenerLimits`."""
+    """Counts the listener's connections by state and class against `ListenerLimits`.
+
+    Handshaking connections are counted apart from classified ones, under their own
+    bound (``handshakes_max``): the total and per-class caps count only connections
+    whose class is known. A connection accepted with a ``key`` (any hashable the
+    adapter uses for it) and its source address can be evicted while it handshakes;
+    the keys evicted are handed out by `take_evicted`, and the adapter closes them.
+    """
 
     limits: ListenerLimits = field(default_factory=ListenerLimits)
-    pending: int = 0
     local: int = 0
     peer: int = 0
+    anonymous: int = 0
+    """Handshaking connections accepted without a key (never evicted)."""
+    _sources: dict[str, dict[Hashable, float]] = field(default_factory=dict)
+    _keys: dict[Hashable, str] = field(default_factory=dict)
+    _evicted: list[Hashable] = field(default_factory=list)
+
+    @property
+    def pending(self) -> int:
+        """Connections still handshaking."""
+        return self.anonymous + len(self._keys)
+
+    @property
+    def classified(self) -> int:
+        """Connections whose class is known."""
+        return self.local + self.peer
 
     @property
     def total(self) -> int:
         """Every connection held, pending or classified."""
-        return self.pending + self.local + self.peer
+        return self.pending + self.classified
 
-    def accept(self) -> Refusal | None:
-        """A TCP connection arrived: take a pending slot, or refuse it (`Refusal.FULL`)."""
-        if self.total >= self.limits.connections_max:
+    def accept(
+        self, key: Hashable | None = None, source: str = "", now: float = 0.0
+    ) -> Refusal | None:
+        """A TCP connection arrived: take a handshake slot, or refuse it.
+
+        `Refusal.FULL` when every classified slot is taken (no class could take it);
+        when the handshakes are at their bound the oldest handshake of the busiest
+        source is evicted for it (`take_evicted`), else `Refusal.HANDSHAKES_FULL`.
+        """
+        if self.classified >= self.limits.connections_max:
             return Refusal.FULL
-        self.pending += 1
+        if self.pending >= self.limits.handshakes_max and not self._evict():
+            return Refusal.HANDSHAKES_FULL
+        if key is None:
+            self.anonymous += 1
+        else:
+            self._keys[key] = source
+            self._sources.setdefault(source, {})[key] = now
         return None
 
-    def classify(self, peer_class: PeerClass) -> ConnectionClass | Refusal:
+    def _evict(self) -> bool:
+        if not self._sources:
+            return False
+        source = max(self._sources, key=lambda s: len(self._sources[s]))
+        victim = next(iter(self._sources[source]))
+        self._drop(victim)
+        self._evicted.append(victim)
+        return True
+
+    def _drop(self, key: Hashable | None) -> bool:
+        """Forget a pending connection; False when it was not pending."""
+        if key is None:
+            if self.anonymous <= 0:
+                return False
+            self.anonymous -= 1
+            return True
+        source = self._keys.pop(key, None)
+        if source is None:
+            return False
+        held = self._sources[source]
+        del held[key]
+        if not held:
+            del self._sources[source]
+        return True
+
+    def take_evicted(self) -> list[Hashable]:
+        """The keys evicted since the last call (the adapter closes them)."""
+        evicted, self._evicted = self._evicted, []
+        return evicted
+
+    def classify(
+        self, peer_class: PeerClass, key: Hashable | None = None
+    ) -> ConnectionClass | Refusal:
         """The handshake completed: move a pending slot to its class, or refuse it.
 
         A refused connection gives its slot back here; the caller closes it
         and must not call `release` for it.
         """
-        if self.pending <= 0:
+        if not self._drop(key):
             raise RuntimeError("classify without a pending connection")
-        self.pending -= 1
+        if self.classified >= self.limits.connections_max:
+            return Refusal.FULL
         match peer_class:
             case PeerClass.LOCAL:
                 self.local += 1
@@ -142,11 +226,13 @@ class ConnectionBook:
             case PeerClass.UNKNOWN:
                 return Refusal.UNAUTHORIZED
 
-    def abandon(self) -> None:
-        """A pending connection ended before it was classified (handshake failed)."""
-        if self.pending <= 0:
+    def abandon(self, key: Hashable | None = None) -> None:
+        """A pending connection ended before it was classified (handshake failed).
+
+        An evicted connection was already forgotten; abandoning it again is a no-op.
+        """
+        if not self._drop(key) and key is None:
             raise RuntimeError("abandon without a pending connection")
-        self.pending -= 1
 
     def release(self, connection_class: ConnectionClass) -> None:
         """A classified connection ended."""

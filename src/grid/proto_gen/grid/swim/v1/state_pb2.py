@@ -24,47 +24,47 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18grid/swim/v1/state.proto\x12\x0cgrid.swim.v1\"\xb5\x02\n\x0fProviderSignals\x12\x18\n\x0bqueue_depth\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12!\n\x14kv_cache_utilization\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12#\n\x16prefix_cache_hit_ratio\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x1b\n\x0ep99_latency_ms\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12*\n\x1d\x63ost_per_million_input_tokens\x18\x05 \x01(\x01H\x04\x88\x01\x01\x42\x0e\n\x0c_queue_depthB\x17\n\x15_kv_cache_utilizationB\x19\n\x17_prefix_cache_hit_ratioB\x11\n\x0f_p99_latency_msB \n\x1e_cost_per_million_input_tokens\"_\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x02 \x03(\t\x12\x1b\n\x0e\x63ontext_window\x18\x03 \x01(\x04H\x00\x88\x01\x01\x42\x11\n\x0f_context_window\"\xc4\x04\n\x0eProviderRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x0c\n\x04site\x18\x03 \x01(\t\x12/\n\x0c\x62\x61\x63kend_kind\x18\x04 \x01(\x0e\x32\x19.grid.swim.v1.BackendKind\x12\x0e\n\x06models\x18\x05 \x03(\t\x12\x14\n\x07healthy\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\x13\n\x0bobserved_at\x18\x07 \x01(\x01\x12.\n\x07signals\x18\x08 \x01(\x0b\x32\x1d.grid.swim.v1.ProviderSignals\x12*\n\x05phase\x18\t \x01(\x0e\x32\x1b.grid.swim.v1.ProviderPhase\x12\x31\n\rprovider_kind\x18\n \x01(\x0e\x32\x1a.grid.swim.v1.ProviderKind\x12\x33\n\x13\x61\x63\x63\x65ss_match_labels\x18\x0b \x03(\x0b\x32\x16.grid.swim.v1.KeyValue\x12+\n\nmodel_info\x18\x0c \x03(\x0b\x32\x17.grid.swim.v1.ModelInfo\x12+\n\x1e\x63ost_per_million_output_tokens\x18\r \x01(\x01H\x01\x88\x01\x01\x12*\n\x1d\x63ost_per_million_input_tokens\x18\x0e \x01(\x01H\x02\x88\x01\x01\x42\n\n\x08_healthyB!\n\x1f_cost_per_million_output_tokensB \n\x1e_cost_per_million_input_tokens\"z\n\x10ProviderRegister\x12\x13\n\x0bprovider_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12\x11\n\twriter_id\x18\x03 \x01(\t\x12,\n\x06record\x18\x04 \x01(\x0b\x32\x1c.grid.swim.v1.ProviderRecord\"\'\n\x03Tag\x12\x0f\n\x07replica\x18\x01 \x01(\t\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x04\">\n\nOrSetEntry\x12\x0f\n\x07\x65lement\x18\x01 \x01(\t\x12\x1f\n\x04tags\x18\x02 \x03(\x0b\x32\x11.grid.swim.v1.Tag\"Y\n\x05OrSet\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.grid.swim.v1.OrSetEntry\x12%\n\ntombstones\x18\x02 \x03(\x0b\x32\x11.grid.swim.v1.Tag\"*\n\x0b\x43ounterSlot\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\"G\n\x0bTenantSpend\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12(\n\x05slots\x18\x02 \x03(\x0b\x32\x19.grid.swim.v1.CounterSlot\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\xd6\x01\n\tStateLane\x12\x31\n\tproviders\x18\x01 \x03(\x0b\x32\x1e.grid.swim.v1.ProviderRegister\x12#\n\x06models\x18\x02 \x01(\x0b\x32\x13.grid.swim.v1.OrSet\x12\"\n\x05tools\x18\x03 \x01(\x0b\x32\x13.grid.swim.v1.OrSet\x12#\n\x06\x61gents\x18\x04 \x01(\x0b\x32\x13.grid.swim.v1.OrSet\x12(\n\x05spend\x18\x05 \x03(\x0b\x32\x19.grid.swim.v1.TenantSpend\"O\n\x0bGatewayLane\x12\x16\n\x0e\x65gress_address\x18\x01 \x01(\t\x12(\n\x08gateways\x18\x02 \x03(\x0b\x32\x16.grid.swim.v1.KeyValue\"\x17\n\x08\x43\x65rtLane\x12\x0b\n\x03pem\x18\x01 \x01(\t\"n\n\x0cMetadataLane\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x0c\n\x04zone\x18\x02 \x01(\t\x12\x18\n\x10sovereignty_zone\x18\x03 \x01(\t\x12&\n\x06labels\x18\x04 \x03(\x0b\x32\x16.grid.swim.v1.KeyValue\"\xaf\x02\n\x11GridStateSnapshot\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x16\n\x0estate_revision\x18\x02 \x01(\x04\x12\x18\n\x10gateway_revision\x18\x03 \x01(\x04\x12\x15\n\rcert_revision\x18\x04 \x01(\x04\x12\x19\n\x11metadata_revision\x18\x05 \x01(\x04\x12&\n\x05state\x18\x06 \x01(\x0b\x32\x17.grid.swim.v1.StateLane\x12*\n\x07gateway\x18\x07 \x01(\x0b\x32\x19.grid.swim.v1.GatewayLane\x12$\n\x04\x63\x65rt\x18\x08 \x01(\x0b\x32\x16.grid.swim.v1.CertLane\x12,\n\x08metadata\x18\t \x01(\x0b\x32\x1a.grid.swim.v1.MetadataLane*\x9b\x01\n\x0b\x42\x61\x63kendKind\x12\x1c\n\x18\x42\x41\x43KEND_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x42\x41\x43KEND_KIND_LOCAL\x10\x01\x12\x17\n\x13\x42\x41\x43KEND_KIND_REMOTE\x10\x02\x12\x1e\n\x1a\x42\x41\x43KEND_KIND_CLOUD_MANAGED\x10\x03\x12\x1d\n\x19\x42\x41\x43KEND_KIND_API_PROVIDER\x10\x04*\xa6\x01\n\rProviderPhase\x12\x1e\n\x1aPROVIDER_PHASE_UNSPECIFIED\x10\x00\x12\x1a\n\x16PROVIDER_PHASE_PENDING\x10\x01\x12\x1c\n\x18PROVIDER_PHASE_AVAILABLE\x10\x02\x12\x1b\n\x17PROVIDER_PHASE_DEGRADED\x10\x03\x12\x1e\n\x1aPROVIDER_PHASE_UNAVAILABLE\x10\x04*\xb9\x01\n\x0cProviderKind\x12\x1d\n\x19PROVIDER_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15PROVIDER_KIND_OPEN_AI\x10\x01\x12\x1b\n\x17PROVIDER_KIND_ANTHROPIC\x10\x02\x12\x19\n\x15PROVIDER_KIND_BEDROCK\x10\x03\x12\x18\n\x14PROVIDER_KIND_VERTEX\x10\x04\x12\x1d\n\x19PROVIDER_KIND_SELF_HOSTED\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18grid/swim/v1/state.proto\x12\x0cgrid.swim.v1\"\xd9\x02\n\x0fProviderSignals\x12\x18\n\x0bqueue_depth\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12!\n\x14kv_cache_utilization\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12#\n\x16prefix_cache_hit_ratio\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x1b\n\x0ep99_latency_ms\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12*\n\x1d\x63ost_per_million_input_tokens\x18\x05 \x01(\x01H\x04\x88\x01\x01\x12\x15\n\x08requests\x18\x06 \x01(\x01H\x05\x88\x01\x01\x42\x0e\n\x0c_queue_depthB\x17\n\x15_kv_cache_utilizationB\x19\n\x17_prefix_cache_hit_ratioB\x11\n\x0f_p99_latency_msB \n\x1e_cost_per_million_input_tokensB\x0b\n\t_requests\"_\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x02 \x03(\t\x12\x1b\n\x0e\x63ontext_window\x18\x03 \x01(\x04H\x00\x88\x01\x01\x42\x11\n\x0f_context_window\"\xf6\x04\n\x0eProviderRecord\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x0c\n\x04site\x18\x03 \x01(\t\x12/\n\x0c\x62\x61\x63kend_kind\x18\x04 \x01(\x0e\x32\x19.grid.swim.v1.BackendKind\x12\x0e\n\x06models\x18\x05 \x03(\t\x12\x14\n\x07healthy\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\x13\n\x0bobserved_at\x18\x07 \x01(\x01\x12.\n\x07signals\x18\x08 \x01(\x0b\x32\x1d.grid.swim.v1.ProviderSignals\x12*\n\x05phase\x18\t \x01(\x0e\x32\x1b.grid.swim.v1.ProviderPhase\x12\x31\n\rprovider_kind\x18\n \x01(\x0e\x32\x1a.grid.swim.v1.ProviderKind\x12\x33\n\x13\x61\x63\x63\x65ss_match_labels\x18\x0b \x03(\x0b\x32\x16.grid.swim.v1.KeyValue\x12+\n\nmodel_info\x18\x0c \x03(\x0b\x32\x17.grid.swim.v1.ModelInfo\x12+\n\x1e\x63ost_per_million_output_tokens\x18\r \x01(\x01H\x01\x88\x01\x01\x12*\n\x1d\x63ost_per_million_input_tokens\x18\x0e \x01(\x01H\x02\x88\x01\x01\x12\x1c\n\x0f\x63\x61pacity_weight\x18\x0f \x01(\rH\x03\x88\x01\x01\x42\n\n\x08_healthyB!\n\x1f_cost_per_million_output_tokensB \n\x1e_cost_per_million_input_tokensB\x12\n\x10_capacity_weight\"z\n\x10ProviderRegister\x12\x13\n\x0bprovider_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12\x11\n\twriter_id\x18\x03 \x01(\t\x12,\n\x06record\x18\x04 \x01(\x0b\x32\x1c.grid.swim.v1.ProviderRecord\"\'\n\x03Tag\x12\x0f\n\x07replica\x18\x01 \x01(\t\x12\x0f\n\x07\x63ounter\x18\x02 \x01(\x04\">\n\nOrSetEntry\x12\x0f\n\x07\x65lement\x18\x01 \x01(\t\x12\x1f\n\x04tags\x18\x02 \x03(\x0b\x32\x11.grid.swim.v1.Tag\"Y\n\x05OrSet\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.grid.swim.v1.OrSetEntry\x12%\n\ntombstones\x18\x02 \x03(\x0b\x32\x11.grid.swim.v1.Tag\"*\n\x0b\x43ounterSlot\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\"G\n\x0bTenantSpend\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12(\n\x05slots\x18\x02 \x03(\x0b\x32\x19.grid.swim.v1.CounterSlot\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\xd6\x01\n\tStateLane\x12\x31\n\tproviders\x18\x01 \x03(\x0b\x32\x1e.grid.swim.v1.ProviderRegister\x12#\n\x06models\x18\x02 \x01(\x0b\x32\x13.grid.swim.v1.OrSet\x12\"\n\x05tools\x18\x03 \x01(\x0b\x32\x13.grid.swim.v1.OrSet\x12#\n\x06\x61gents\x18\x04 \x01(\x0b\x32\x13.grid.swim.v1.OrSet\x12(\n\x05spend\x18\x05 \x03(\x0b\x32\x19.grid.swim.v1.TenantSpend\"O\n\x0bGatewayLane\x12\x16\n\x0e\x65gress_address\x18\x01 \x01(\t\x12(\n\x08gateways\x18\x02 \x03(\x0b\x32\x16.grid.swim.v1.KeyValue\"\x17\n\x08\x43\x65rtLane\x12\x0b\n\x03pem\x18\x01 \x01(\t\"n\n\x0cMetadataLane\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x0c\n\x04zone\x18\x02 \x01(\t\x12\x18\n\x10sovereignty_zone\x18\x03 \x01(\t\x12&\n\x06labels\x18\x04 \x03(\x0b\x32\x16.grid.swim.v1.KeyValue\"\xaf\x02\n\x11GridStateSnapshot\x12\x0e\n\x06origin\x18\x01 \x01(\t\x12\x16\n\x0estate_revision\x18\x02 \x01(\x04\x12\x18\n\x10gateway_revision\x18\x03 \x01(\x04\x12\x15\n\rcert_revision\x18\x04 \x01(\x04\x12\x19\n\x11metadata_revision\x18\x05 \x01(\x04\x12&\n\x05state\x18\x06 \x01(\x0b\x32\x17.grid.swim.v1.StateLane\x12*\n\x07gateway\x18\x07 \x01(\x0b\x32\x19.grid.swim.v1.GatewayLane\x12$\n\x04\x63\x65rt\x18\x08 \x01(\x0b\x32\x16.grid.swim.v1.CertLane\x12,\n\x08metadata\x18\t \x01(\x0b\x32\x1a.grid.swim.v1.MetadataLane*\x9b\x01\n\x0b\x42\x61\x63kendKind\x12\x1c\n\x18\x42\x41\x43KEND_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x42\x41\x43KEND_KIND_LOCAL\x10\x01\x12\x17\n\x13\x42\x41\x43KEND_KIND_REMOTE\x10\x02\x12\x1e\n\x1a\x42\x41\x43KEND_KIND_CLOUD_MANAGED\x10\x03\x12\x1d\n\x19\x42\x41\x43KEND_KIND_API_PROVIDER\x10\x04*\xa6\x01\n\rProviderPhase\x12\x1e\n\x1aPROVIDER_PHASE_UNSPECIFIED\x10\x00\x12\x1a\n\x16PROVIDER_PHASE_PENDING\x10\x01\x12\x1c\n\x18PROVIDER_PHASE_AVAILABLE\x10\x02\x12\x1b\n\x17PROVIDER_PHASE_DEGRADED\x10\x03\x12\x1e\n\x1aPROVIDER_PHASE_UNAVAILABLE\x10\x04*\xb9\x01\n\x0cProviderKind\x12\x1d\n\x19PROVIDER_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15PROVIDER_KIND_OPEN_AI\x10\x01\x12\x1b\n\x17PROVIDER_KIND_ANTHROPIC\x10\x02\x12\x19\n\x15PROVIDER_KIND_BEDROCK\x10\x03\x12\x18\n\x14PROVIDER_KIND_VERTEX\x10\x04\x12\x1d\n\x19PROVIDER_KIND_SELF_HOSTED\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'grid.swim.v1.state_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BACKENDKIND']._serialized_start=2253
-  _globals['_BACKENDKIND']._serialized_end=2408
-  _globals['_PROVIDERPHASE']._serialized_start=2411
-  _globals['_PROVIDERPHASE']._serialized_end=2577
-  _globals['_PROVIDERKIND']._serialized_start=2580
-  _globals['_PROVIDERKIND']._serialized_end=2765
+  _globals['_BACKENDKIND']._serialized_start=2339
+  _globals['_BACKENDKIND']._serialized_end=2494
+  _globals['_PROVIDERPHASE']._serialized_start=2497
+  _globals['_PROVIDERPHASE']._serialized_end=2663
+  _globals['_PROVIDERKIND']._serialized_start=2666
+  _globals['_PROVIDERKIND']._serialized_end=2851
   _globals['_PROVIDERSIGNALS']._serialized_start=43
-  _globals['_PROVIDERSIGNALS']._serialized_end=352
-  _globals['_MODELINFO']._serialized_start=354
-  _globals['_MODELINFO']._serialized_end=449
-  _globals['_PROVIDERRECORD']._serialized_start=452
-  _globals['_PROVIDERRECORD']._serialized_end=1032
-  _globals['_PROVIDERREGISTER']._serialized_start=1034
-  _globals['_PROVIDERREGISTER']._serialized_end=1156
-  _globals['_TAG']._serialized_start=1158
-  _globals['_TAG']._serialized_end=1197
-  _globals['_ORSETENTRY']._serialized_start=1199
-  _globals['_ORSETENTRY']._serialized_end=1261
-  _globals['_ORSET']._serialized_start=1263
-  _globals['_ORSET']._serialized_end=1352
-  _globals['_COUNTERSLOT']._serialized_start=1354
-  _globals['_COUNTERSLOT']._serialized_end=1396
-  _globals['_TENANTSPEND']._serialized_start=1398
-  _globals['_TENANTSPEND']._serialized_end=1469
-  _globals['_KEYVALUE']._serialized_start=1471
-  _globals['_KEYVALUE']._serialized_end=1509
-  _globals['_STATELANE']._serialized_start=1512
-  _globals['_STATELANE']._serialized_end=1726
-  _globals['_GATEWAYLANE']._serialized_start=1728
-  _globals['_GATEWAYLANE']._serialized_end=1807
-  _globals['_CERTLANE']._serialized_start=1809
-  _globals['_CERTLANE']._serialized_end=1832
-  _globals['_METADATALANE']._serialized_start=1834
-  _globals['_METADATALANE']._serialized_end=1944
-  _globals['_GRIDSTATESNAPSHOT']._serialized_start=1947
-  _globals['_GRIDSTATESNAPSHOT']._serialized_end=2250
+  _globals['_PROVIDERSIGNALS']._serialized_end=388
+  _globals['_MODELINFO']._serialized_start=390
+  _globals['_MODELINFO']._serialized_end=485
+  _globals['_PROVIDERRECORD']._serialized_start=488
+  _globals['_PROVIDERRECORD']._serialized_end=1118
+  _globals['_PROVIDERREGISTER']._serialized_start=1120
+  _globals['_PROVIDERREGISTER']._serialized_end=1242
+  _globals['_TAG']._serialized_start=1244
+  _globals['_TAG']._serialized_end=1283
+  _globals['_ORSETENTRY']._serialized_start=1285
+  _globals['_ORSETENTRY']._serialized_end=1347
+  _globals['_ORSET']._serialized_start=1349
+  _globals['_ORSET']._serialized_end=1438
+  _globals['_COUNTERSLOT']._serialized_start=1440
+  _globals['_COUNTERSLOT']._serialized_end=1482
+  _globals['_TENANTSPEND']._serialized_start=1484
+  _globals['_TENANTSPEND']._serialized_end=1555
+  _globals['_KEYVALUE']._serialized_start=1557
+  _globals['_KEYVALUE']._serialized_end=1595
+  _globals['_STATELANE']._serialized_start=1598
+  _globals['_STATELANE']._serialized_end=1812
+  _globals['_GATEWAYLANE']._serialized_start=1814
+  _globals['_GATEWAYLANE']._serialized_end=1893
+  _globals['_CERTLANE']._serialized_start=1895
+  _globals['_CERTLANE']._serialized_end=1918
+  _globals['_METADATALANE']._serialized_start=1920
+  _globals['_METADATALANE']._serialized_end=2030
+  _globals['_GRIDSTATESNAPSHOT']._serialized_start=2033
+  _globals['_GRIDSTATESNAPSHOT']._serialized_end=2336
 # @@protoc_insertion_point(module_scope)

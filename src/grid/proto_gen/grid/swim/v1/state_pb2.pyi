@@ -106,11 +106,16 @@ class ProviderSignals(_message.Message):
     PREFIX_CACHE_HIT_RATIO_FIELD_NUMBER: _builtins.int
     P99_LATENCY_MS_FIELD_NUMBER: _builtins.int
     COST_PER_MILLION_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    REQUESTS_FIELD_NUMBER: _builtins.int
     queue_depth: _builtins.float
     kv_cache_utilization: _builtins.float
     prefix_cache_hit_ratio: _builtins.float
     p99_latency_ms: _builtins.float
     cost_per_million_input_tokens: _builtins.float
+    requests: _builtins.float
+    """Requests waiting and running at the provider (a count, not a ratio): what a
+    gateway sharing the provider adds to its own in-flight count (§14 leastLoaded).
+    """
     def __init__(
         self,
         *,
@@ -119,10 +124,11 @@ class ProviderSignals(_message.Message):
         prefix_cache_hit_ratio: _builtins.float | None = ...,
         p99_latency_ms: _builtins.float | None = ...,
         cost_per_million_input_tokens: _builtins.float | None = ...,
+        requests: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cost_per_million_input_tokens", b"_cost_per_million_input_tokens", "_kv_cache_utilization", b"_kv_cache_utilization", "_p99_latency_ms", b"_p99_latency_ms", "_prefix_cache_hit_ratio", b"_prefix_cache_hit_ratio", "_queue_depth", b"_queue_depth", "cost_per_million_input_tokens", b"cost_per_million_input_tokens", "kv_cache_utilization", b"kv_cache_utilization", "p99_latency_ms", b"p99_latency_ms", "prefix_cache_hit_ratio", b"prefix_cache_hit_ratio", "queue_depth", b"queue_depth"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cost_per_million_input_tokens", b"_cost_per_million_input_tokens", "_kv_cache_utilization", b"_kv_cache_utilization", "_p99_latency_ms", b"_p99_latency_ms", "_prefix_cache_hit_ratio", b"_prefix_cache_hit_ratio", "_queue_depth", b"_queue_depth", "_requests", b"_requests", "cost_per_million_input_tokens", b"cost_per_million_input_tokens", "kv_cache_utilization", b"kv_cache_utilization", "p99_latency_ms", b"p99_latency_ms", "prefix_cache_hit_ratio", b"prefix_cache_hit_ratio", "queue_depth", b"queue_depth", "requests", b"requests"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cost_per_million_input_tokens", b"_cost_per_million_input_tokens", "_kv_cache_utilization", b"_kv_cache_utilization", "_p99_latency_ms", b"_p99_latency_ms", "_prefix_cache_hit_ratio", b"_prefix_cache_hit_ratio", "_queue_depth", b"_queue_depth", "cost_per_million_input_tokens", b"cost_per_million_input_tokens", "kv_cache_utilization", b"kv_cache_utilization", "p99_latency_ms", b"p99_latency_ms", "prefix_cache_hit_ratio", b"prefix_cache_hit_ratio", "queue_depth", b"queue_depth"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cost_per_million_input_tokens", b"_cost_per_million_input_tokens", "_kv_cache_utilization", b"_kv_cache_utilization", "_p99_latency_ms", b"_p99_latency_ms", "_prefix_cache_hit_ratio", b"_prefix_cache_hit_ratio", "_queue_depth", b"_queue_depth", "_requests", b"_requests", "cost_per_million_input_tokens", b"cost_per_million_input_tokens", "kv_cache_utilization", b"kv_cache_utilization", "p99_latency_ms", b"p99_latency_ms", "prefix_cache_hit_ratio", b"prefix_cache_hit_ratio", "queue_depth", b"queue_depth", "requests", b"requests"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cost_per_million_input_tokens: _TypeAlias = _typing.Literal["cost_per_million_input_tokens"]  # noqa: Y015
     _WhichOneofArgType__cost_per_million_input_tokens: _TypeAlias = _typing.Literal["_cost_per_million_input_tokens", b"_cost_per_million_input_tokens"]  # noqa: Y015
@@ -134,6 +140,8 @@ class ProviderSignals(_message.Message):
     _WhichOneofArgType__prefix_cache_hit_ratio: _TypeAlias = _typing.Literal["_prefix_cache_hit_ratio", b"_prefix_cache_hit_ratio"]  # noqa: Y015
     _WhichOneofReturnType__queue_depth: _TypeAlias = _typing.Literal["queue_depth"]  # noqa: Y015
     _WhichOneofArgType__queue_depth: _TypeAlias = _typing.Literal["_queue_depth", b"_queue_depth"]  # noqa: Y015
+    _WhichOneofReturnType__requests: _TypeAlias = _typing.Literal["requests"]  # noqa: Y015
+    _WhichOneofArgType__requests: _TypeAlias = _typing.Literal["_requests", b"_requests"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cost_per_million_input_tokens) -> _WhichOneofReturnType__cost_per_million_input_tokens | None: ...
     @_typing.overload
@@ -144,6 +152,8 @@ class ProviderSignals(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__prefix_cache_hit_ratio) -> _WhichOneofReturnType__prefix_cache_hit_ratio | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__queue_depth) -> _WhichOneofReturnType__queue_depth | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__requests) -> _WhichOneofReturnType__requests | None: ...
 
 Global___ProviderSignals: _TypeAlias = ProviderSignals  # noqa: Y015
 
@@ -196,6 +206,7 @@ class ProviderRecord(_message.Message):
     MODEL_INFO_FIELD_NUMBER: _builtins.int
     COST_PER_MILLION_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     COST_PER_MILLION_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    CAPACITY_WEIGHT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     cluster: _builtins.str
     site: _builtins.str
@@ -213,6 +224,10 @@ class ProviderRecord(_message.Message):
     """spec.cost.perMillionInputTokens, USD; what tenant spend is priced with. It
     travels under both signal transports (signals are empty under poll); absent
     from a peer that predates it, whose price is signals.cost_per_million_input_tokens.
+    """
+    capacity_weight: _builtins.int
+    """spec.capacityWeight, 1..1000: the provider's share of its selection group
+    (SPEC-DECISIONS §14). Absent: 1, as from a peer that predates it.
     """
     @_builtins.property
     def models(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -247,17 +262,22 @@ class ProviderRecord(_message.Message):
         model_info: _abc.Iterable[Global___ModelInfo] | None = ...,
         cost_per_million_output_tokens: _builtins.float | None = ...,
         cost_per_million_input_tokens: _builtins.float | None = ...,
+        capacity_weight: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cost_per_million_input_tokens", b"_cost_per_million_input_tokens", "_cost_per_million_output_tokens", b"_cost_per_million_output_tokens", "_healthy", b"_healthy", "cost_per_million_input_tokens", b"cost_per_million_input_tokens", "cost_per_million_output_tokens", b"cost_per_million_output_tokens", "healthy", b"healthy", "signals", b"signals"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_capacity_weight", b"_capacity_weight", "_cost_per_million_input_tokens", b"_cost_per_million_input_tokens", "_cost_per_million_output_tokens", b"_cost_per_million_output_tokens", "_healthy", b"_healthy", "capacity_weight", b"capacity_weight", "cost_per_million_input_tokens", b"cost_per_million_input_tokens", "cost_per_million_output_tokens", b"cost_per_million_output_tokens", "healthy", b"healthy", "signals", b"signals"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cost_per_million_input_tokens", b"_cost_per_million_input_tokens", "_cost_per_million_output_tokens", b"_cost_per_million_output_tokens", "_healthy", b"_healthy", "access_match_labels", b"access_match_labels", "backend_kind", b"backend_kind", "cluster", b"cluster", "cost_per_million_input_tokens", b"cost_per_million_input_tokens", "cost_per_million_output_tokens", b"cost_per_million_output_tokens", "healthy", b"healthy", "model_info", b"model_info", "models", b"models", "name", b"name", "observed_at", b"observed_at", "phase", b"phase", "provider_kind", b"provider_kind", "signals", b"signals", "site", b"site"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_capacity_weight", b"_capacity_weight", "_cost_per_million_input_tokens", b"_cost_per_million_input_tokens", "_cost_per_million_output_tokens", b"_cost_per_million_output_tokens", "_healthy", b"_healthy", "access_match_labels", b"access_match_labels", "backend_kind", b"backend_kind", "capacity_weight", b"capacity_weight", "cluster", b"cluster", "cost_per_million_input_tokens", b"cost_per_million_input_tokens", "cost_per_million_output_tokens", b"cost_per_million_output_tokens", "healthy", b"healthy", "model_info", b"model_info", "models", b"models", "name", b"name", "observed_at", b"observed_at", "phase", b"phase", "provider_kind", b"provider_kind", "signals", b"signals", "site", b"site"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__capacity_weight: _TypeAlias = _typing.Literal["capacity_weight"]  # noqa: Y015
+    _WhichOneofArgType__capacity_weight: _TypeAlias = _typing.Literal["_capacity_weight", b"_capacity_weight"]  # noqa: Y015
     _WhichOneofReturnType__cost_per_million_input_tokens: _TypeAlias = _typing.Literal["cost_per_million_input_tokens"]  # noqa: Y015
     _WhichOneofArgType__cost_per_million_input_tokens: _TypeAlias = _typing.Literal["_cost_per_million_input_tokens", b"_cost_per_million_input_tokens"]  # noqa: Y015
     _WhichOneofReturnType__cost_per_million_output_tokens: _TypeAlias = _typing.Literal["cost_per_million_output_tokens"]  # noqa: Y015
     _WhichOneofArgType__cost_per_million_output_tokens: _TypeAlias = _typing.Literal["_cost_per_million_output_tokens", b"_cost_per_million_output_tokens"]  # noqa: Y015
     _WhichOneofReturnType__healthy: _TypeAlias = _typing.Literal["healthy"]  # noqa: Y015
     _WhichOneofArgType__healthy: _TypeAlias = _typing.Literal["_healthy", b"_healthy"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__capacity_weight) -> _WhichOneofReturnType__capacity_weight | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cost_per_million_input_tokens) -> _WhichOneofReturnType__cost_per_million_input_tokens | None: ...
     @_typing.overload
