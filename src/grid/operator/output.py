@@ -329,20 +329,16 @@ class ConsumerConfigWriter:
         overlay_file = self.overlay_file(config, scope.gateway, fmt)
         route = ranking.route_fields() if ranking is not None else None
         key = (scope.network, scope.gateway, name)
-        inputs = consumer_inputs(rendered.overlay, scope, config, overlay_file, route)
+        policy = rendered.network.spec.budget_policy
+        tenant = policy.default_tenant if policy is not None else None
+        inputs = consumer_inputs(rendered.overlay, scope, config, overlay_file, route, tenant)
         if inputs is not None and self._inputs.get(key) == inputs:
             return {**entry, "phase": "Rendered", "reason": "Rendered"}
         self._inputs.pop(key, None)
         self.renders += 1
         try:
-            policy = rendered.network.spec.budget_policy
             result = render_consumer_config(
-                rendered.overlay,
-                scope,
-                config,
-                overlay_file,
-                route,
-                policy.default_tenant if policy is not None else None,
+                rendered.overlay, scope, config, overlay_file, route, tenant
             )
         except (GridError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
             # Not a fail-closed reason of §11: an input the renderer could not take. The
@@ -399,6 +395,7 @@ def consumer_inputs(
     config: ConsumerSpec,
     overlay_file: str | None,
     route: Mapping[str, Any] | None,
+    default_tenant: str | None = None,
 ) -> tuple[Any, ...] | None:
     """What `render_consumer_config` reads: equal inputs render the same ``praxis.yaml``.
 
@@ -421,4 +418,5 @@ def consumer_inputs(
         overlay.get("local_site"),
         clusters,
         credentials,
+        default_tenant,
     )
