@@ -66,6 +66,8 @@ class LanePublisher:
         self._retry = retry
         self.records: dict[str, ProviderRecord | None] = {}
         """The latest record of each own provider (None: withdrawn, not yet published)."""
+        self._cert_pem: str | None = None
+        """The certificate chain the site serves, read once and again only on rotation."""
 
     def on_record(self, provider: str, record: ProviderRecord | None) -> None:
         """The InferenceProvider controller's latest record of ``provider``."""
@@ -89,9 +91,21 @@ class LanePublisher:
             return False
         return True
 
+    async def publish_rotated(self) -> None:
+        """The site certificate was reloaded: publish the lanes with the new one."""
+        self._cert_pem = None
+        await self.publish_site_lanes()
+
     async def publish_site_lanes(self) -> None:
-        """Publish our cert lane, and the metadata and gateway lanes from our GridSite."""
-        cert = CertLaneValue(pem=self._public_cert_pem())
+        """Publish our cert lane, and the metadata and gateway lanes from our GridSite.
+
+        The cert lane carries the certificate the site serves: the file is read at the
+        first publish and after a rotation, never on other publishes, so a file changed
+        on disk under pin trust is not announced.
+        """
+        if self._cert_pem is None:
+            self._cert_pem = self._public_cert_pem()
+        cert = CertLaneValue(pem=self._cert_pem)
         try:
             own = GridSite.model_validate(await self.store.get("GridSite", self.site))
         except NotFound:

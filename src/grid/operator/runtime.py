@@ -243,9 +243,7 @@ class Operator:
                 name="render",
             ),
             asyncio.create_task(
-                self.signals.rotation_loop(
-                    lambda: self.served.network, self.lanes.publish_site_lanes
-                ),
+                self.signals.rotation_loop(lambda: self.served.network, self.lanes.publish_rotated),
                 name="cert-rotation",
             ),
         ]
