@@ -21,6 +21,7 @@ key, the prompt and the completion.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import secrets
 import shutil
@@ -111,6 +112,15 @@ def _gateway_config(
     return config, public, admin, json.loads(overlay.read_text())
 
 
+def _two_model_clusters(overlay_dir: Path) -> tuple[str, str] | None:
+    """The first two candidate clusters of the model, once the overlay names two."""
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+        clusters = _model_clusters(json.loads((overlay_dir / "grid-overlay.json").read_text()))
+        if len(clusters) >= 2:
+            return clusters[0], clusters[1]
+    return None
+
+
 def _model_clusters(envelope: dict[str, Any]) -> list[str]:
     candidates = envelope["overlay"]["candidates"]
     return [c["cluster"] for c in candidates if c["name"] == MODEL]
@@ -156,8 +166,10 @@ async def test_a_failed_over_request_and_the_operator_leave_credential_free_trac
 ) -> None:
     site = mesh.plan.sites["east"]
     recorder: Upstream = await upstreams("second")
-    frozen = json.loads((site.overlay_dir / "grid-overlay.json").read_text())
-    first, second = _model_clusters(frozen)[:2]
+    # /readyz holds once the first overlay is out; the second provider's check may land later.
+    first, second = await eventually(
+        lambda: _two_model_clusters(site.overlay_dir), "two candidates of the model"
+    )
     config, public, admin, envelope = _gateway_config(
         mesh, tmp_path / "f", broken=first, recording=(second, recorder.address)
     )
