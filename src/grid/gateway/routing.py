@@ -100,19 +100,23 @@ class Router:
         self.loads.end(candidate.stable_id)
         self._in_flight(candidate.cluster).value -= 1
 
-    def answered(self, candidate: Candidate, status: int) -> None:
-        """The cluster answered with ``status``: a 5xx counts as a failure."""
+    def answered(self, candidate: Candidate, status: int) -> bool:
+        """The cluster answered with ``status``: a 5xx counts as a failure.
+        True when that failure ejected the candidate."""
         if status >= 500:
-            self.failed(candidate)
-        else:
-            self.health.success(candidate.stable_id)
+            return self.failed(candidate)
+        self.health.success(candidate.stable_id)
+        return False
 
-    def failed(self, candidate: Candidate) -> None:
-        """Connecting to the cluster failed (or it answered 5xx)."""
-        if self.health.failure(candidate.stable_id):
-            ejections = self.metrics.ejections.get(candidate.cluster)
-            if ejections is not None:
-                ejections.inc()
+    def failed(self, candidate: Candidate) -> bool:
+        """Connecting to the cluster failed (or it answered 5xx); True when this
+        failure ejected the candidate."""
+        if not self.health.failure(candidate.stable_id):
+            return False
+        ejections = self.metrics.ejections.get(candidate.cluster)
+        if ejections is not None:
+            ejections.inc()
+        return True
 
     def take_reports(self, reported: Mapping[str, float]) -> None:
         """Waiting+running requests reported per candidate (poll mode)."""
