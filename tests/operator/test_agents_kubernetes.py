@@ -98,6 +98,18 @@ async def test_agents_are_discovered_written_and_offered(
             await eventually(offered, "the tools and the agent in the OR-Sets", timeout_s=30)
             status = (await harness.get("AgentToolProvider", "tools-east"))["status"]
             assert [t["name"] for t in status["tools"]] == ["search", "calculator"]
+
+            async def site_shows_them() -> bool:
+                site = await harness.get("GridSite", "east")
+                caps = (site.get("status") or {}).get("capabilities") or {}
+                return (
+                    caps.get("agentTools") is True
+                    and caps.get("agentToAgent") is True
+                    and [t["name"] for t in caps.get("tools", [])] == ["calculator", "search"]
+                    and caps.get("agents") == [{"name": "planner"}]
+                )
+
+            await eventually(site_shows_them, "the GridSite status shows them", timeout_s=30)
         finally:
             operator.stop()
             await asyncio.wait_for(task, 30)

@@ -60,8 +60,10 @@ log = logging.getLogger(__name__)
 SignalsView = Callable[[list[OriginRecord], dt.datetime, float | None], SignalsDocument]
 """Under poll: (live records, now, stale TTL) -> the signals document to render from."""
 
-VERIFIED = (SitePhase.ACTIVE, SitePhase.UNREACHABLE)
-"""Site phases whose candidates are rendered: the site's egress was verified once."""
+ROUTABLE = (SitePhase.ACTIVE,)
+"""Site phases whose candidates are rendered (§14 eligibility): only ``Active``, a site
+whose egress probe passes now. An ``Unreachable`` site's candidates leave the overlay
+at the next render and return when its probe passes again."""
 
 
 @dataclass
@@ -198,7 +200,7 @@ class OverlayLoop:
         """Render every served gateway, write changed overlays; the status entries."""
         now = dt.datetime.now(dt.UTC)
         ttl = network.spec.stale_candidate_ttl_seconds
-        trusted = {name for name, phase in site_phases.items() if phase in VERIFIED}
+        trusted = {name for name, phase in site_phases.items() if phase in ROUTABLE}
         records = live_records(
             (OriginRecord(o, pid, r) for o, pid, r in replica.providers()),
             self.site,
