@@ -160,6 +160,13 @@ def test_explain_table_shows_candidates_and_reasons() -> None:
     assert "llama-3.1-8b-instruct seen from site east" in out
     assert "vllm-east@east" in out
     assert "first for this model" in out
+    header = next(line for line in out.splitlines() if "provider@site" in line)
+    cells = [c.strip() for c in header.strip("┃ ").split("┃")]
+    assert cells[cells.index("tier") + 1] == "group"
+    east = next(line for line in out.splitlines() if "vllm-east@east" in line and "│" in line)
+    assert [c.strip() for c in east.strip("│ ").split("│")][cells.index("group")] == "0"
+    assert "group 0: the first group for this model" in out
+    assert "group 1: freshness not fresh differs from group 0's fresh" in out
 
 
 def test_explain_of_unknown_model_says_so() -> None:

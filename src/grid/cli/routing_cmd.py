@@ -31,7 +31,7 @@ from grid.errors import ValidationError
 SIGNALS_FILE_BYTES_MAX = 16 * 1024 * 1024
 """Largest signals or overlay file read, in bytes; both are small JSON documents."""
 
-EXPLAIN_WIDTH = 200
+EXPLAIN_WIDTH = 210
 """Columns of the explain table when stdout is not a terminal."""
 
 EXIT_INVALID = 2
@@ -159,8 +159,10 @@ def _table(result: Explanation) -> Table:
         f"(network {result.network}, scoring {scoring})",
         caption="signal cells: raw value → score; * missing (neutral 0.5)",
     )
-    for header in ("rank", "provider@site", "cluster", "backend", "status", "admission", "tier"):
+    headers = ("rank", "provider@site", "cluster", "backend", "status", "admission", "tier")
+    for header in headers:
         table.add_column(header, overflow="fold")
+    table.add_column("group", justify="right")
     table.add_column("fresh")
     table.add_column("score", justify="right")
     for header, _, _ in _SIGNAL_COLUMNS:
@@ -174,6 +176,7 @@ def _table(result: Explanation) -> Table:
             row.status,
             row.admission_state,
             row.selection_tier,
+            "-" if row.selection_group is None else str(row.selection_group),
             "yes" if row.fresh else "no",
             "-" if row.score is None else f"{row.score:.4f}",
             *(_signal_cell(row, v, s) for _, v, s in _SIGNAL_COLUMNS),
@@ -195,6 +198,8 @@ def _print_table(result: Explanation) -> None:
     for row in result.rows:
         where = f"rank {row.rank}" if row.rank is not None else row.status
         console.print(f"[bold]{row.provider}@{row.site}[/bold] ({where}): {row.reason}")
+        if row.group_reason:
+            console.print(f"    {row.group_reason}")
         if row.credential is not None:
             ref = row.credential["secretRef"]
             console.print(
