@@ -46,6 +46,9 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from grid.core.vocabulary import CAPACITY_WEIGHT_MAX, CAPACITY_WEIGHT_MIN
+from grid.core.vocabulary import SelectionPolicy as WirePolicy
+
 __all__ = [
     "ADMISSION_NONE",
     "DETERMINISTIC",
@@ -65,14 +68,14 @@ __all__ = [
     "select",
 ]
 
-DETERMINISTIC = "deterministic"
-ROUND_ROBIN = "round_robin"
-RANDOM = "random"
-WEIGHTED_RANDOM = "weighted_random"
-SELECTION_POLICIES = frozenset({DETERMINISTIC, ROUND_ROBIN, RANDOM, WEIGHTED_RANDOM})
+DETERMINISTIC = WirePolicy.DETERMINISTIC.value
+ROUND_ROBIN = WirePolicy.ROUND_ROBIN.value
+RANDOM = WirePolicy.RANDOM.value
+WEIGHTED_RANDOM = WirePolicy.WEIGHTED_RANDOM.value
+SELECTION_POLICIES = frozenset(p.value for p in WirePolicy)
 """The overlay's ``selection_policy`` values; absent means ``deterministic``."""
 
-WEIGHT_MIN, WEIGHT_MAX = 1, 1000
+WEIGHT_MIN, WEIGHT_MAX = CAPACITY_WEIGHT_MIN, CAPACITY_WEIGHT_MAX
 """Bounds of ``traffic_weight`` and ``capacity_weight``; absent means 1."""
 
 NEW_AND_EXISTING = "new_and_existing"
