@@ -46,6 +46,7 @@ import sys
 # bench/operator.py would shadow the standard library's `operator` module.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+sys.path.append(_HERE)  # last, for benchkit only
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
@@ -62,6 +63,7 @@ from typing import Any  # noqa: E402
 
 import aiohttp  # noqa: E402
 
+from benchkit.procs import LITELLM, REPO, spawn  # noqa: E402
 from grid.adapters.tracing import GATEWAY_SAMPLE_RATIO  # noqa: E402
 from grid.core.identity import key_line  # noqa: E402
 from grid.core.overlay import Provenance, Scope, build_envelope, format_timestamp  # noqa: E402
@@ -74,8 +76,6 @@ from grid.testing.otlp import OtlpReceiver  # noqa: E402
 MODEL = "bench-model"
 CONCURRENCY = 16
 SESSIONS = 100
-REPO = Path(_HERE).parent
-LITELLM = REPO / ".bench" / "litellm" / "bin" / "litellm"
 SCOPE = Scope("bench", "edge", "bench", "east")
 LITELLM_WAIT_S = {True: 35.0, False: 120.0}
 """How long LiteLLM's proxy may take to start (quick, full); past it the run goes on without it."""
@@ -86,18 +86,6 @@ CLIENT_KEYS = 100
 CLIENT_KEY = f"grid-bench-{secrets.token_hex(16)}"
 """The key the apiKey gateway's clients present (the keys file's last line)."""
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello bench " * 8}]}
-
-
-def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A child process with its output in ``log`` (and ``env`` added to its environment)."""
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=out,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-        )
 
 
 async def wait_http(
