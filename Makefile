@@ -74,9 +74,11 @@ system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES)"
 
 # What the benchmarks compare against: serf (HashiCorp memberlist) from Debian, and
-# LiteLLM's proxy from PyPI in its own virtualenv under .bench/ (bench/gateway.py).
-bench-deps:
+# LiteLLM's proxy from PyPI in its own virtualenv under .bench/ (bench/gateway.py,
+# bench/routing.py); matplotlib (the bench extra) draws bench/results/routing.png.
+bench-deps: $(STAMP)
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES) $(BENCH_APT_PACKAGES)"
+	@$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/python -m pip install -qq -e '.[dev,bench]'
 	@test -x $(BENCH_LITELLM)/bin/litellm || { \
 	  echo "installing LiteLLM's proxy into $(BENCH_LITELLM)"; rm -rf $(BENCH_LITELLM); \
 	  $(PYTHON) -m venv $(BENCH_LITELLM) && \

@@ -235,6 +235,8 @@ class DemoMesh:
                 provider.profile,
                 "--capacity",
                 str(provider.capacity),
+                "--service-time-ms",
+                str(provider.service_time_ms),
                 "--burst-period",
                 "20",
             )

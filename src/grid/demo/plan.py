@@ -96,6 +96,10 @@ class ProviderPlan:
     port: int
     profile: str
     capacity: int = 4
+    service_time_ms: float = 50.0
+    """Mean service time of one completion (the mock's ``--service-time-ms``)."""
+    capacity_weight: int | None = None
+    """``spec.capacityWeight`` of its InferenceProvider (absent when None)."""
 
 
 @dataclass
@@ -292,7 +296,7 @@ def site_doc(site: SitePlan, fingerprint: str) -> dict[str, Any]:
 def provider_doc(provider: ProviderPlan, *, interval: str) -> dict[str, Any]:
     """An InferenceProvider for one mock provider, scraped every ``interval``."""
     endpoint = f"http://127.0.0.1:{provider.port}"
-    return {
+    doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "InferenceProvider",
         "metadata": _meta(provider.name, {SITE_LABEL: provider.site}),
@@ -312,6 +316,9 @@ def provider_doc(provider: ProviderPlan, *, interval: str) -> dict[str, Any]:
             },
         },
     }
+    if provider.capacity_weight is not None:
+        doc["spec"]["capacityWeight"] = provider.capacity_weight
+    return doc
 
 
 def third_party_docs(site: str) -> list[dict[str, Any]]:

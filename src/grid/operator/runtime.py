@@ -451,12 +451,7 @@ class Operator:
         assert network is not None
         sites = await self.served.sites()
         secrets = [Secret.model_validate(o) for o in await self.store.list("Secret")]
-        own = [p for p in await self.own.hosted() if p.name in self.providers.names]
-        own = [
-            self.providers.current(p.name) or p
-            for p in own
-            if self.providers.credentials_ok(p.name)
-        ]
+        own, agents = await self.own.routable()
         if await self.served.converge_grid_id(network, self.replica):
             await self.lanes.publish_site_lanes()
         view = None
@@ -476,6 +471,7 @@ class Operator:
             self.replica,
             self.sites.phases,
             view,
+            agents,
         )
         self.ready = True
         self.live.on_render(

@@ -5,7 +5,8 @@ field; a reader (``grid overlay verify``, the gateway's overlay loader) accepts
 what the upstream Praxis consumer accepts, so overlays from other producers and
 from newer 1.x producers load:
 
-* a candidate needs only ``kind`` (``inference_model`` or ``mcp_tool``),
+* a candidate needs only ``kind`` (``inference_model``, ``mcp_tool`` or, §16,
+  ``a2a_agent``),
   ``name``, ``site`` and ``cluster``; ``fresh`` defaults to true; ``stable_id``,
   ``admission_state``, ``selection_tier``, ``rank``, ``score`` and
   ``score_breakdown`` are type-checked when present;
@@ -51,7 +52,7 @@ ENVELOPE_KEYS = frozenset(
 )
 """Any of these at the top level makes the document an envelope (no legacy fallback)."""
 
-CANDIDATE_KINDS = frozenset({"inference_model", "mcp_tool"})
+CANDIDATE_KINDS = frozenset({"inference_model", "mcp_tool", "a2a_agent"})
 IDENTITY_KEYS = ("kind", "name", "site", "cluster")
 BREAKDOWN_KEYS = frozenset(
     {"locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost", "total"}
@@ -245,7 +246,7 @@ def check_candidate(candidate: object, index: int) -> str | None:
         return problem
     assert isinstance(candidate, dict)
     if not is_one_of(candidate["kind"], CANDIDATE_KINDS):
-        return f"{path}.kind must be inference_model or mcp_tool"
+        return f"{path}.kind must be inference_model, mcp_tool or a2a_agent"
     problem = _text_fields(candidate, path, ("name", "site", "cluster"))
     if problem is None:
         problem = _optional_fields_problem(candidate, path)
