@@ -9,7 +9,8 @@ shows what ``grid explain`` would for them; under poll, what ``grid explain
 
 The traffic panel shows the requests this site's gateways sent to each
 cluster, as the last scrape of their admin ``/metrics`` counted them
-(`grid.operator.gateway_scrape`); it stays empty without ``--gateway-metrics``.
+(`grid.operator.gateway_scrape`); it stays empty without a gateway to read
+(``--gateway-metrics`` or ``gatewayRefs[].adminUrl``).
 
 The routes are mounted on the metrics listener. The view is unauthenticated,
 so unless the listener binds a loopback address (or ``--ui-public`` opts in)
