@@ -81,3 +81,9 @@ async def serve_asgi(app: Any) -> AsyncIterator[str]:
         server.should_exit = True
         await task
         sock.close()
+
+
+def run_tools(site: str, port: int) -> None:
+    """Serve `demo_tools` at ``127.0.0.1:port``/mcp until interrupted (a child process)."""
+    app = demo_tools(site).streamable_http_app()
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
