@@ -193,6 +193,7 @@ class Operator:
             lambda: self.swim,
             lambda: self.served.network,
             self.gateways.traffic,
+            self.gateways.recent_selections,
         )
         self.live.mount(self.health, settings.metrics_bind, settings.ui_public)
         self.budget_loop = BudgetLoop(
