@@ -185,7 +185,9 @@ class BudgetLoop:
                 await asyncio.sleep(self.interval_s)
 
     async def round(self, http: aiohttp.ClientSession) -> None:
-        """One scrape, priced into our slot and published."""
+        """One scrape, priced into our slot and published; nothing without a gateway."""
+        if not self.gateways.targets():
+            return
         traffic = (self.gateways.traffic(), self.gateways.recent_selections())
         scraped = await self.gateways.scrape(http)
         if (self.gateways.traffic(), self.gateways.recent_selections()) != traffic:

@@ -9,7 +9,8 @@ shows what ``grid explain`` would for them; under poll, what ``grid explain
 
 The traffic panel shows the requests this site's gateways sent to each
 cluster, as the last scrape of their admin ``/metrics`` counted them
-(`grid.operator.gateway_scrape`); it stays empty without ``--gateway-metrics``.
+(`grid.operator.gateway_scrape`); it stays empty without a gateway to read
+(``--gateway-metrics`` or ``gatewayRefs[].adminUrl``).
 The same scrapes give the scoring panel each candidate's share of the last
 minute's selections (``grid_gateway_selections_total{cluster, group}``): the
 gateways select, so the counts are theirs, read where the operator already

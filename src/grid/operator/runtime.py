@@ -135,7 +135,7 @@ class Operator:
         self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
         self.gate = RoundGate(self.registry)
         self.gateways = GatewayScrape(
-            list(settings.gateway_metrics), settings.budget_scrape_timeout_s
+            list(settings.gateway_metrics), settings.budget_scrape_timeout_s, self._declared
         )
         self.budget_meter = BudgetMeter(
             settings.site,
@@ -255,8 +255,8 @@ class Operator:
                     transport.run(self._poll_targets, self._dirty.set), name="signals-poll"
                 )
             )
-        if self.gateways.urls:
-            self._tasks.append(asyncio.create_task(self.budget_loop.run(), name="budgets"))
+        # Always run: a GridNetwork edit may declare a gateway's adminUrl at any time.
+        self._tasks.append(asyncio.create_task(self.budget_loop.run(), name="budgets"))
         await self.own.sync()
         stop = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -389,6 +389,11 @@ class Operator:
                 return
             except Expired:
                 log.info("watch expired; listing again", extra={"kind": kind})
+
+    def _declared(self) -> list[str]:
+        """The ``/metrics`` URLs the served network declares for this site's gateways."""
+        network = self.served.network
+        return [] if network is None else network.spec.gateway_metrics_urls(self.settings.site)
 
     def _check_tuning(self) -> None:
         """Stop for a clean restart when ``spec.swim`` or ``spec.seeds`` changed.
