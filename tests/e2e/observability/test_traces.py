@@ -145,9 +145,7 @@ def _model_clusters(envelope: dict[str, Any]) -> list[str]:
     return [c["cluster"] for c in candidates if c["name"] == MODEL]
 
 
-async def _chat(
-    http: aiohttp.ClientSession, gateway: GatewayProcess, model: str, key: str
-) -> str:
+async def _chat(http: aiohttp.ClientSession, gateway: GatewayProcess, model: str, key: str) -> str:
     body = {"model": model, "messages": [{"role": "user", "content": PROMPT}]}
     headers = {"Authorization": f"Bearer {key}"}
     async with http.post(gateway.url(), json=body, headers=headers) as response:
