@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
-APT_PACKAGES := nats-server prometheus chromium chromium-driver
+APT_PACKAGES := nats-server prometheus chromium chromium-driver libfaketime
 BENCH_APT_PACKAGES := serf
 # LiteLLM's proxy, the gateway bench's comparison, in its own virtualenv (never in .venv).
 BENCH_LITELLM := .bench/litellm
@@ -69,14 +69,16 @@ lock:
 
 # Debian packages the test suite needs (nats-server for the JetStream backbone tests,
 # prometheus for promtool, which checks the operator's /metrics, chromium and its driver
-# for the live view's browser tests).
+# for the live view's browser tests, libfaketime for the fault campaign's skewed clock).
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES)"
 
 # What the benchmarks compare against: serf (HashiCorp memberlist) from Debian, and
-# LiteLLM's proxy from PyPI in its own virtualenv under .bench/ (bench/gateway.py).
-bench-deps:
+# LiteLLM's proxy from PyPI in its own virtualenv under .bench/ (bench/gateway.py,
+# bench/routing.py); matplotlib (the bench extra) draws bench/results/routing.png.
+bench-deps: $(STAMP)
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES) $(BENCH_APT_PACKAGES)"
+	@$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/python -m pip install -qq -e '.[dev,bench]'
 	@test -x $(BENCH_LITELLM)/bin/litellm || { \
 	  echo "installing LiteLLM's proxy into $(BENCH_LITELLM)"; rm -rf $(BENCH_LITELLM); \
 	  $(PYTHON) -m venv $(BENCH_LITELLM) && \
@@ -101,8 +103,23 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
+# Two shards side by side, one per core: the end-to-end tests (real processes, mostly waiting
+# on timers) and the rest (mostly CPU). Each has its own temporary directory; the end-to-end
+# shard's output is printed when both are done. PYTEST_ARGS runs one pytest with those instead.
+E2E_PATHS = $(wildcard tests/e2e tests/faults)
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+ifdef PYTEST_ARGS
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+else
+	@base=$$(mktemp -d /tmp/grid-pytest.XXXXXX); \
+	$(BIN)/python -m pytest -q -p no:cacheprovider --basetemp=$$base/e2e $(E2E_PATHS) \
+	  >$$base/e2e.log 2>&1 & e2e=$$!; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider --basetemp=$$base/rest \
+	  $(addprefix --ignore=,$(E2E_PATHS)); rest=$$?; \
+	wait $$e2e; e2e_rc=$$?; echo "== $(E2E_PATHS)"; cat $$base/e2e.log; rm -rf $$base; \
+	echo "pytest: rest exit $$rest, end-to-end exit $$e2e_rc"; \
+	[ $$rest -eq 0 ] && [ $$e2e_rc -eq 0 ]
+endif
 
 proto: $(STAMP)
 	PATH=$(BIN):$$PATH $(BIN)/python -m grpc_tools.protoc -I proto --python_out=src/grid/proto_gen \

@@ -34,3 +34,17 @@ def test_the_command_serves_until_terminated() -> None:
         proc.stdout.close()
         proc.stderr.close()
     assert proc.returncode == 0
+
+
+def test_a_malformed_degrade_is_a_usage_error_naming_the_flag() -> None:
+    from click.testing import CliRunner
+
+    from grid.cli.mock_provider_cmd import mock_provider
+
+    for bad in ("3", "x:1", "0:5", "3:-1"):
+        result = CliRunner().invoke(
+            mock_provider, ["--port", "0", "--model", "m", "--degrade", bad]
+        )
+        assert result.exit_code == 2, (bad, result.output)
+        assert "--degrade" in result.output
+        assert "Traceback" not in result.output

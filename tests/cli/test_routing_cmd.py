@@ -160,6 +160,13 @@ def test_explain_table_shows_candidates_and_reasons() -> None:
     assert "llama-3.1-8b-instruct seen from site east" in out
     assert "vllm-east@east" in out
     assert "first for this model" in out
+    header = next(line for line in out.splitlines() if "provider@site" in line)
+    cells = [c.strip() for c in header.strip("┃ ").split("┃")]
+    assert cells[cells.index("tier") + 1] == "group"
+    east = next(line for line in out.splitlines() if "vllm-east@east" in line and "│" in line)
+    assert [c.strip() for c in east.strip("│ ").split("│")][cells.index("group")] == "0"
+    assert "group 0: the first group for this model" in out
+    assert "group 1: freshness not fresh differs from group 0's fresh" in out
 
 
 def test_explain_of_unknown_model_says_so() -> None:
@@ -244,3 +251,22 @@ def test_explain_as_gateway_shows_the_poll_mode_gateways_scores(poll_quickstart:
     assert code == 0, err
     assert "scored and ordered as the poll-mode gateway ranks" in out
     assert f"{ranked[0]['score']:.4f}" in out
+
+
+def test_render_and_explain_cover_the_quickstart_tools_and_agent(tmp_path: Path) -> None:
+    code, out, err = run(*RENDER, "--capability", "agentTools")
+    assert code == 0, err
+    envelope = json.loads(out)
+    found = {(c["kind"], c["name"], c["cluster"]) for c in envelope["overlay"]["candidates"]}
+    assert found == {("mcp_tool", "search", "tools-east"), ("mcp_tool", "calculator", "tools-east")}
+    path = tmp_path / "grid-overlay.json"
+    path.write_text(out)
+    code, out, _ = run("overlay", "verify", str(path))
+    assert code == 0, out
+    code, out, err = run(
+        "explain", "-f", str(QUICKSTART), "--site", "central", "--capability", "agentToAgent"
+    )
+    assert code == 0, err
+    assert "candidates with agentToAgent seen from site central" in out
+    assert "a2a_agent" in out and "planner-west@west" in out
+    assert "access_denied" in out

@@ -207,3 +207,45 @@ async def test_requests_are_counted_on_stats(http: aiohttp.ClientSession) -> Non
         assert (await scrape(http, base))["grid_mock_requests_total"] == 3
     finally:
         await provider.stop()
+
+
+def test_a_degradation_multiplies_service_times_from_its_start() -> None:
+    now = [100.0]
+    provider = MockProvider(
+        MockSettings(MODEL, service_time_s=1.0, degrade_factor=3.0, degrade_after_s=10.0),
+        clock=lambda: now[0],
+    )
+    assert provider.service_factor() == 1.0
+    assert 0.8 <= provider._service_time() <= 1.2
+    now[0] = 110.0
+    assert provider.service_factor() == 3.0
+    assert 2.4 <= provider._service_time() <= 3.6
+    provider.degrade(1.0)
+    assert provider.service_factor() == 1.0
+    provider.degrade(2.0, after_s=5.0)
+    now[0] = 114.9
+    assert provider.service_factor() == 1.0
+    now[0] = 115.0
+    assert provider.service_factor() == 2.0
+    with pytest.raises(ValueError, match="degrade factor"):
+        provider.degrade(0.0)
+    with pytest.raises(ValueError, match="degrade factor"):
+        MockSettings(MODEL, degrade_factor=float("nan"))
+
+
+async def test_the_control_route_degrades_and_refuses_bad_bodies(
+    http: aiohttp.ClientSession,
+) -> None:
+    provider, base = await start(MockSettings(MODEL, service_time_s=0.0))
+    try:
+        url = f"{base}/control/degrade"
+        async with http.post(url, json={"factor": 4, "after_s": 0}) as resp:
+            assert resp.status == 200
+            assert await resp.json() == {"factor": 4.0, "after_s": 0.0}
+        assert provider.service_factor() == 4.0
+        for bad in ({"after_s": 1}, {"factor": -1}, {"factor": "x"}, [1]):
+            async with http.post(url, json=bad) as resp:
+                assert resp.status == 400, bad
+        assert provider.service_factor() == 4.0
+    finally:
+        await provider.stop()

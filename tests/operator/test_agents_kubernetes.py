@@ -98,6 +98,38 @@ async def test_agents_are_discovered_written_and_offered(
             await eventually(offered, "the tools and the agent in the OR-Sets", timeout_s=30)
             status = (await harness.get("AgentToolProvider", "tools-east"))["status"]
             assert [t["name"] for t in status["tools"]] == ["search", "calculator"]
+
+            async def site_shows_them() -> bool:
+                site = await harness.get("GridSite", "east")
+                caps = (site.get("status") or {}).get("capabilities") or {}
+                return (
+                    caps.get("agentTools") is True
+                    and caps.get("agentToAgent") is True
+                    and [t["name"] for t in caps.get("tools", [])] == ["calculator", "search"]
+                    and caps.get("agents") == [{"name": "planner"}]
+                )
+
+            await eventually(site_shows_them, "the GridSite status shows them", timeout_s=30)
+
+            def rendered() -> set[tuple[str, str, str]]:
+                found = set()
+                for config_map in emulator.objects_of("ConfigMap"):
+                    document = (config_map.get("data") or {}).get("grid-config.json")
+                    if document:
+                        found |= {
+                            (c["kind"], c["name"], c["cluster"])
+                            for c in json.loads(document)["candidates"]
+                        }
+                return found
+
+            tool_and_agent = {
+                ("mcp_tool", "search", "tools-east"),
+                ("mcp_tool", "calculator", "tools-east"),
+                ("a2a_agent", "planner", "planner"),
+            }
+            await eventually(
+                lambda: tool_and_agent <= rendered(), "the overlay holds them", timeout_s=30
+            )
         finally:
             operator.stop()
             await asyncio.wait_for(task, 30)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grid.core.crdt.offer import AgentOffer
 from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import (
     CertLaneValue,
@@ -19,6 +20,7 @@ from grid.core.crdt.snapshot import (
 )
 from grid.core.resources import API_VERSION, GridNetwork, GridSite
 from grid.core.resources.phases import SitePhase
+from grid.core.resources.site_offers import site_offer
 from grid.core.swim.members import MemberState
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.sites import SiteController
@@ -171,12 +173,17 @@ async def test_the_site_status_shows_what_its_records_offer_and_only_rewrites_ch
         network(), [], {"west": MemberState.ALIVE}, replica
     )
     controller = SiteController(store, "east", None, clock=Clock())
-    offer = [{"model": "llama", "capabilities": ["chat"], "providers": ["p"]}]
+    models = [{"model": "llama", "capabilities": ["chat"], "providers": ["p"]}]
+    offer = site_offer([], [AgentOffer("tools", "mcp", "search")])
+    offer["models"], offer["inference"] = models, True
     members = {"west": MemberState.ALIVE}
     await controller.reconcile(await sites(store), members, offers={"west": offer})
     (site,) = await sites(store)
     assert site.status is not None
-    assert [c.model for c in site.status.capabilities] == ["llama"]
+    caps = site.status.capabilities
+    assert [c.model for c in caps.models] == ["llama"]
+    assert (caps.inference, caps.agent_tools, caps.agent_to_agent) == (True, True, False)
+    assert [(t.name, t.providers) for t in caps.tools] == [("search", ["mcp"])]
     writes = store.writes("GridSite")
     await controller.reconcile(await sites(store), members, offers={"west": offer})
     await controller.reconcile(await sites(store), members, offers={"west": offer})

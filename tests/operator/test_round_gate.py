@@ -82,8 +82,13 @@ class Peer:
             self.replica.apply(item)
 
 
-async def _operator(tmp_path: Path, store: CountingStore) -> tuple[Operator, dict[str, Peer]]:
-    for doc in _docs():
+async def _operator(
+    tmp_path: Path, store: CountingStore, network: dict[str, Any] | None = None
+) -> tuple[Operator, dict[str, Peer]]:
+    docs = _docs()
+    if network is not None:
+        docs[0] = network
+    for doc in docs:
         await store.create(doc)
     settings = OperatorSettings(site="s0", store="memory:", overlay_dir=tmp_path / "out")
     operator = Operator(settings, store)  # type: ignore[arg-type]
@@ -190,3 +195,39 @@ async def test_the_live_view_explains_a_round_only_when_read(
     assert [e.model for e in explained] == [MODEL]
     assert operator.live._pending is None
     assert operator.live.explanations is explained  # read again: not explained again
+
+
+async def test_a_default_tenant_edit_renders_praxis_yaml_again(
+    tmp_path: Path, store: CountingStore
+) -> None:
+    (obj,) = [d for d in _docs() if d["kind"] == "GridNetwork"]
+    endpoints = [
+        {"cluster": f"p{i}", "address": f"127.0.0.1:{9000 + i}", "transport": {"mode": "plaintext"}}
+        for i in range(6)
+    ]
+    obj["spec"]["gatewayRefs"][0]["consumerConfig"] = {
+        "enabled": True,
+        "clusterEndpoints": endpoints,
+    }
+    obj["spec"]["budgetPolicy"] = {
+        "tenants": [{"tenantId": "acme", "capUsd": 1}, {"tenantId": "globex", "capUsd": 1}],
+        "defaultTenant": "acme",
+    }
+    operator, _peers = await _operator(tmp_path, store, obj)
+    praxis = tmp_path / "out" / "praxis.yaml"
+    await operator.reconcile_overlays()
+    assert 'default_tenant: "acme"' in praxis.read_text()
+    overlay = (tmp_path / "out" / "grid-overlay.json").read_text()
+    rendered = _rounds(operator, "rendered")
+
+    (stored,) = await store.list("GridNetwork")
+    policy = {**stored["spec"]["budgetPolicy"], "defaultTenant": "globex"}
+    edited = {**stored, "spec": {**stored["spec"], "budgetPolicy": policy}}
+    await store.replace(edited)
+    operator.served.network = await select_network(store, None)  # type: ignore[arg-type]
+    operator.gate.store_event("GridNetwork", edited)
+    await operator.reconcile_overlays()
+    assert _rounds(operator, "rendered") == rendered + 1
+    assert 'default_tenant: "globex"' in praxis.read_text()
+    # The overlay does not read defaultTenant: its content is the same.
+    assert (tmp_path / "out" / "grid-overlay.json").read_text() == overlay

@@ -19,6 +19,7 @@ from grid.core.routing.selection import (
     WEIGHTED_RANDOM,
     ModelPlan,
     SelectionPolicy,
+    Turn,
     select,
 )
 
@@ -172,3 +173,75 @@ def test_least_loaded_never_picks_the_heaviest_per_unit_of_weight(
     worst = max(per_weight)
     if per_weight.count(worst) == 1:
         assert per_weight[cands.index(pick)] < worst
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(2, 8),
+    st.integers(1, 20),
+    st.lists(st.permutations(range(8)), min_size=1, max_size=12),
+    st.integers(0, 3),
+)
+def test_round_robin_keeps_its_turn_across_re_ranks(
+    members: int, rounds: int, orders: list[list[int]], per_snapshot: int
+) -> None:
+    """A new plan per re-rank (any order of the same members) keeps the rotation even."""
+    turn = Turn()
+    rng = random.Random(0)
+    picks: Counter[str] = Counter()
+    total = members * rounds
+    index = 0
+    while sum(picks.values()) < total:
+        order = [i for i in orders[index % len(orders)] if i < members]
+        index += 1
+        cands = [Cand(f"a{i}", NEW_AND_EXISTING, 0) for i in order]
+        plan = ModelPlan(cands, SelectionPolicy(ROUND_ROBIN))
+        for _ in range(min(per_snapshot or 1, total - sum(picks.values()))):
+            picks[select(plan, None, 1, rng, (), lambda _c: 0.0, turn)[0].stable_id] += 1
+    assert picks == {f"a{i}": rounds for i in range(members)}
+
+
+def test_round_robin_without_a_kept_turn_restarts_with_each_plan() -> None:
+    """The contrast: a plan's own turn starts afresh, so one pick per plan never moves."""
+    cands = [Cand(f"a{i}", NEW_AND_EXISTING, 0) for i in range(3)]
+    firsts = {
+        select(ModelPlan(cands, SelectionPolicy(ROUND_ROBIN)), None, 1, random.Random(0), (), _0)[
+            0
+        ].stable_id
+        for _ in range(5)
+    }
+    assert firsts == {"a0"}
+
+
+def _0(_c: object) -> float:
+    return 0.0
+
+
+def test_round_robin_turn_survives_a_member_leaving_and_rejoining() -> None:
+    turn = Turn()
+    rng = random.Random(0)
+    three = [Cand(f"a{i}", NEW_AND_EXISTING, 0) for i in range(3)]
+    full = ModelPlan(three, SelectionPolicy(ROUND_ROBIN))
+    assert [select(full, None, 1, rng, (), _0, turn)[0].stable_id for _ in range(2)] == [
+        "a0",
+        "a1",
+    ]
+    without_a2 = ModelPlan(three[:2], SelectionPolicy(ROUND_ROBIN))
+    assert select(without_a2, None, 1, rng, (), _0, turn)[0].stable_id == "a0"
+    assert [select(full, None, 1, rng, (), _0, turn)[0].stable_id for _ in range(3)] == [
+        "a1",
+        "a2",
+        "a0",
+    ]
+
+
+def test_least_loaded_at_zero_load_splits_by_rank_as_the_docs_say() -> None:
+    """docs/routing.md: every comparison ties, so rank i of k takes 2(k-1-i)/(k(k-1))."""
+    for k in (2, 3, 4):
+        cands = [Cand(f"r{i}", NEW_AND_EXISTING, 0) for i in range(k)]
+        plan = ModelPlan(cands, SelectionPolicy(RANDOM, load_aware=True))
+        rng = random.Random(k)
+        draws = 60_000
+        picks = Counter(select(plan, None, 1, rng, (), _0)[0].stable_id for _ in range(draws))
+        for i in range(k):
+            assert abs(picks[f"r{i}"] / draws - 2 * (k - 1 - i) / (k * (k - 1))) < 0.01, picks

@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 
 from grid.core.crdt.offer import AgentOffer, decode, origin_offers
 from grid.core.crdt.replica import GridState
+from grid.core.resources import API_VERSION, GridSite
+from grid.core.resources.site_offers import member_offers
+from grid.core.resources.status import GridSiteStatus
 
 TOOLS = {AgentOffer("tools", "tools-east", n) for n in ("search", "calculator")}
 AGENT = AgentOffer("agents", "planner", "planner", (("tier", "prod"),))
@@ -78,3 +81,44 @@ def test_an_offer_round_trips_through_its_element(
         AgentOffer("agents", provider, provider, pairs),
     ):
         assert decode(candidate.kind, candidate.encode()) == candidate
+
+
+def test_each_site_status_shows_the_tools_and_agents_its_origin_offers() -> None:
+    east, west = GridState("east"), GridState("west")
+    for item in offer(east, "tools", TOOLS) + offer(west, "agents", {AGENT}):
+        east.apply(item)  # type: ignore[arg-type]
+    sites = [_site("east"), _site("west")]
+    offers = member_offers(east, sites)
+    assert offers["east"] == {
+        "inference": False,
+        "agentTools": True,
+        "agentToAgent": False,
+        "models": [],
+        "tools": [
+            {"name": "calculator", "providers": ["tools-east"]},
+            {"name": "search", "providers": ["tools-east"]},
+        ],
+        "agents": [],
+    }
+    assert offers["west"]["agents"] == [{"name": "planner"}]
+    assert offers["west"]["agentToAgent"] and not offers["west"]["agentTools"]
+    status = GridSiteStatus.model_validate({"capabilities": offers["east"]})
+    assert status.capabilities.model_dump(by_alias=True, exclude_none=True) == offers["east"]
+
+
+def test_a_status_written_as_the_model_list_reads_as_its_models() -> None:
+    old = {"capabilities": [{"model": "llama", "capabilities": ["chat"]}]}
+    caps = GridSiteStatus.model_validate(old).capabilities
+    assert caps.inference and [m.model for m in caps.models] == ["llama"]
+    assert not GridSiteStatus.model_validate({"capabilities": []}).capabilities.inference
+
+
+def _site(name: str) -> GridSite:
+    return GridSite.model_validate(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "GridSite",
+            "metadata": {"name": name},
+            "spec": {"gridNetworkRef": "grid"},
+        }
+    )

@@ -25,14 +25,14 @@ from grid.adapters.stop_signals import stop_event
 from grid.demo.live import DemoLiveView, site_addresses
 from grid.demo.load import drive
 from grid.demo.mesh import DemoMesh
-from grid.demo.plan import API_MODEL, MODEL
+from grid.demo.plan import API_MODEL, MODEL, NETWORK
 from grid.demo.prometheus import (
     LocalPrometheus,
     PrometheusUnavailable,
     scrape_config,
     shipped_rules,
 )
-from grid.demo.table import budget_table, mesh_view
+from grid.demo.table import budget_status, budget_table, mesh_view
 from grid.demo.traffic import DEFAULT_RATE, send_traffic
 
 DEFAULT_SITES = ("east", "west", "central")
@@ -79,8 +79,11 @@ async def _run(
         if gateways:
             console.print(f"gateways: {', '.join(gateways)} (try the curl in the README)")
         load = asyncio.create_task(drive([pp.port for pp in mesh.plan.providers], MODEL))
-        routed = asyncio.create_task(send_traffic(gateways, traffic, (MODEL, API_MODEL)))
+        routed = asyncio.create_task(
+            send_traffic(gateways, traffic, (MODEL, API_MODEL), mesh.api_keys)
+        )
         dirs = {name: s.overlay_dir for name, s in mesh.plan.sites.items()}
+        stores = {name: s.store for name, s in mesh.plan.sites.items()}
         scoring = transport != "poll"
         deadline = None if duration is None else loop.time() + duration
         view = mesh_view(dirs, scoring=scoring)
@@ -92,7 +95,7 @@ async def _run(
                             await stop.wait()
                     counts = await mesh.routed_counts(http)
                     view = mesh_view(dirs, counts, scoring=scoring)
-                    live.update(Group(view, budget_table(await mesh.budget_status())))
+                    live.update(Group(view, budget_table(await budget_status(stores, NETWORK))))
     finally:
         for task in (load, routed):
             if task is not None:

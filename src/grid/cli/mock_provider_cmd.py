@@ -61,6 +61,12 @@ async def _serve(settings: MockSettings, host: str, port: int) -> None:
     show_default=True,
     help="Seconds per cycle of the bursty profile's wave.",
 )
+@click.option(
+    "--degrade",
+    default=None,
+    metavar="F:T",
+    help="Multiply service times by F from T seconds after the start (e.g. 3:30).",
+)
 def mock_provider(
     port: int,
     model: str,
@@ -69,20 +75,42 @@ def mock_provider(
     capacity: int,
     service_time_ms: float,
     burst_period: float,
+    degrade: str | None,
 ) -> None:
     """Serve an OpenAI-compatible mock backend with vLLM-named Prometheus metrics."""
-    settings = MockSettings(
-        model=model,
-        profile=profile,
-        capacity=capacity,
-        service_time_s=service_time_ms / 1000.0,
-        burst_period_s=burst_period,
-    )
+    factor, after_s = _degrade(degrade)
+    try:
+        settings = MockSettings(
+            model=model,
+            profile=profile,
+            capacity=capacity,
+            service_time_s=service_time_ms / 1000.0,
+            burst_period_s=burst_period,
+            degrade_factor=factor,
+            degrade_after_s=after_s,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--degrade") from exc
     logs.configure("info")
     try:
         asyncio.run(_serve(settings, host, port))
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+
+
+def _degrade(text: str | None) -> tuple[float, float]:
+    """``F:T`` as (factor, seconds); no degradation is (1, 0)."""
+    if text is None:
+        return 1.0, 0.0
+    factor, sep, after = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError(text)
+        return float(factor), float(after)
+    except ValueError:
+        raise click.BadParameter(
+            f"expected F:T (factor:seconds), got {text!r}", param_hint="--degrade"
+        ) from None
 
 
 def register(main: click.Group) -> None:

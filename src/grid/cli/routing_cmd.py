@@ -24,14 +24,14 @@ from grid.core.json_document import DocumentError, DocumentUnreadable, decode_js
 from grid.core.overlay import verify
 from grid.core.resources.manifest import Manifests
 from grid.core.routing.explain import ExplainRow, Explanation, explain
-from grid.core.routing.render import RenderInputs, render
+from grid.core.routing.render import AGENT_CAPABILITIES, RenderInputs, render
 from grid.core.routing.signals import SignalsDocument, parse_signals
 from grid.errors import ValidationError
 
 SIGNALS_FILE_BYTES_MAX = 16 * 1024 * 1024
 """Largest signals or overlay file read, in bytes; both are small JSON documents."""
 
-EXPLAIN_WIDTH = 200
+EXPLAIN_WIDTH = 210
 """Columns of the explain table when stdout is not a terminal."""
 
 EXIT_INVALID = 2
@@ -59,6 +59,7 @@ def _inputs(path: str) -> RenderInputs:
         sites=tuple(manifests.sites.values()),
         providers=tuple(manifests.providers.values()),
         secrets=tuple(manifests.secrets.values()),
+        agents=(*manifests.tool_providers.values(), *manifests.agent_providers.values()),
     )
 
 
@@ -82,7 +83,10 @@ def _signals(path: str | None) -> SignalsDocument | None:
 @click.option("--namespace", default=None, help="Gateway namespace (default: the gatewayRef's).")
 @click.option("--signals", "signals_path", default=None, help="Signals document (§6, scope=grid).")
 @click.option(
-    "--capability", default=None, help="Only candidates whose model declares this capability."
+    "--capability",
+    default=None,
+    help="Only candidates whose model declares this capability; inference, agentTools or "
+    "agentToAgent: only the models, the MCP tools or the A2A agents.",
 )
 def render_command(
     path: str,
@@ -133,11 +137,21 @@ def _signal_cell(row: ExplainRow, value_key: str | None, score_key: str) -> str:
     return f"{_fmt(row.signal_values[value_key], 4)}→{score}"
 
 
+def _what(capability: str | None) -> str:
+    return "candidates" if capability in AGENT_CAPABILITIES else "models"
+
+
+def _where(row: ExplainRow) -> str:
+    """``provider@site``, naming the tool or agent of a candidate that is no model."""
+    where = f"{row.provider}@{row.site}"
+    return where if row.kind == "inference_model" else f"{where} ({row.kind} {row.model})"
+
+
 def _table(result: Explanation) -> Table:
     scoring = "on" if result.scoring_enabled else "off (poll)"
     if result.scored_by == "gateway":
         scoring += "; scored and ordered as the poll-mode gateway ranks, rank is the overlay's"
-    subject = result.model or f"models with {result.capability}"
+    subject = result.model or f"{_what(result.capability)} with {result.capability}"
     if result.model and result.capability:
         subject += f" ({result.capability})"
     table = Table(
@@ -145,8 +159,10 @@ def _table(result: Explanation) -> Table:
         f"(network {result.network}, scoring {scoring})",
         caption="signal cells: raw value → score; * missing (neutral 0.5)",
     )
-    for header in ("rank", "provider@site", "cluster", "backend", "status", "admission", "tier"):
+    headers = ("rank", "provider@site", "cluster", "backend", "status", "admission", "tier")
+    for header in headers:
         table.add_column(header, overflow="fold")
+    table.add_column("group", justify="right")
     table.add_column("fresh")
     table.add_column("score", justify="right")
     for header, _, _ in _SIGNAL_COLUMNS:
@@ -154,12 +170,13 @@ def _table(result: Explanation) -> Table:
     for row in result.rows:
         table.add_row(
             "-" if row.rank is None else str(row.rank),
-            f"{row.provider}@{row.site}",
+            _where(row),
             row.cluster,
             row.backend_kind,
             row.status,
             row.admission_state,
             row.selection_tier,
+            "-" if row.selection_group is None else str(row.selection_group),
             "yes" if row.fresh else "no",
             "-" if row.score is None else f"{row.score:.4f}",
             *(_signal_cell(row, v, s) for _, v, s in _SIGNAL_COLUMNS),
@@ -181,6 +198,8 @@ def _print_table(result: Explanation) -> None:
     for row in result.rows:
         where = f"rank {row.rank}" if row.rank is not None else row.status
         console.print(f"[bold]{row.provider}@{row.site}[/bold] ({where}): {row.reason}")
+        if row.group_reason:
+            console.print(f"    {row.group_reason}")
         if row.credential is not None:
             ref = row.credential["secretRef"]
             console.print(
@@ -194,11 +213,16 @@ def _print_table(result: Explanation) -> None:
 @click.command("explain")
 @click.option("-f", "--filename", "path", required=True, help="CR YAML file or directory.")
 @click.option("--site", required=True, help="The site whose point of view is explained.")
-@click.option("--model", default=None, help="The model to explain (needs this or --capability).")
+@click.option(
+    "--model",
+    default=None,
+    help="The model, tool or agent to explain (needs this or --capability).",
+)
 @click.option(
     "--capability",
     default=None,
-    help="Only models declaring this capability (all of them without --model).",
+    help="Only models declaring this capability (all of them without --model); inference, "
+    "agentTools or agentToAgent: every model, MCP tool or A2A agent.",
 )
 @click.option("--signals", "signals_path", default=None, help="Signals document (§6, scope=grid).")
 @click.option("--gateway", default=None, help="Explain for this gateway's local site instead.")

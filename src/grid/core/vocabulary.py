@@ -44,6 +44,8 @@ class CandidateKind(StrEnum):
     """A model served by an inference provider (chat and completions)."""
     MCP_TOOL = "mcp_tool"
     """A tool served by an MCP server (upstream's reserved kind)."""
+    A2A_AGENT = "a2a_agent"
+    """An agent reached over A2A (§16)."""
 
 
 class AdmissionState(StrEnum):

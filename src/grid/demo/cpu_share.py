@@ -39,7 +39,9 @@ async def steady_cpu(
     await asyncio.sleep(warmup_s)
     idle = await _shares(pids, measure_s)
     gateways = [g for g in map(mesh.gateway_address, mesh.plan.sites) if g]
-    load = asyncio.create_task(send_traffic(gateways, DEFAULT_RATE, (MODEL, API_MODEL)))
+    load = asyncio.create_task(
+        send_traffic(gateways, DEFAULT_RATE, (MODEL, API_MODEL), mesh.api_keys)
+    )
     try:
         await asyncio.sleep(min(warmup_s, 5.0))
         traffic = await _shares(pids, measure_s)

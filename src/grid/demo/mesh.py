@@ -7,9 +7,10 @@ and one ``grid gateway`` per site run from the ``praxis.yaml`` that site's
 operator rendered (overlay-file mode). The supervisor restarts a child that
 exits, as Kubernetes would, and `stop` ends every child process.
 
-The demo Secret's token is "mounted" for the gateways the way Kubernetes mounts
-a Secret: a file under a private temporary directory outside the demo
-directory, removed at `stop`, so nothing under the demo directory holds it.
+The demo Secrets (the provider token, the client keys' hashes) are "mounted" for
+the gateways the way Kubernetes mounts a Secret: files under a private temporary
+directory outside the demo directory, removed at `stop`. The client keys
+themselves are in demo.json (``api_keys``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import yaml
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.pki import DevPki, write_dev_pki
-from grid.errors import AlreadyExists, Conflict, GridError
+from grid.errors import AlreadyExists, Conflict
 from grid.gateway.config import ConfigError, load_config
 from grid.gateway.settings import GatewaySettings
 
@@ -82,6 +83,8 @@ class DemoMesh:
         self.gateways = gateways
         self.credentials = Path(tempfile.mkdtemp(prefix="grid-demo-credentials-"))
         """The Secret mount of the demo gateways (outside the demo directory)."""
+        self.api_keys = p.demo_keys(list(p.DEMO_BUDGETS))
+        """Each demo tenant's client key (demo.json ``api_keys``); the gateways hold hashes."""
         self.signal_transport = signal_transport
         """The mode the GridNetwork declares (demo.json's ``signals`` follows it)."""
         self.signals_poll_interval_s = signals_poll_interval_s
@@ -125,18 +128,19 @@ class DemoMesh:
             credential_base=self.credentials,
             signal_transport=self.signal_transport,
         )
-        name, key = CREDENTIAL_SECRET
-        mounted = self.credentials / name / key
-        mounted.parent.mkdir(parents=True, exist_ok=True)
-        mounted.write_bytes(DEMO_TOKEN)
         sites = [
             p.site_doc(s, self.pki.sites[s.name].fingerprint) for s in self.plan.sites.values()
         ]
         secrets = [
             p.secret_doc("grid-swim-key", {"swim.key": self.pki.swim_key.read_bytes()}),
             p.secret_doc("grid-ca", {"ca.crt": self.pki.ca.read_bytes()}),
-            p.secret_doc(CREDENTIAL_SECRET[0], {CREDENTIAL_SECRET[1]: DEMO_TOKEN}),
         ]
+        mounts = {CREDENTIAL_SECRET: DEMO_TOKEN, p.CLIENT_KEYS_SECRET: p.keys_file(self.api_keys)}
+        for (name, key), data in mounts.items():
+            mounted = self.credentials / name / key
+            mounted.parent.mkdir(parents=True, exist_ok=True)
+            mounted.write_bytes(data)
+            secrets.append(p.secret_doc(name, {key: data}))
         self._write_join_manifests(network, secrets[:2])
         first = next(iter(self.plan.sites))
         for site in self.plan.sites.values():
@@ -231,6 +235,8 @@ class DemoMesh:
                 provider.profile,
                 "--capacity",
                 str(provider.capacity),
+                "--service-time-ms",
+                str(provider.service_time_ms),
                 "--burst-period",
                 "20",
             )
@@ -426,7 +432,8 @@ class DemoMesh:
                 "gateway_admin": gateway and f"127.0.0.1:{site.gateway_admin_port}",
             }
         top = next((self.gateway_address(s) for s in self.plan.sites), None)
-        described = {"sites": sites, "ca": str(self.pki.ca), "gateway": top, "ui": self.ui_url}
+        described: dict[str, Any] = {"sites": sites, "ca": str(self.pki.ca), "gateway": top}
+        described |= {"ui": self.ui_url, "api_keys": dict(self.api_keys)}
         return described | ({"prometheus": self.prometheus_url} if self.prometheus_url else {})
 
     def gateway_address(self, site: str) -> str | None:
@@ -444,20 +451,6 @@ class DemoMesh:
                 async with session.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
                     counts[provider.name] = int((await r.json())["routed"])
         return counts
-
-    async def budget_status(self) -> dict[str, list[dict[str, Any]]]:
-        """Each site's ``status.budgetStatus[]``, read from its store (empty when unreadable)."""
-        found: dict[str, list[dict[str, Any]]] = {}
-        for name, site in self.plan.sites.items():
-            found[name] = []
-            with contextlib.suppress(GridError, OSError):
-                store = await SqliteStore.open(site.store)
-                try:
-                    network = await store.get("GridNetwork", p.NETWORK)
-                finally:
-                    await store.close()
-                found[name] = list((network.get("status") or {}).get("budgetStatus") or [])
-        return found
 
     def write_description(self) -> Path:
         """Write demo.json atomically and return its path."""

@@ -5,7 +5,10 @@ have real, moving load to react to; tests use it as a real HTTP backend. It serv
 ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health`` and
 ``GET /metrics``, plus ``GET /stats`` (``{"requests": N, "routed": M}``: completions
 received, and those of them that came through a Grid gateway, recognised by its
-``x-ai-routing-candidate`` header, so the demo can show traffic follow the ranking).
+``x-ai-routing-candidate`` header, so the demo can show traffic follow the ranking),
+and ``POST /control/degrade`` (``{"factor": F, "after_s": T}``: service times are
+multiplied by F from T seconds on; F = 1 restores them), which bench/routing.py uses
+to slow one provider down in the middle of a run.
 ``"stream": true`` answers with Server-Sent Events chunk by chunk across the
 service time, ending with a ``usage`` chunk when ``stream_options.include_usage``
 is set, then ``[DONE]``.
@@ -70,6 +73,10 @@ LISTENER_POLICY = ListenerPolicy(
     header_read_timeout_s=5.0, idle_timeout_s=30.0, connections_max=256
 )
 """The mock provider's deadlines and cap, those of any small Grid HTTP server."""
+DEGRADE_FACTOR_MAX = 1000.0
+"""Largest service-time factor a degradation may set."""
+DEGRADE_AFTER_MAX_S = 86400.0
+"""Latest start of a degradation, in seconds from when it is set."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,9 @@ class MockSettings:
     """Mean simulated service time per completion, jittered by ±20 %."""
     burst_period_s: float = 30.0
     """Period of the bursty profile's synthetic wave."""
+    degrade_factor: float = 1.0
+    """Service times are multiplied by this from `degrade_after_s` after the start."""
+    degrade_after_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -92,6 +102,15 @@ class MockSettings:
             raise ValueError("capacity must be at least 1")
         if self.service_time_s < 0 or self.burst_period_s <= 0:
             raise ValueError("service time must be >= 0 and the burst period > 0")
+        _check_degrade(self.degrade_factor, self.degrade_after_s)
+
+
+def _check_degrade(factor: float, after_s: float) -> None:
+    if not (0 < factor <= DEGRADE_FACTOR_MAX) or not (0 <= after_s <= DEGRADE_AFTER_MAX_S):
+        raise ValueError(
+            f"the degrade factor must be in (0, {DEGRADE_FACTOR_MAX:g}] and its start "
+            f"in [0, {DEGRADE_AFTER_MAX_S:g}] s"
+        )
 
 
 def _estimate_tokens(text: str) -> int:
@@ -171,6 +190,7 @@ class MockProvider:
         self._clock = clock
         self._rng = rng or random.Random()
         self._started = clock()
+        self._degrade = (settings.degrade_factor, self._started + settings.degrade_after_s)
         self._slots = asyncio.Semaphore(settings.capacity)
         self.waiting = 0
         self.running = 0
@@ -191,9 +211,19 @@ class MockProvider:
         phase = 2 * math.pi * (self._clock() - self._started) / self.settings.burst_period_s
         return (1 - math.cos(phase)) / 2
 
+    def degrade(self, factor: float, after_s: float = 0.0) -> None:
+        """Multiply service times by ``factor`` from ``after_s`` seconds from now (1 restores)."""
+        _check_degrade(factor, after_s)
+        self._degrade = (factor, self._clock() + after_s)
+
+    def service_factor(self) -> float:
+        """The degradation's factor on service times now (1 before it starts)."""
+        factor, since = self._degrade
+        return factor if self._clock() >= since else 1.0
+
     def _service_time(self) -> float:
         jitter = self._rng.uniform(0.8, 1.2)
-        return self.settings.service_time_s * jitter * (1 + self.wave())
+        return self.settings.service_time_s * jitter * (1 + self.wave()) * self.service_factor()
 
     def _observe_prompt(self, prompt: str) -> None:
         tokens = _estimate_tokens(prompt)
@@ -246,7 +276,18 @@ class MockProvider:
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/stats", self._stats)
+        app.router.add_post("/control/degrade", self._control_degrade)
         return app
+
+    async def _control_degrade(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            factor, after_s = float(body["factor"]), float(body.get("after_s", 0.0))
+            self.degrade(factor, after_s)
+        except (ValueError, TypeError, KeyError) as exc:
+            reason = str(exc) if isinstance(exc, ValueError) else "'factor' is required"
+            return _error(400, reason, "invalid_request_error")
+        return web.json_response({"factor": factor, "after_s": after_s})
 
     async def _stats(self, _request: web.Request) -> web.Response:
         return web.json_response({"requests": self.requests, "routed": self.routed})

@@ -10,18 +10,22 @@ InferenceProviders, the way each cluster holds only what runs there.
 Each site's gateway reference enables ``consumerConfig`` on loopback ports of
 its own, with a cluster endpoint for every provider of the mesh (the two
 third-party providers are played by stand-in mock providers), so every site's
-operator renders a complete ``praxis.yaml`` that ``grid gateway`` runs.
+operator renders a complete ``praxis.yaml`` that ``grid gateway`` runs. The
+gateways run ``clientAuth.mode: apiKey`` (§15): `demo_keys` makes one key per
+demo tenant, whose hash lines (`keys_file`) are the client keys Secret.
 """
 
 from __future__ import annotations
 
 import base64
 import random
+import secrets
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grid.core.identity import key_line
 from grid.core.resources import API_VERSION, AUTO_DISCOVER_LABEL, SITE_LABEL
 from grid.core.resources.discovery import AUTO_DISCOVER_SITES
 
@@ -31,9 +35,11 @@ MODEL = "llama-3.1-8b-instruct"
 API_MODEL = "gpt-4o-mini"
 """The model of the third-party API provider (played by a stand-in mock)."""
 CONSUMER_CONFIG_MAP = "praxis-consumer-config"
+CLIENT_KEYS_SECRET = ("grid-demo-client-keys", "keys.yaml")
+"""The Secret (name, key) holding the demo's client key hashes (``clientAuth: apiKey``)."""
 DEMO_BUDGETS = {"acme": 0.05, "globex": 50.0}
 """The demo's budgetPolicy (USD): acme's small cap runs out within a minute of
-``--traffic 2`` (about 50 s); globex's never does; untagged requests count as ``other``."""
+``--traffic 2`` (about 50 s); globex's never does. Each tenant has a client key."""
 SITE_GEOGRAPHY: dict[str, tuple[str, str]] = {
     "east": ("us-east-1", "us-east-1a"),
     "west": ("us-west-2", "us-west-2a"),
@@ -90,6 +96,10 @@ class ProviderPlan:
     port: int
     profile: str
     capacity: int = 4
+    service_time_ms: float = 50.0
+    """Mean service time of one completion (the mock's ``--service-time-ms``)."""
+    capacity_weight: int | None = None
+    """``spec.capacityWeight`` of its InferenceProvider (absent when None)."""
 
 
 @dataclass
@@ -174,8 +184,19 @@ def plan_mesh(root: Path, site_names: list[str]) -> MeshPlan:
     return MeshPlan(root, sites, root / "pki", stand_ins)
 
 
+def demo_keys(tenants: list[str]) -> dict[str, str]:
+    """A new client key for each tenant (demo.json's ``api_keys``), as `grid keys create` makes."""
+    return {tenant: f"grid-{secrets.token_urlsafe(32)}" for tenant in tenants}
+
+
+def keys_file(keys: dict[str, str]) -> bytes:
+    """The keys file of ``keys``: one ``{tenant, sha256}`` line each, never a key itself."""
+    return "".join(key_line(tenant, key) for tenant, key in keys.items()).encode()
+
+
 def consumer_config(plan: MeshPlan, site: SitePlan, credential_base: Path) -> dict[str, Any]:
-    """The site gateway's ``consumerConfig``: loopback listeners, every cluster plaintext."""
+    """The site gateway's ``consumerConfig``: loopback listeners, every cluster plaintext,
+    and clients authenticated by API key."""
     endpoints = [
         {
             "cluster": p.name,
@@ -192,6 +213,14 @@ def consumer_config(plan: MeshPlan, site: SitePlan, credential_base: Path) -> di
         "adminAddress": f"127.0.0.1:{site.gateway_admin_port}",
         "credentialMountBase": str(credential_base),
         "clusterEndpoints": endpoints,
+        "clientAuth": {
+            "mode": "apiKey",
+            "secretRef": {
+                "name": CLIENT_KEYS_SECRET[0],
+                "namespace": NAMESPACE,
+                "key": CLIENT_KEYS_SECRET[1],
+            },
+        },
     }
 
 
@@ -267,7 +296,7 @@ def site_doc(site: SitePlan, fingerprint: str) -> dict[str, Any]:
 def provider_doc(provider: ProviderPlan, *, interval: str) -> dict[str, Any]:
     """An InferenceProvider for one mock provider, scraped every ``interval``."""
     endpoint = f"http://127.0.0.1:{provider.port}"
-    return {
+    doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "InferenceProvider",
         "metadata": _meta(provider.name, {SITE_LABEL: provider.site}),
@@ -287,6 +316,9 @@ def provider_doc(provider: ProviderPlan, *, interval: str) -> dict[str, Any]:
             },
         },
     }
+    if provider.capacity_weight is not None:
+        doc["spec"]["capacityWeight"] = provider.capacity_weight
+    return doc
 
 
 def third_party_docs(site: str) -> list[dict[str, Any]]:

@@ -9,13 +9,17 @@ the sites agree on once gossip has caught up.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 
+from grid.adapters.store.sqlite import SqliteStore
+from grid.errors import GridError
 from grid.operator.output import CONFIG_KEY
 
 
@@ -84,6 +88,23 @@ def mesh_view(
     return Group(
         *(site_table(s, read_overlay(d), counts, scoring=scoring) for s, d in overlay_dirs.items())
     )
+
+
+async def budget_status(
+    stores: Mapping[str, Path], network: str
+) -> dict[str, list[dict[str, Any]]]:
+    """Each site's ``status.budgetStatus[]``, read from its store (empty when unreadable)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for name, path in stores.items():
+        found[name] = []
+        with contextlib.suppress(GridError, OSError):
+            store = await SqliteStore.open(path)
+            try:
+                obj = await store.get("GridNetwork", network)
+            finally:
+                await store.close()
+            found[name] = list((obj.get("status") or {}).get("budgetStatus") or [])
+    return found
 
 
 def budget_table(per_site: dict[str, list[dict[str, Any]]]) -> Table:

@@ -4,10 +4,11 @@ R requests a second, spread over every site's gateway in turn, half of them
 streaming. Each carries an ``x-grid-session`` from a small pool, so sessions
 stick to their candidate while new ones follow the ranking. Most ask for the
 self-hosted model; some for the API provider's, which the gateway sends with
-the mounted credential. Requests carry an ``x-grid-tenant`` in turn from
-`TENANTS` (the demo budgetPolicy's tenants, and none), with prompts of a few
-thousand tokens so the small demo cap runs out within a minute; once it has, that
-tenant's requests get 429 ``budget_exhausted`` while the others carry on.
+the mounted credential. The gateways authenticate clients by API key (§15):
+requests carry, in turn, each demo tenant's key (demo.json's ``api_keys``) as
+``Authorization: Bearer``, with prompts of a few thousand tokens so acme's small
+cap runs out within a minute; once it has, acme's requests get 429
+``budget_exhausted`` while globex's carry on.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Mapping
 
 import aiohttp
 
@@ -27,8 +29,6 @@ SESSIONS = 16
 STREAM_SHARE = 0.5
 API_SHARE = 0.1
 """Share of requests asking for the API provider's model."""
-TENANTS: tuple[str | None, ...] = ("acme", "globex", None)
-"""The ``x-grid-tenant`` of successive requests; None sends none (counted as other)."""
 PROMPT_CHARS = 32_000
 """Prompt length in characters (about 8,000 tokens: a long chat context)."""
 
@@ -64,11 +64,14 @@ async def send_traffic(
     gateways: list[str],
     rate: float,
     models: tuple[str, str],
+    keys: Mapping[str, str],
     rng: random.Random | None = None,
 ) -> None:
-    """Send ``rate`` requests a second through ``gateways`` until cancelled."""
-    if rate <= 0 or not gateways:
+    """Send ``rate`` requests a second through ``gateways`` until cancelled, each with the
+    client key of one tenant of ``keys`` (tenant → key) in turn."""
+    if rate <= 0 or not gateways or not keys:
         return
+    tenants = sorted(keys)
     rng = rng or random.Random()
     slots = asyncio.Semaphore(IN_FLIGHT_MAX)
     tasks: set[asyncio.Task[None]] = set()
@@ -84,9 +87,8 @@ async def send_traffic(
                 body = _body(model, rng.random() < STREAM_SHARE, n)
                 headers = {"x-grid-session": f"demo-{rng.randrange(SESSIONS)}"}
                 # Tenants turn per round of gateways, so every gateway sees every tenant.
-                tenant = TENANTS[(n // len(gateways)) % len(TENANTS)]
-                if tenant is not None:
-                    headers["x-grid-tenant"] = tenant
+                tenant = tenants[(n // len(gateways)) % len(tenants)]
+                headers["Authorization"] = f"Bearer {keys[tenant]}"
                 task = asyncio.create_task(
                     _one(session, f"http://{gateway}/v1/chat/completions", body, headers)
                 )

@@ -266,6 +266,12 @@ def _ranking(route: dict[str, Any]) -> RerankContext:
 
 
 def _with_candidates(config: PraxisConfig, route: dict[str, Any]) -> PraxisConfig:
+    # The route filter's selection_policy is checked either way, so a typo refuses the
+    # file; with overlay_file it is not used: the overlay's own top level governs.
+    try:
+        policy = policy_of(route, "intelligent_route")
+    except SelectionFieldError as exc:
+        raise ConfigError(str(exc)) from None
     if "overlay_file" in route:
         scope = _need(route, "expected_scope", "intelligent_route", dict)
         expected = {k: str(v) for k, v in scope.items() if isinstance(v, str)}
@@ -295,9 +301,7 @@ def _with_candidates(config: PraxisConfig, route: dict[str, Any]) -> PraxisConfi
                 _need(ref, key, f"{where}.credential.secretRef")
     derive = ranked_group_key(config.ranking or RerankContext(config.local_site))
     try:
-        inline = snapshot_from_candidates(
-            candidates, None, "inline", policy_of(route, "intelligent_route"), derive
-        )
+        inline = snapshot_from_candidates(candidates, None, "inline", policy, derive)
     except SelectionFieldError as exc:
         raise ConfigError(f"intelligent_route.{exc}") from None
     return _replace(config, inline=inline)

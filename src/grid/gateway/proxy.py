@@ -33,6 +33,7 @@ import itertools
 import json
 import secrets
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -47,8 +48,10 @@ from grid.core.metering.usage import (
     decoded_body,
     stream_refusal,
 )
+from grid.gateway import request_trace
 from grid.gateway.affinity import AffinityTable
-from grid.gateway.body import BodyTooLarge, BodyTooSlow, discard_rest, read_body, write_within
+from grid.gateway.agent_routes import AgentRoutes
+from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body, write_within
 from grid.gateway.client_auth import ClientAuth, Refusal
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
@@ -101,6 +104,15 @@ def error(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": {"code": code, "message": message}}, status=status)
 
 
+@dataclass(frozen=True, slots=True)
+class _Answered:
+    """A cluster's answer to one attempt: relayed (``response``) or failed over from."""
+
+    response: aiohttp.ClientResponse | None
+    status: int
+    outcome: str
+
+
 class Proxy:
     """Routes requests by the current snapshot."""
 
@@ -132,9 +144,11 @@ class Proxy:
         self._ids = itertools.count(1)
 
     def app(self) -> web.Application:
-        """The public application: POST anything under /v1/, GET /v1/models."""
+        """The public application: POST anything under /v1/, GET /v1/models, and the
+        tool and agent routes (`grid.gateway.agent_routes`)."""
         app = web.Application(client_max_size=self.settings.body_max_bytes)
         app.router.add_get("/v1/models", self.models)
+        AgentRoutes(self).mount(app)  # /mcp and /a2a/{agent} (§16)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
@@ -168,7 +182,6 @@ class Proxy:
             return refusal
         except BodyTooLarge:
             requests["too_large"].inc()
-            await discard_rest(request)
             return error(
                 413, "body_too_large", f"the body exceeds {self.settings.body_max_bytes} bytes"
             )
@@ -200,9 +213,10 @@ class Proxy:
             body = json.dumps(document, separators=(",", ":")).encode()
         usage_cap = usage_bound(document, len(body), *self.settings.usage_limits)
         base = self._outgoing_headers(request, model, snapshot)
+        request_trace.routed(model, tenant, snapshot, tries[0])
         last = len(tries) - 1
         for index, candidate in enumerate(tries):
-            response = await self._attempt(request, target, body, base, candidate, index == last)
+            response = await self._attempt(request, target, body, base, candidate, index, last)
             if response is None:
                 if index < last:
                     self.metrics.failovers.inc()
@@ -268,14 +282,41 @@ class Proxy:
         body: bytes,
         base: dict[str, str],
         candidate: Candidate,
-        final: bool,
+        index: int,
+        last: int,
     ) -> aiohttp.ClientResponse | None:
+        """One attempt, traced: the answer to relay, or None to try the next candidate."""
+        headers = dict(base)
+        headers[CANDIDATE_HEADER] = candidate.stable_id
+        with request_trace.attempt(candidate, index, headers) as span:
+            answer = await self._send(request, target, body, headers, candidate, index == last)
+            if isinstance(answer, str):
+                request_trace.attempt_ended(span, answer)
+            else:
+                request_trace.attempt_ended(span, answer.outcome, answer.status)
+        if isinstance(answer, str) or answer.response is None:
+            if index < last:
+                request_trace.failed_over(
+                    candidate, answer if isinstance(answer, str) else answer.outcome
+                )
+            return None
+        return answer.response
+
+    async def _send(
+        self,
+        request: web.Request,
+        target: str,
+        body: bytes,
+        headers: dict[str, str],
+        candidate: Candidate,
+        final: bool,
+    ) -> _Answered | str:
+        """Send one attempt: how the cluster answered, or why nothing was answered
+        (``no_credential``, ``connect_failed``)."""
         upstream = self.upstreams.get(candidate.cluster)
         credential = self._credential(candidate)
         if upstream is None or credential is False:
-            return None
-        headers = dict(base)
-        headers[CANDIDATE_HEADER] = candidate.stable_id
+            return "no_credential"
         if isinstance(credential, tuple):
             headers[credential[0]] = credential[1]
         counter = self.metrics.upstream.get(candidate.cluster)
@@ -296,17 +337,19 @@ class Proxy:
             )
         except (aiohttp.ClientError, TimeoutError, OSError):
             router.ended(candidate)
-            router.failed(candidate)
-            return None
+            if router.failed(candidate):
+                request_trace.ejected(candidate)
+            return "connect_failed"
         except BaseException:
             router.ended(candidate)
             raise
-        router.answered(candidate, response.status)
+        if router.answered(candidate, response.status):
+            request_trace.ejected(candidate)
         if response.status in _FAILOVER_STATUS and not final:
             response.release()
             router.ended(candidate)
-            return None
-        return response
+            return _Answered(None, response.status, "failover_status")
+        return _Answered(response, response.status, "ok")
 
     async def _relay(
         self,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 
 from grid.core.routing.load import LoadBook
 from grid.core.routing.passive_health import HealthSettings, PassiveHealth
-from grid.core.routing.selection import select
+from grid.core.routing.selection import Turn, select
 from grid.gateway.metrics import GatewayMetrics, Tally
 from grid.gateway.snapshot import Candidate, Snapshot
 
@@ -68,13 +68,24 @@ class Router:
 
         self._estimate = estimate
         self._idle = Tally()
+        self._turns: dict[tuple[str, str], Turn] = {}
+        """Round-robin position per (kind, model), kept across reloads and re-ranks."""
 
-    def attempts(self, snapshot: Snapshot, model: str, bound: str | None) -> list[Candidate]:
-        """The candidates to try for one request; counts the selection of the first."""
-        plan = snapshot.plans.get((KIND, model))
+    def attempts(
+        self, snapshot: Snapshot, model: str, bound: str | None, kind: str = KIND
+    ) -> list[Candidate]:
+        """The candidates to try for one request; counts the selection of the first.
+
+        ``kind`` is the candidate kind: a model's by default, a tool's or agent's (§16)."""
+        plan = snapshot.plans.get((kind, model))
         if plan is None:
             return []
-        tries = select(plan, bound, self.limit, self._rng, self.health.ejected(), self._estimate)
+        turn = self._turns.get((kind, model))
+        if turn is None:
+            turn = self._turns[(kind, model)] = Turn()
+        tries = select(
+            plan, bound, self.limit, self._rng, self.health.ejected(), self._estimate, turn
+        )
         if tries:
             first = tries[0]
             self.metrics.selections.tally(first.cluster, first.selection_group).inc()
@@ -93,26 +104,33 @@ class Router:
         self.loads.end(candidate.stable_id)
         self._in_flight(candidate.cluster).value -= 1
 
-    def answered(self, candidate: Candidate, status: int) -> None:
-        """The cluster answered with ``status``: a 5xx counts as a failure."""
+    def answered(self, candidate: Candidate, status: int) -> bool:
+        """The cluster answered with ``status``: a 5xx counts as a failure.
+        True when that failure ejected the candidate."""
         if status >= 500:
-            self.failed(candidate)
-        else:
-            self.health.success(candidate.stable_id)
+            return self.failed(candidate)
+        self.health.success(candidate.stable_id)
+        return False
 
-    def failed(self, candidate: Candidate) -> None:
-        """Connecting to the cluster failed (or it answered 5xx)."""
-        if self.health.failure(candidate.stable_id):
-            ejections = self.metrics.ejections.get(candidate.cluster)
-            if ejections is not None:
-                ejections.inc()
+    def failed(self, candidate: Candidate) -> bool:
+        """Connecting to the cluster failed (or it answered 5xx); True when this
+        failure ejected the candidate."""
+        if not self.health.failure(candidate.stable_id):
+            return False
+        ejections = self.metrics.ejections.get(candidate.cluster)
+        if ejections is not None:
+            ejections.inc()
+        return True
 
     def take_reports(self, reported: Mapping[str, float]) -> None:
         """Waiting+running requests reported per candidate (poll mode)."""
         self.loads.take_report(reported)
 
     def swapped(self, snapshot: Snapshot) -> None:
-        """A new snapshot: forget the health and reports of candidates that left it."""
+        """A new snapshot: forget the health and reports of candidates that left it,
+        and the round-robin position of models that left it."""
         keep = snapshot.by_id
         self.health.forget(keep)
         self.loads.forget(keep)
+        for key in [k for k in self._turns if k not in snapshot.plans]:
+            del self._turns[key]

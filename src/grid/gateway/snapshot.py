@@ -18,13 +18,17 @@ from typing import Any
 
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.json_document import DocumentError, decode_json
-from grid.core.overlay import secret_ref_of, stable_id_of, verify
+from grid.core.overlay import (
+    candidate_selection_problem,
+    secret_ref_of,
+    selection_policy_problem,
+    stable_id_of,
+    verify,
+)
 from grid.core.routing.rerank import RerankContext, group_key
 from grid.core.routing.selection import (
     ADMISSION_NONE,
-    SELECTION_POLICIES,
-    WEIGHT_MAX,
-    WEIGHT_MIN,
+    DETERMINISTIC,
     ModelPlan,
     SelectionPolicy,
     derive_groups,
@@ -97,40 +101,32 @@ class SelectionFieldError(ValueError):
 
 
 def policy_of(raw: Mapping[str, Any], where: str) -> SelectionPolicy:
-    """``selection_policy`` and ``selection_load_aware`` of an overlay or route filter."""
-    mode = raw.get("selection_policy", "deterministic")
-    if not isinstance(mode, str) or mode not in SELECTION_POLICIES:
-        raise SelectionFieldError(
-            f"{where}.selection_policy must be one of {', '.join(sorted(SELECTION_POLICIES))}"
-        )
-    load_aware = raw.get("selection_load_aware", False)
-    if not isinstance(load_aware, bool):
-        raise SelectionFieldError(f"{where}.selection_load_aware must be a boolean")
-    return SelectionPolicy(mode, load_aware)
+    """``selection_policy`` and ``selection_load_aware`` of an overlay or route filter.
 
-
-def _integer(
-    raw: Mapping[str, Any], key: str, where: str, low: int, high: int | None
-) -> int | None:
-    if key not in raw:
-        return None
-    value = raw[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise SelectionFieldError(f"{where}.{key} must be an integer of at least {low}")
-    if high is not None and value > high:
-        raise SelectionFieldError(f"{where}.{key} must be at most {high}")
-    return value
+    The rules are the overlay reader's (`selection_policy_problem`); absent means
+    ``deterministic``, not load-aware.
+    """
+    problem = selection_policy_problem(raw, where)
+    if problem is not None:
+        raise SelectionFieldError(problem)
+    return SelectionPolicy(
+        raw.get("selection_policy", DETERMINISTIC), raw.get("selection_load_aware", False)
+    )
 
 
 def selection_fields(raw: Mapping[str, Any], where: str) -> dict[str, int]:
-    """A candidate's ``selection_group``, ``traffic_weight`` and ``capacity_weight``."""
-    group = _integer(raw, "selection_group", where, 0, None)
-    traffic = _integer(raw, "traffic_weight", where, WEIGHT_MIN, WEIGHT_MAX)
-    capacity = _integer(raw, "capacity_weight", where, WEIGHT_MIN, WEIGHT_MAX)
+    """A candidate's ``selection_group``, ``traffic_weight`` and ``capacity_weight``.
+
+    The rules are the overlay reader's (`candidate_selection_problem`); an absent
+    group is derived later (`snapshot_of`), an absent weight is 1.
+    """
+    problem = candidate_selection_problem(raw, where)
+    if problem is not None:
+        raise SelectionFieldError(problem)
     return {
-        "selection_group": _DERIVE if group is None else group,
-        "traffic_weight": traffic or 1,
-        "capacity_weight": capacity or 1,
+        "selection_group": raw.get("selection_group", _DERIVE),
+        "traffic_weight": raw.get("traffic_weight", 1),
+        "capacity_weight": raw.get("capacity_weight", 1),
     }
 
 

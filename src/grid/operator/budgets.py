@@ -172,8 +172,9 @@ class BudgetLoop:
         failures: RoundFailures | None = None,
     ) -> None:
         """``write`` applies a change to our snapshot (`LanePublisher.write`);
-        ``traffic_changed`` tells the live view the gateways' traffic moved, and
-        ``spend_changed`` asks for a render round (the budget view may move)."""
+        ``traffic_changed`` tells the live view the gateways' traffic or recent
+        selections moved, and ``spend_changed`` asks for a render round (the budget
+        view may move)."""
         self.gateways = gateways
         self.meter = meter
         self.replica = replica
@@ -191,10 +192,12 @@ class BudgetLoop:
                 await asyncio.sleep(self.interval_s)
 
     async def round(self, http: aiohttp.ClientSession) -> None:
-        """One scrape, priced into our slot and published."""
-        traffic = self.gateways.traffic()
+        """One scrape, priced into our slot and published; nothing without a gateway."""
+        if not self.gateways.targets():
+            return
+        traffic = (self.gateways.traffic(), self.gateways.recent_selections())
         scraped = await self.gateways.scrape(http)
-        if self.gateways.traffic() != traffic:
+        if (self.gateways.traffic(), self.gateways.recent_selections()) != traffic:
             self._traffic_changed()
         failing = self.meter.save_failing
         grew = await self.meter.observe(scraped, self.replica)

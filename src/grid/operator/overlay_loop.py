@@ -23,7 +23,7 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 from grid.adapters.health_server import ClosedCounter
 from grid.adapters.tracing import OUTCOME
 from grid.core.crdt.replica import GridState
-from grid.core.resources import GridNetwork, GridSite, InferenceProvider
+from grid.core.resources import AgentProvider, GridNetwork, GridSite, InferenceProvider
 from grid.core.resources.network_spec import GatewayRef
 from grid.core.resources.network_status import overlay_entry, served_gateways
 from grid.core.resources.overlay_status import (
@@ -47,7 +47,13 @@ from grid.core.resources.phases import SitePhase
 from grid.core.resources.secret import Secret
 from grid.core.routing.admission_policy import pressure_ratio, pressure_signals, stabilized
 from grid.core.routing.hysteresis import Hysteresis, PressureRules
-from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs, signals_document
+from grid.core.routing.mesh_view import (
+    OriginRecord,
+    live_records,
+    mesh_inputs,
+    mesh_offers,
+    signals_document,
+)
 from grid.core.routing.render import DEFAULT_NAMESPACE, RenderInputs, render
 from grid.core.routing.signals import SignalsDocument
 from grid.errors import GridError
@@ -68,8 +74,10 @@ SignalsView = Callable[[list[OriginRecord], dt.datetime, float | None], SignalsD
 BUDGETS_APPLY_FAILED = "BudgetsApplyFailed"
 """The reason a gateway's budget view (``grid-budgets.json``) could not be written."""
 
-VERIFIED = (SitePhase.ACTIVE, SitePhase.UNREACHABLE)
-"""Site phases whose candidates are rendered: the site's egress was verified once."""
+ROUTABLE = (SitePhase.ACTIVE,)
+"""Site phases whose candidates are rendered (§14 eligibility): only ``Active``, a site
+whose egress probe passes now. An ``Unreachable`` site's candidates leave the overlay
+at the next render and return when its probe passes again."""
 
 
 @dataclass
@@ -211,11 +219,15 @@ class OverlayLoop:
         replica: GridState,
         site_phases: Mapping[str, SitePhase],
         signals_view: SignalsView | None = None,
+        agents: Sequence[AgentProvider] = (),
     ) -> list[dict[str, Any]]:
-        """Render every served gateway, write changed overlays; the status entries."""
+        """Render every served gateway, write changed overlays; the status entries.
+
+        ``agents``: this site's tool providers and agents; the other sites' come
+        from the replica's ``tools`` and ``agents`` OR-Sets."""
         now = dt.datetime.now(dt.UTC)
         ttl = network.spec.stale_candidate_ttl_seconds
-        trusted = {name for name, phase in site_phases.items() if phase in VERIFIED}
+        trusted = {name for name, phase in site_phases.items() if phase in ROUTABLE}
         records = live_records(
             (OriginRecord(o, pid, r) for o, pid, r in replica.providers()),
             self.site,
@@ -226,7 +238,8 @@ class OverlayLoop:
         self.deadline = time_deadline(
             records, self.site, float(ttl) if ttl is not None else None, now.timestamp()
         )
-        inputs = mesh_inputs(network, sites, own, secrets, records, self.site)
+        offers = mesh_offers(replica, trusted, self.site)
+        inputs = mesh_inputs(network, sites, own, secrets, records, self.site, agents, offers)
         if signals_view is not None:
             signals = signals_view(records, now, float(ttl) if ttl is not None else None)
         else:

@@ -72,6 +72,18 @@ class OwnProviders:
             *(pinned_to(a, self.site) for a in agents if here(a)),
         ]
 
+    async def routable(self) -> tuple[list[InferenceProvider], list[AgentProvider]]:
+        """What this site renders of its own: the providers its controller probes,
+        at their latest status, and the agent resources it discovers, each only while
+        its credential resolves."""
+        controller = self.controller
+        own = [p for p in await self.hosted() if p.name in controller.names]
+        providers = [
+            controller.current(p.name) or p for p in own if controller.credentials_ok(p.name)
+        ]
+        agents = [s.provider for s in self.agents.states() if s.credential_ok]
+        return providers, agents
+
     async def hosted(self) -> list[InferenceProvider]:
         """The providers this site serves, each pinned to this site."""
         providers = [

@@ -140,7 +140,7 @@ class Operator:
         self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
         self.gate = RoundGate(self.registry)
         self.gateways = GatewayScrape(
-            list(settings.gateway_metrics), settings.budget_scrape_timeout_s
+            list(settings.gateway_metrics), settings.budget_scrape_timeout_s, self._declared
         )
         self.budget_meter = BudgetMeter(
             settings.site,
@@ -201,6 +201,7 @@ class Operator:
             lambda: self.swim,
             lambda: self.served.network,
             self.gateways.traffic,
+            self.gateways.recent_selections,
         )
         self.live.mount(self.health, settings.metrics_bind, settings.ui_public)
         self.budget_loop = BudgetLoop(
@@ -259,8 +260,8 @@ class Operator:
         transport = self.signals.transport
         if transport is not None:
             tasks.start("signals-poll", lambda: transport.run(self._poll_targets, self._dirty.set))
-        if self.gateways.urls:
-            tasks.start("budgets", self.budget_loop.run)
+        # Always run: a GridNetwork edit may declare a gateway's adminUrl at any time.
+        tasks.start("budgets", self.budget_loop.run)
         await self.own.sync()
         # A failed task starts again; only a deliberate exit (StartupError) ends the run.
         ended = await tasks.run(self._stop)
@@ -380,6 +381,11 @@ class Operator:
             except Expired:
                 log.info("watch expired; listing again", extra={"kind": kind})
 
+    def _declared(self) -> list[str]:
+        """The ``/metrics`` URLs the served network declares for this site's gateways."""
+        network = self.served.network
+        return [] if network is None else network.spec.gateway_metrics_urls(self.settings.site)
+
     def _check_tuning(self) -> None:
         """Stop for a clean restart when ``spec.swim`` or ``spec.seeds`` changed.
 
@@ -441,12 +447,7 @@ class Operator:
         assert network is not None
         sites = await self.served.sites()
         secrets = [Secret.model_validate(o) for o in await self.store.list("Secret")]
-        own = [p for p in await self.own.hosted() if p.name in self.providers.names]
-        own = [
-            self.providers.current(p.name) or p
-            for p in own
-            if self.providers.credentials_ok(p.name)
-        ]
+        own, agents = await self.own.routable()
         if await self.served.converge_grid_id(network, self.replica):
             await self.lanes.publish_site_lanes()
         view = None
@@ -466,6 +467,7 @@ class Operator:
             self.replica,
             self.sites.phases,
             view,
+            agents,
         )
         self.ready = True
         self.live.on_render(

@@ -53,6 +53,7 @@ from grid.core.resources import GridSite
 from grid.core.resources.discovery import discovery_enabled, member_of
 from grid.core.resources.lifecycle import Probe, SiteObservation, departed, next_site_phase
 from grid.core.resources.phases import SitePhase
+from grid.core.resources.site_offers import site_offer
 from grid.core.resources.status import GridSiteStatus
 from grid.core.swim.members import MemberState
 from grid.operator.resilience import WriteFailed, WriteGuard, WriteSite
@@ -145,7 +146,7 @@ class SiteController:
         *,
         left_after_s: float | None = None,
         certs: Mapping[str, str] | None = None,
-        offers: Mapping[str, list[dict[str, Any]]] | None = None,
+        offers: Mapping[str, dict[str, Any]] | None = None,
     ) -> bool:
         """One round over every site; True when any phase changed.
 
@@ -221,7 +222,7 @@ class SiteController:
         members: dict[str, MemberState],
         left_after_s: float | None,
         certs: Mapping[str, str],
-        offers: Mapping[str, list[dict[str, Any]]] | None,
+        offers: Mapping[str, dict[str, Any]] | None,
     ) -> SitePhase:
         member = member_of(site)
         current = self.phases.get(member, site.phase)
@@ -273,17 +274,17 @@ class SiteController:
         return phase
 
 
-def _offered(status: GridSiteStatus | None) -> list[dict[str, Any]]:
+def _offered(status: GridSiteStatus | None) -> dict[str, Any] | None:
     if status is None:
-        return []
-    return [c.model_dump(by_alias=True, exclude_none=True) for c in status.capabilities]
+        return None
+    return status.capabilities.model_dump(by_alias=True, exclude_none=True)
 
 
 def _shown_fields(
     status: GridSiteStatus | None,
     lane_pem: str | None,
     probed: tuple[str, str | None] | None,
-    offers: Mapping[str, list[dict[str, Any]]] | None,
+    offers: Mapping[str, dict[str, Any]] | None,
     member: str,
 ) -> dict[str, Any]:
     """The gossiped certificate (until a probe shows one) and the site's offer, when changed."""
@@ -294,7 +295,7 @@ def _shown_fields(
     # the two never take turns.
     if lane_pem and probe_pem is None and not shown:
         patch["publicCertPem"] = lane_pem
-    offer = None if offers is None else offers.get(member, [])
+    offer = None if offers is None else offers.get(member, site_offer([]))
     if offer is not None and _offered(status) != offer:
         patch["capabilities"] = offer
     return patch

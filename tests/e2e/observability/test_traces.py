@@ -21,6 +21,7 @@ key, the prompt and the completion.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import secrets
 import shutil
@@ -33,6 +34,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from grid.core.overlay import canonical_digest
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import API_MODEL, MODEL, free_port
 from grid.testing.gateway import GatewayProcess, Upstream, spawn_gateway
@@ -41,7 +43,8 @@ from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e]
 
-CLIENT_KEY = f"sk-client-{secrets.token_hex(12)}"
+TENANT = "globex"
+"""The demo tenant whose client key (the demo runs ``clientAuth: apiKey``) the test sends."""
 PROMPT = f"prompt-secret-{secrets.token_hex(12)}"
 TREE_KEYS = (
     "gen_ai.request.model",
@@ -99,7 +102,11 @@ def _gateway_config(
     overlay = work / "grid-overlay.json"
     shutil.copy(site.overlay_dir / "grid-overlay.json", overlay)
     filters = document["filter_chains"][0]["filters"]
-    filters[1]["overlay_file"] = str(overlay)
+    route = next(f for f in filters if f["filter"] == "intelligent_route")
+    route["overlay_file"] = str(overlay)
+    if broken is not None:
+        # First viable first, so the broken rank 0 is tried first and fails over once.
+        _pin_deterministic(overlay, route)
     clusters = next(f for f in filters if f["filter"] == "load_balancer")["clusters"]
     for cluster in clusters:
         if cluster["name"] == broken:
@@ -111,14 +118,36 @@ def _gateway_config(
     return config, public, admin, json.loads(overlay.read_text())
 
 
+def _pin_deterministic(overlay: Path, route: dict[str, Any]) -> None:
+    """Re-sign the overlay copy (and the route filter) under ``selection_policy: deterministic``."""
+    envelope = json.loads(overlay.read_text())
+    body = envelope["overlay"]
+    body["selection_policy"] = "deterministic"
+    body.pop("selection_load_aware", None)
+    digest = canonical_digest(body)
+    envelope["revision"]["value"] = envelope["content_digest"]["value"] = digest
+    overlay.write_text(json.dumps(envelope))
+    route["selection_policy"] = "deterministic"
+    route.pop("selection_load_aware", None)
+
+
+def _two_model_clusters(overlay_dir: Path) -> tuple[str, str] | None:
+    """The first two candidate clusters of the model, once the overlay names two."""
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+        clusters = _model_clusters(json.loads((overlay_dir / "grid-overlay.json").read_text()))
+        if len(clusters) >= 2:
+            return clusters[0], clusters[1]
+    return None
+
+
 def _model_clusters(envelope: dict[str, Any]) -> list[str]:
     candidates = envelope["overlay"]["candidates"]
     return [c["cluster"] for c in candidates if c["name"] == MODEL]
 
 
-async def _chat(http: aiohttp.ClientSession, gateway: GatewayProcess, model: str) -> str:
+async def _chat(http: aiohttp.ClientSession, gateway: GatewayProcess, model: str, key: str) -> str:
     body = {"model": model, "messages": [{"role": "user", "content": PROMPT}]}
-    headers = {"Authorization": f"Bearer {CLIENT_KEY}", "x-grid-tenant": "acme"}
+    headers = {"Authorization": f"Bearer {key}"}
     async with http.post(gateway.url(), json=body, headers=headers) as response:
         text = await response.text()
         assert response.status == 200, text
@@ -136,7 +165,7 @@ def _secrets(mesh: DemoMesh, praxis: Path) -> dict[str, bytes]:
     key_body = b"".join(line for line in key_pem.splitlines() if b"-----" not in line)
     swim_key = (mesh.root / "pki" / "swim.key").read_bytes()
     return {
-        "client key": CLIENT_KEY.encode(),
+        "client key": mesh.api_keys[TENANT].encode(),
         "provider credential": credential,
         "site private key": key_body[:48],
         "swim key": swim_key,
@@ -156,8 +185,10 @@ async def test_a_failed_over_request_and_the_operator_leave_credential_free_trac
 ) -> None:
     site = mesh.plan.sites["east"]
     recorder: Upstream = await upstreams("second")
-    frozen = json.loads((site.overlay_dir / "grid-overlay.json").read_text())
-    first, second = _model_clusters(frozen)[:2]
+    # /readyz holds once the first overlay is out; the second provider's check may land later.
+    first, second = await eventually(
+        lambda: _two_model_clusters(site.overlay_dir), "two candidates of the model"
+    )
     config, public, admin, envelope = _gateway_config(
         mesh, tmp_path / "f", broken=first, recording=(second, recorder.address)
     )
@@ -173,13 +204,15 @@ async def test_a_failed_over_request_and_the_operator_leave_credential_free_trac
     )  # fmt: skip
     try:
         async with aiohttp.ClientSession() as http:
-            answers = [await _chat(http, failover, MODEL)]
+            key = mesh.api_keys[TENANT]
+            answers = [await _chat(http, failover, MODEL, key)]
             root = await eventually(lambda: _request_root(receiver), "the request's span")
-            answers.append(await _chat(http, poller, API_MODEL))
+            answers.append(await _chat(http, poller, API_MODEL, key))
         print("\n" + draw_tree(receiver.spans, root, TREE_KEYS))
         assert root.attributes["http.response.status_code"] == 200
         assert root.attributes["url.path"] == "/v1/chat/completions"
         assert len(recorder.seen) == 1
+        _assert_failed_over_once(receiver, root, first, second, envelope, recorder)
         await eventually(lambda: _operator_spans(receiver), "the operator's spans", timeout_s=30)
     finally:
         await failover.stop()
@@ -192,6 +225,35 @@ async def test_a_failed_over_request_and_the_operator_leave_credential_free_trac
     completion = json.loads(answers[1])["choices"][0]["message"]["content"]
     assert PROMPT in completion
     assert completion.encode() not in exported, "a completion reached an exported span"
+
+
+def _assert_failed_over_once(
+    receiver: OtlpReceiver,
+    root: ReceivedSpan,
+    first: str,
+    second: str,
+    envelope: dict[str, Any],
+    recorder: Upstream,
+) -> None:
+    """§17's tree: the decision on the server span, one client span per attempt,
+    the failover as an event, and the answering attempt's traceparent at the provider."""
+    assert root.attributes["gen_ai.request.model"] == MODEL
+    assert root.attributes["grid.tenant"] == TENANT
+    assert root.attributes["grid.overlay.revision"] == envelope["revision"]["value"]
+    assert root.attributes["grid.selection.group"] == 0
+    assert root.attributes["grid.selection.mode"] == "deterministic"
+    attempts = [s for s in receiver.children(root) if s.name == "grid.attempt"]
+    assert [(s.kind, s.attributes["grid.cluster"]) for s in attempts] == [
+        ("client", first),
+        ("client", second),
+    ]
+    assert [s.attributes["grid.attempt"] for s in attempts] == [0, 1]
+    assert [s.attributes["grid.outcome"] for s in attempts] == ["connect_failed", "ok"]
+    assert attempts[1].attributes["http.response.status_code"] == 200
+    assert [(n, a["grid.cluster"]) for n, a in root.events] == [("failover", first)]
+    traceparent = recorder.seen[0]["traceparent"]
+    _version, trace_id, parent_id, _flags = traceparent.split("-")
+    assert (trace_id, parent_id) == (attempts[1].trace_id, attempts[1].span_id)
 
 
 def _operator_spans(receiver: OtlpReceiver) -> bool:

@@ -5,7 +5,9 @@ Requests of one tenant go through several sites' gateways; every site's
 counted priced with the providers' costs (each site floors its own slot to
 whole cents). Restarts of a gateway and of an operator neither lose nor
 double-count spend, and a site cut off from the mesh (its operator stopped)
-keeps a lower bound that catches up once it is back.
+keeps a lower bound that catches up once it is back. The gateways authenticate
+clients by API key (demo.json's ``api_keys``): a forged ``x-grid-tenant`` is
+charged to the key's tenant, and a request without a key is refused.
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ async def _prices(mesh: DemoMesh) -> dict[str, tuple[Decimal, Decimal]]:
     return prices
 
 
+def _key(mesh: DemoMesh, tenant: str, forged: str | None = None) -> dict[str, str]:
+    """The headers of a client holding ``tenant``'s key (and claiming ``forged``)."""
+    headers = {"Authorization": f"Bearer {mesh.api_keys[tenant]}"}
+    return headers | ({"x-grid-tenant": forged} if forged is not None else {})
+
+
 def _admin(mesh: DemoMesh, site: str) -> str:
     return f"http://127.0.0.1:{mesh.plan.sites[site].gateway_admin_port}/metrics"
 
@@ -111,7 +119,7 @@ async def _send(http: aiohttp.ClientSession, mesh: DemoMesh, site: str, count: i
             "stream": n % 2 == 1,
         }
         async with http.post(
-            f"http://{address}/v1/chat/completions", json=body, headers={"x-grid-tenant": TENANT}
+            f"http://{address}/v1/chat/completions", json=body, headers=_key(mesh, TENANT)
         ) as resp:
             assert resp.status == 200, await resp.text()
             await resp.read()
@@ -203,11 +211,13 @@ async def test_a_cut_off_site_keeps_a_lower_bound_and_catches_up(mesh: DemoMesh)
         assert await _agree(http, mesh, SITES) > start
 
 
-async def _status_of(http: aiohttp.ClientSession, mesh: DemoMesh, site: str, tenant: str) -> int:
+async def _status_of(
+    http: aiohttp.ClientSession, mesh: DemoMesh, site: str, headers: dict[str, str]
+) -> int:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "context " * 40_000}]}
     address = mesh.gateway_address(site)
     async with http.post(
-        f"http://{address}/v1/chat/completions", json=body, headers={"x-grid-tenant": tenant}
+        f"http://{address}/v1/chat/completions", json=body, headers=headers
     ) as resp:
         await resp.read()
         return resp.status
@@ -218,15 +228,21 @@ async def test_a_tenant_spent_across_sites_gets_429_at_every_gateway(mesh: DemoM
     async with aiohttp.ClientSession() as http:
         # acme spends only through east and west; central's gateway never serves it.
         for n in range(4 * cap_cents):
-            if await _status_of(http, mesh, ("east", "west")[n % 2], "acme") == 429:
+            if await _status_of(http, mesh, ("east", "west")[n % 2], _key(mesh, "acme")) == 429:
                 break
 
         async def everywhere() -> bool:
-            return all([await _status_of(http, mesh, s, "acme") == 429 for s in SITES])
+            return all([await _status_of(http, mesh, s, _key(mesh, "acme")) == 429 for s in SITES])
 
         await eventually(everywhere, "acme refused at every gateway", timeout_s=SETTLE_S)  # type: ignore[arg-type]
-        assert all([await _status_of(http, mesh, s, TENANT) == 200 for s in SITES])
-        assert all([await _status_of(http, mesh, s, "someone-else") == 200 for s in SITES])
+        for site in SITES:
+            assert await _status_of(http, mesh, site, _key(mesh, TENANT)) == 200
+            # acme's key claiming globex is still acme; globex's claiming acme is globex.
+            assert await _status_of(http, mesh, site, _key(mesh, "acme", TENANT)) == 429
+            assert await _status_of(http, mesh, site, _key(mesh, TENANT, "acme")) == 200
+            # No key, or a made-up one, is never served free.
+            assert await _status_of(http, mesh, site, {"x-grid-tenant": TENANT}) == 401
+            assert await _status_of(http, mesh, site, {"x-api-key": "grid-made-up"}) == 401
     for site in SITES:
         spent = await _spend_cents_of(mesh, site, "acme")
         assert spent is not None and spent >= cap_cents

@@ -68,7 +68,7 @@ async def _spend_under(root: Path, transport: str) -> tuple[int, int]:
         await mesh.prepare()
         await mesh.start()
         async with aiohttp.ClientSession() as http:
-            await _send(http, mesh, {"x-grid-tenant": TENANT})
+            await _send(http, mesh, {"Authorization": f"Bearer {mesh.api_keys[TENANT]}"})
             exact, inputs = await _exact_cents(http, mesh)
             assert exact > 0 and inputs > 0
 

@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from grid.core.overlay import verify
-from grid.demo.plan import MODEL, NAMESPACE, NETWORK
+from grid.demo.plan import DEMO_BUDGETS, MODEL, NAMESPACE, NETWORK
 from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
@@ -72,7 +72,9 @@ def _alive(proc: Proc) -> bool:
 def _check_description(
     doc: dict[str, Any], pids: set[int], transport: str, prometheus: bool
 ) -> None:
-    assert set(doc) == {"sites", "ca", "gateway", "ui", *(["prometheus"] if prometheus else [])}
+    keys = {"sites", "ca", "gateway", "ui", "api_keys", *(["prometheus"] if prometheus else [])}
+    assert set(doc) == keys
+    assert set(doc["api_keys"]) == set(DEMO_BUDGETS), "one client key per demo tenant"
     assert re.match(r"^http://127\.0\.0\.1:\d{1,5}/ui/$", doc["ui"]), doc["ui"]
     assert set(doc["sites"]) == SITES
     assert Path(doc["ca"]).read_text().startswith("-----BEGIN CERTIFICATE-----")
@@ -93,15 +95,18 @@ def _check_description(
         assert "PRIVATE KEY" in Path(site["key"]).read_text()
 
 
-async def _chat_through(gateway: str) -> None:
-    """A chat completion through the demo gateway, as the README's curl sends it."""
+async def _chat_through(gateway: str, key: str) -> None:
+    """A chat completion through the demo gateway, as the README's curl sends it (with
+    globex's key); without a key the gateway answers 401 ``unauthenticated``."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}]}
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"http://{gateway}/v1/chat/completions", json=body) as resp,
-    ):
-        assert resp.status == 200, await resp.text()
-        answer = await resp.json()
+    url = f"http://{gateway}/v1/chat/completions"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json=body, headers={"x-grid-tenant": "globex"}) as resp:
+            assert resp.status == 401, await resp.text()
+            assert (await resp.json())["error"]["code"] == "unauthenticated"
+        async with http.post(url, json=body, headers={"Authorization": f"Bearer {key}"}) as resp:
+            assert resp.status == 200, await resp.text()
+            answer = await resp.json()
     assert answer["model"] == MODEL and answer["usage"]["total_tokens"] > 0
 
 
@@ -157,11 +162,12 @@ async def test_demo_runs_and_leaves_nothing_behind(
         await eventually(written, "demo.json written", timeout_s=60.0, interval_s=0.1)
         seen = _descendants(proc.pid)
         doc = json.loads((root / "demo.json").read_text())
+        client_keys = [k.encode() for k in doc["api_keys"].values()]
         _check_description(doc, {pid for pid, _ in seen}, transport, prometheus)
         assert len(seen) >= 3 + 6 + 3 + prometheus, "operators, mock providers, gateways"
         if prometheus:
             await _prometheus_scrapes_the_demo(doc["prometheus"])
-        await _chat_through(doc["gateway"])
+        await _chat_through(doc["gateway"], doc["api_keys"]["globex"])
         async with asyncio.timeout(60):
             code = await proc.wait()
     finally:
@@ -199,3 +205,7 @@ async def test_demo_runs_and_leaves_nothing_behind(
     for path in [*root.rglob("*"), tmp_path / "demo.out"]:
         if path.is_file() and not path.name.startswith("store.db"):
             assert not any(n in path.read_bytes() for n in needles), path
+    # The client keys are in demo.json only: no log, overlay, praxis.yaml or store holds one.
+    for path in [*root.rglob("*"), tmp_path / "demo.out"]:
+        if path.is_file() and path.name != "demo.json":
+            assert not any(k in path.read_bytes() for k in client_keys), path

@@ -78,13 +78,15 @@ def decode(kind: OfferKind, element: str) -> AgentOffer | None:
     return offer if offer.encode() == element else None
 
 
-class _Replica(Protocol):
+class OfferReplica(Protocol):
+    """What `origin_offers` reads of a replica (`grid.core.crdt.replica.GridState`)."""
+
     def origins(self) -> list[str]: ...
     def trusted(self, origin: str) -> bool: ...
     def snapshot(self, origin: str) -> GridStateSnapshot | None: ...
 
 
-def origin_offers(replica: _Replica, kind: OfferKind) -> list[tuple[str, AgentOffer]]:
+def origin_offers(replica: OfferReplica, kind: OfferKind) -> list[tuple[str, AgentOffer]]:
     """Every well-formed offer of one kind, by trusted origin, sorted.
 
     An origin's OR-Set holds only what that origin added (a writer touches its own

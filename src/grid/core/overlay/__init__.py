@@ -27,7 +27,13 @@ from grid.core.overlay.envelope import (
     format_timestamp,
 )
 from grid.core.overlay.ids import stable_id
-from grid.core.overlay.structure import CANDIDATES_MAX, secret_ref_of, stable_id_of
+from grid.core.overlay.structure import (
+    CANDIDATES_MAX,
+    candidate_selection_problem,
+    secret_ref_of,
+    selection_policy_problem,
+    stable_id_of,
+)
 from grid.core.overlay.verify import ACCEPT, ACCEPT_LEGACY, REJECT, Verdict, verify
 
 __all__ = [
@@ -46,9 +52,11 @@ __all__ = [
     "build_overlay",
     "build_overlay_and_envelope",
     "candidate_document",
+    "candidate_selection_problem",
     "canonical_digest",
     "format_timestamp",
     "secret_ref_of",
+    "selection_policy_problem",
     "stable_id",
     "stable_id_of",
     "verify",

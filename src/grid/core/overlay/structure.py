@@ -5,7 +5,8 @@ field; a reader (``grid overlay verify``, the gateway's overlay loader) accepts
 what the upstream Praxis consumer accepts, so overlays from other producers and
 from newer 1.x producers load:
 
-* a candidate needs only ``kind`` (``inference_model`` or ``mcp_tool``),
+* a candidate needs only ``kind`` (``inference_model``, ``mcp_tool`` or, §16,
+  ``a2a_agent``),
   ``name``, ``site`` and ``cluster``; ``fresh`` defaults to true; ``stable_id``,
   ``admission_state``, ``selection_tier``, ``rank``, ``score`` and
   ``score_breakdown`` are type-checked when present;
@@ -51,7 +52,7 @@ ENVELOPE_KEYS = frozenset(
 )
 """Any of these at the top level makes the document an envelope (no legacy fallback)."""
 
-CANDIDATE_KINDS = frozenset({"inference_model", "mcp_tool"})
+CANDIDATE_KINDS = frozenset({"inference_model", "mcp_tool", "a2a_agent"})
 IDENTITY_KEYS = ("kind", "name", "site", "cluster")
 BREAKDOWN_KEYS = frozenset(
     {"locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost", "total"}
@@ -187,9 +188,23 @@ def _optional_fields_problem(candidate: Mapping[str, Any], path: str) -> str | N
         candidate["selection_tier"], SELECTION_TIERS
     ):
         return f"{path}.selection_tier is not a known tier"
-    for key in ("rank", "selection_group"):
-        if key in candidate and not _is_int_in(candidate[key], 0, None):
-            return f"{path}.{key} must be a non-negative integer"
+    if "rank" in candidate and not _is_int_in(candidate["rank"], 0, None):
+        return f"{path}.rank must be a non-negative integer"
+    problem = candidate_selection_problem(candidate, path)
+    if problem is not None:
+        return problem
+    return _score_problem(candidate, path)
+
+
+def candidate_selection_problem(candidate: Mapping[str, Any], path: str) -> str | None:
+    """Problems of a candidate's §14 fields, or ``None``: ``selection_group`` an integer
+    >= 0, ``traffic_weight`` and ``capacity_weight`` integers in 1..1000, each optional.
+
+    The one owner of these rules: the verifier applies them to overlay candidates
+    and the gateway to praxis.yaml's inline candidates.
+    """
+    if "selection_group" in candidate and not _is_int_in(candidate["selection_group"], 0, None):
+        return f"{path}.selection_group must be a non-negative integer"
     for key in WEIGHT_FIELDS:
         if key in candidate and not _is_int_in(
             candidate[key], CAPACITY_WEIGHT_MIN, CAPACITY_WEIGHT_MAX
@@ -197,7 +212,7 @@ def _optional_fields_problem(candidate: Mapping[str, Any], path: str) -> str | N
             return (
                 f"{path}.{key} must be an integer in {CAPACITY_WEIGHT_MIN}..{CAPACITY_WEIGHT_MAX}"
             )
-    return _score_problem(candidate, path)
+    return None
 
 
 def _is_int_in(value: object, low: int, high: int | None) -> bool:
@@ -207,8 +222,13 @@ def _is_int_in(value: object, low: int, high: int | None) -> bool:
     return high is None or value <= high
 
 
-def _selection_problem(overlay: Mapping[str, Any], path: str) -> str | None:
-    """Problems of the overlay's top-level §14 fields, or ``None``."""
+def selection_policy_problem(overlay: Mapping[str, Any], path: str) -> str | None:
+    """Problems of the top-level §14 fields, or ``None``: ``selection_policy`` one of
+    `SELECTION_POLICIES` and ``selection_load_aware`` a boolean, each optional.
+
+    The one owner of these rules: the verifier applies them to an overlay's top
+    level and the gateway to praxis.yaml's ``intelligent_route`` filter.
+    """
     if "selection_policy" in overlay and not is_one_of(
         overlay["selection_policy"], SELECTION_POLICIES
     ):
@@ -226,7 +246,7 @@ def check_candidate(candidate: object, index: int) -> str | None:
         return problem
     assert isinstance(candidate, dict)
     if not is_one_of(candidate["kind"], CANDIDATE_KINDS):
-        return f"{path}.kind must be inference_model or mcp_tool"
+        return f"{path}.kind must be inference_model, mcp_tool or a2a_agent"
     problem = _text_fields(candidate, path, ("name", "site", "cluster"))
     if problem is None:
         problem = _optional_fields_problem(candidate, path)
@@ -246,7 +266,7 @@ def check_overlay_structure(overlay: object, prefix: str = "overlay") -> str | N
     if problem is None and "generated_at" in overlay and not is_timestamp(overlay["generated_at"]):
         problem = f"{path}.generated_at must be an RFC 3339 timestamp"
     if problem is None:
-        problem = _selection_problem(overlay, path)
+        problem = selection_policy_problem(overlay, path)
     if problem is not None:
         return problem
     candidates = overlay["candidates"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from grid.core.resources.phases import NetworkPhase, ProviderPhase, SitePhase, transition
 from grid.core.resources.types import (
@@ -204,6 +204,43 @@ class SiteCapability(WireModel):
     providers: list[Text] = Field(default_factory=list)
 
 
+class SiteTool(WireModel):
+    """One MCP tool a site offers, with the AgentToolProviders serving it (§16)."""
+
+    name: Text
+    providers: list[Text] = Field(default_factory=list)
+
+
+class SiteAgent(WireModel):
+    """One A2A agent a site offers (§16); its name is its AgentToAgentProvider's."""
+
+    name: Text
+
+
+class SiteCapabilities(WireModel):
+    """``GridSite.status.capabilities``: upstream's ``{inference, agentTools,
+    agentToAgent}`` flags (whether the site offers any model, tool or agent), beside
+    Grid's lists of what it offers (§16).
+
+    A status written before the flags existed held the model list itself; it is
+    read as ``models``, so an upgraded operator reads what an older one wrote.
+    """
+
+    inference: bool = False
+    agent_tools: bool = False
+    agent_to_agent: bool = False
+    models: list[SiteCapability] = Field(default_factory=list)
+    tools: list[SiteTool] = Field(default_factory=list)
+    agents: list[SiteAgent] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_model_list(cls, value: object) -> object:
+        if isinstance(value, list):
+            return {"inference": bool(value), "models": value}
+        return value
+
+
 class BudgetStatus(WireModel):
     """One tracked tenant's spend (§12)."""
 
@@ -222,8 +259,8 @@ class GridSiteStatus(_StatusBase):
     before any probe, the chain the site's cert lane gossips (never a key)."""
     last_probe_time: Timestamp | None = None
     """When the operator last probed the site's egress."""
-    capabilities: list[SiteCapability] = Field(default_factory=list)
-    """What the site offers: each model with its capabilities and context window."""
+    capabilities: SiteCapabilities = Field(default_factory=SiteCapabilities)
+    """What the site offers: upstream's flags and each model, tool and agent (§16)."""
 
     def transition_to(self, target: str) -> None:
         """Move to `target` if the GridSite phase table allows it, else raise unchanged."""

@@ -20,13 +20,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from grid.core.resources import (
     SITE_LABEL,
     GridNetwork,
     GridSite,
     InferenceProvider,
+    ProviderAuth,
     hosting_sites,
 )
 from grid.core.resources.phases import ProviderPhase
@@ -43,6 +44,9 @@ from grid.core.routing.candidate import (
 from grid.core.routing.signals import ProviderSignals, SignalsDocument, is_fresh
 from grid.errors import ValidationError
 
+if TYPE_CHECKING:
+    from grid.core.routing.agent_candidates import AgentRoute
+
 CREDENTIAL_STRATEGIES: Mapping[str, str] = {"BearerToken": "bearer_token", "ApiKey": "api_key"}
 """Auth strategies projected as a credential reference, with their wire names."""
 
@@ -54,18 +58,19 @@ class CandidateDraft(NamedTuple):
     a render makes one per provider).
     """
 
-    provider: InferenceProvider
+    provider: InferenceProvider | AgentRoute
+    """The provider, or the tool provider or agent (`grid.core.routing.agent_candidates`)."""
     candidates: tuple[CandidateInput, ...]
     exclusion: ExclusionReason | None
     detail: str
     notes: tuple[str, ...]
 
 
-def _access_problem(
-    provider: InferenceProvider, gateway_site: GridSite | None, local_site: str
+def access_problem(
+    wanted: Mapping[str, str], gateway_site: GridSite | None, local_site: str
 ) -> str | None:
-    policy = provider.spec.access_policy
-    wanted = policy.site_selector.match_labels if policy else {}
+    """Why the gateway's site may not consume what ``accessPolicy`` labels ``wanted``
+    guard, or None (an empty policy admits every site; an unknown site fails closed)."""
     if not wanted:
         return None
     if gateway_site is None:
@@ -81,7 +86,20 @@ def _credential(
     provider: InferenceProvider, secrets: Sequence[Secret], notes: list[str]
 ) -> CredentialRef | None:
     auth = provider.spec.auth
-    if auth is None or auth.strategy not in CREDENTIAL_STRATEGIES:
+    if auth is None:
+        return None
+    return credential_ref(auth, f"InferenceProvider/{provider.name}", secrets, notes)
+
+
+def credential_ref(
+    auth: ProviderAuth, owner: str, secrets: Sequence[Secret], notes: list[str]
+) -> CredentialRef | None:
+    """The credential reference ``auth`` projects (checked against ``secrets``), or None.
+
+    ``owner`` (``Kind/name``) names the resource in a refusal and ``notes`` gets why
+    no reference is emitted.
+    """
+    if auth.strategy not in CREDENTIAL_STRATEGIES:
         return None
     if auth.manual:
         notes.append("auth.manual: no credential emitted (wired at the gateway)")
@@ -95,7 +113,7 @@ def _credential(
         notes.append(f"Secret {ref.namespace}/{ref.name} not among the inputs: key not checked")
     elif not secret.has_key(ref.key):
         raise ValidationError(
-            f"InferenceProvider/{provider.name}: spec.auth.secretRef.key: key {ref.key!r} "
+            f"{owner}: spec.auth.secretRef.key: key {ref.key!r} "
             f"not found in Secret {ref.namespace}/{ref.name}",
             path="spec.auth.secretRef.key",
         )
@@ -202,7 +220,9 @@ def _pre_exclusion(
     entry: ProviderSignals | None,
     view: DraftView,
 ) -> tuple[ExclusionReason | None, str]:
-    access = _access_problem(provider, view.sites.get(view.local_site), view.local_site)
+    policy = provider.spec.access_policy
+    wanted = policy.site_selector.match_labels if policy else {}
+    access = access_problem(wanted, view.sites.get(view.local_site), view.local_site)
     if access is not None:
         return ExclusionReason.ACCESS_DENIED, access
     if phase is ProviderPhase.UNAVAILABLE:
@@ -244,14 +264,24 @@ def check_duplicates(drafts: Sequence[CandidateDraft]) -> None:
     for draft in drafts:
         if not draft.candidates or _route(draft.candidates[0]) not in shared:
             continue
-        owner = draft.provider.metadata.name
+        owner = _owner(draft)
         for c in draft.candidates:
             key = (c.kind, c.name, c.site, c.cluster)
             first = seen.setdefault(key, owner)
             if first != owner:
                 raise ValidationError(
-                    f"InferenceProvider/{owner} and InferenceProvider/{first} "
-                    f"both route model {c.name!r} at site {c.site!r} through cluster "
+                    f"{owner} and {first} both route {_WHAT.get(c.kind, c.kind)} "
+                    f"{c.name!r} at site {c.site!r} through cluster "
                     f"{c.cluster!r}; give one a distinct spec.routingClusterRef",
                     path="spec.routingClusterRef",
                 )
+
+
+_WHAT = {"inference_model": "model", "mcp_tool": "tool", "a2a_agent": "agent"}
+
+
+def _owner(draft: CandidateDraft) -> str:
+    provider = draft.provider
+    if isinstance(provider, InferenceProvider):
+        return f"InferenceProvider/{provider.metadata.name}"
+    return f"{provider.resource_kind}/{provider.provider}"

@@ -74,10 +74,13 @@ class ExplainRow:
     selection_group: int | None = None
     group_reason: str = ""
     """Why the candidate is in its selection group (empty when excluded)."""
+    kind: str = "inference_model"
+    """The candidate's kind (§5, §16); ``model`` is then the tool's or agent's name."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping of every field."""
         return {
+            "kind": self.kind,
             "provider": self.provider,
             "model": self.model,
             "site": self.site,
@@ -286,6 +289,7 @@ def _row(row: CandidateRow, reason: str) -> ExplainRow:
         reason=reason,
         notes=row.notes,
         selection_group=row.selection_group,
+        kind=c.kind,
     )
 
 

@@ -26,15 +26,18 @@ from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from grid.core.crdt.offer import OfferReplica, origin_offers
 from grid.core.crdt.record import ModelInfo, ProviderRecord, RecordSignals
 from grid.core.resources import (
     API_VERSION,
     SITE_LABEL,
+    AgentProvider,
     GridNetwork,
     GridSite,
     InferenceProvider,
 )
 from grid.core.resources.secret import Secret
+from grid.core.routing.agent_candidates import AgentRoute, offer_routes
 from grid.core.routing.candidate import SignalValues
 from grid.core.routing.render import RenderInputs
 from grid.core.routing.signals import SCHEMA_VERSION as SIGNALS_SCHEMA_VERSION
@@ -52,7 +55,7 @@ class OriginRecord:
     record: ProviderRecord
 
 
-def provider_site(provider: InferenceProvider, own_site: str) -> str:
+def provider_site(provider: InferenceProvider | AgentProvider, own_site: str) -> str:
     """The site a provider belongs to: its site label, else the operator's site."""
     return provider.site_label or own_site
 
@@ -252,6 +255,8 @@ def mesh_inputs(
     secrets: Sequence[Secret],
     records: Sequence[OriginRecord],
     own_site: str,
+    agents: Sequence[AgentProvider] = (),
+    offers: Sequence[AgentRoute] = (),
 ) -> RenderInputs:
     """Render inputs from the store's resources and the replica's live records.
 
@@ -261,6 +266,9 @@ def mesh_inputs(
     that would collide with a provider already taken (the same name, or the same
     model routed through the same cluster at the same site), is dropped rather
     than allowed to fail the whole render.
+
+    ``agents`` are this site's own tool providers and agents; ``offers`` (`mesh_offers`)
+    add the other sites' unless one of ``agents`` has the same name at the same site.
     """
     taken = {(provider_site(p, own_site), p.name) for p in own_providers}
     routes = {
@@ -281,9 +289,26 @@ def mesh_inputs(
         taken.add((r.record.site, r.record.name))
         routes |= wanted
         remote.append(provider)
+    own_agents = {(provider_site(a, own_site), a.name) for a in agents}
     return RenderInputs(
         networks=(network,),
         sites=tuple(sites),
         providers=(*own_providers, *remote),
         secrets=tuple(secrets),
+        agents=tuple(agents),
+        offers=tuple(
+            o for o in offers if o.site != own_site and (o.site, o.provider) not in own_agents
+        ),
     )
+
+
+def mesh_offers(replica: OfferReplica, trusted: Container[str], own_site: str) -> list[AgentRoute]:
+    """The tools and agents the other sites offer, from those whose phase is in ``trusted``
+    (a remote candidate is rendered only while its site is Active, §14)."""
+    found = [
+        (origin, offer)
+        for kind in ("tools", "agents")
+        for origin, offer in origin_offers(replica, kind)
+        if origin != own_site and origin in trusted
+    ]
+    return offer_routes(found)

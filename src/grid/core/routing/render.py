@@ -27,9 +27,16 @@ from grid.core.overlay import (
     Selection,
     build_overlay_and_envelope,
 )
-from grid.core.resources import GridNetwork, GridSite, InferenceProvider
+from grid.core.resources import (
+    AgentProvider,
+    AgentToolProvider,
+    GridNetwork,
+    GridSite,
+    InferenceProvider,
+)
 from grid.core.resources.secret import Secret
 from grid.core.routing.admission_policy import admission_thresholds
+from grid.core.routing.agent_candidates import AgentRoute, agent_draft, routes_of
 from grid.core.routing.candidate import CandidateInput, ExclusionReason, Geography
 from grid.core.routing.candidate_draft import (
     CandidateDraft,
@@ -50,7 +57,7 @@ from grid.core.routing.scoring import (
     pressure_missing,
 )
 from grid.core.routing.signals import SignalsDocument
-from grid.core.vocabulary import AdmissionState, RoutingPolicy
+from grid.core.vocabulary import AdmissionState, CandidateKind, RoutingPolicy
 from grid.errors import ValidationError
 
 # `ExclusionReason` is defined with the candidates and is part of this module's interface too.
@@ -72,6 +79,14 @@ __all__ = [
     "site_geographies",
 ]
 
+INFERENCE_CAPABILITY = "inference"
+"""``--capability inference``: every model, no tool or agent."""
+AGENT_CAPABILITIES = {
+    "agentTools": CandidateKind.MCP_TOOL,
+    "agentToAgent": CandidateKind.A2A_AGENT,
+}
+"""Upstream's site capability names of tools and agents, and their candidate kinds."""
+
 DEFAULT_NAMESPACE = "default"
 """The gateway namespace when neither ``--namespace`` nor the gatewayRef names one."""
 
@@ -84,13 +99,34 @@ class RenderInputs:
     sites: Sequence[GridSite] = ()
     providers: Sequence[InferenceProvider] = ()
     secrets: Sequence[Secret] = ()
+    agents: Sequence[AgentProvider] = ()
+    """AgentToolProviders and AgentToAgentProviders (§16), as resources."""
+    offers: Sequence[AgentRoute] = ()
+    """Tools and agents other sites offer in their OR-Sets (`offer_routes`)."""
 
     def restricted(self, capability: str | None) -> RenderInputs:
-        """These inputs with every model lacking ``capability`` removed (same for None)."""
+        """These inputs restricted to one capability (the same for None).
+
+        Upstream's site capability names choose a candidate kind: ``inference``
+        keeps the models, ``agentTools`` the tools and ``agentToAgent`` the
+        agents. Any other name keeps only the models declaring it.
+        """
         if capability is None:
             return self
+        kind = AGENT_CAPABILITIES.get(capability)
+        if kind is not None:
+            tools = kind is CandidateKind.MCP_TOOL
+            return replace(
+                self,
+                providers=(),
+                agents=tuple(a for a in self.agents if isinstance(a, AgentToolProvider) == tools),
+                offers=tuple(o for o in self.offers if o.kind is kind),
+            )
+        if capability == INFERENCE_CAPABILITY:
+            return replace(self, agents=(), offers=())
         kept = [provider_with_capability(p, capability) for p in self.providers]
-        return replace(self, providers=tuple(p for p in kept if p is not None))
+        providers = tuple(p for p in kept if p is not None)
+        return replace(self, providers=providers, agents=(), offers=())
 
 
 @dataclass(frozen=True)
@@ -103,7 +139,7 @@ class CandidateRow:
     """
 
     evaluation: Evaluation
-    provider: InferenceProvider
+    provider: InferenceProvider | AgentRoute
     rank: int | None = None
     selection_group: int | None = None
     exclusion: ExclusionReason | None = None
@@ -331,6 +367,8 @@ def evaluate_network(
         key=lambda p: p.name,
     )
     drafts = tuple([d for p in providers for d in drafts_for(p, view)])
+    routes = routes_of(inputs.agents, inputs.offers, sites, name, default_site)
+    drafts += tuple(agent_draft(r, view) for r in routes)
     check_duplicates(drafts)
     context = ScoringContext(local_site, geographies.get(local_site), scoring_config(network, held))
     # Each eligible draft is one group: its candidates share one evaluation.

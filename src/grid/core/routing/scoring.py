@@ -239,6 +239,7 @@ def candidate_admission(
     if (
         thresholds.missing is not None
         and candidate.backend_kind.self_hosted
+        and candidate.kind == "inference_model"  # tools and agents publish no pressure
         and pressure_missing(candidate.signals, thresholds)
     ):
         return thresholds.missing

@@ -17,7 +17,9 @@ For one request, in this order:
    members:
 
    * ``deterministic``: the first (best ranked);
-   * ``round_robin``: each in turn;
+   * ``round_robin``: each in turn, in ``stable_id`` order after the last pick
+     (a `Turn` kept across snapshots, so a reload or a re-rank that keeps
+     the group's members keeps the rotation, whatever their new rank order);
    * ``random``: uniformly;
    * ``weighted_random``: in proportion to ``traffic_weight``;
    * load-aware (``leastLoaded``): power of two choices. Two distinct members
@@ -44,6 +46,9 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from grid.core.vocabulary import CAPACITY_WEIGHT_MAX, CAPACITY_WEIGHT_MIN
+from grid.core.vocabulary import SelectionPolicy as WirePolicy
+
 __all__ = [
     "ADMISSION_NONE",
     "DETERMINISTIC",
@@ -58,18 +63,19 @@ __all__ = [
     "ModelPlan",
     "Selectable",
     "SelectionPolicy",
+    "Turn",
     "derive_groups",
     "select",
 ]
 
-DETERMINISTIC = "deterministic"
-ROUND_ROBIN = "round_robin"
-RANDOM = "random"
-WEIGHTED_RANDOM = "weighted_random"
-SELECTION_POLICIES = frozenset({DETERMINISTIC, ROUND_ROBIN, RANDOM, WEIGHTED_RANDOM})
+DETERMINISTIC = WirePolicy.DETERMINISTIC.value
+ROUND_ROBIN = WirePolicy.ROUND_ROBIN.value
+RANDOM = WirePolicy.RANDOM.value
+WEIGHTED_RANDOM = WirePolicy.WEIGHTED_RANDOM.value
+SELECTION_POLICIES = frozenset(p.value for p in WirePolicy)
 """The overlay's ``selection_policy`` values; absent means ``deterministic``."""
 
-WEIGHT_MIN, WEIGHT_MAX = 1, 1000
+WEIGHT_MIN, WEIGHT_MAX = CAPACITY_WEIGHT_MIN, CAPACITY_WEIGHT_MAX
 """Bounds of ``traffic_weight`` and ``capacity_weight``; absent means 1."""
 
 NEW_AND_EXISTING = "new_and_existing"
@@ -128,16 +134,39 @@ def derive_groups(keys: Sequence[Hashable]) -> list[int]:
     return groups
 
 
+@dataclass
+class Turn:
+    """Where ``round_robin`` stands for one model: the ``stable_id`` it picked last.
+
+    The next pick is the active group's first member whose ``stable_id`` sorts
+    after it (wrapping to the first). Held outside any snapshot, it survives
+    overlay reloads and re-ranks: while the group's members are unchanged each
+    is picked once per cycle, whichever order ranking puts them in; a member
+    that joins or leaves shifts the rotation by no more than that member.
+    """
+
+    last: str | None = None
+
+
 @dataclass(frozen=True)
 class _Group:
-    """The viable members of one group: positions in rank order and cumulative weights."""
+    """The viable members of one group: positions in rank order, cumulative weights,
+    and the members' ``stable_id`` in sorted order with their positions (round robin)."""
 
     members: tuple[int, ...]
     cumulative: tuple[int, ...]
+    ids: tuple[str, ...]
+    by_id: tuple[int, ...]
 
     @classmethod
-    def of(cls, members: Sequence[int], weights: Sequence[int]) -> _Group:
-        return cls(tuple(members), tuple(itertools.accumulate(weights[i] for i in members)))
+    def of(cls, members: Sequence[int], weights: Sequence[int], ids: Sequence[str]) -> _Group:
+        ordered = sorted(members, key=lambda i: ids[i])
+        return cls(
+            tuple(members),
+            tuple(itertools.accumulate(weights[i] for i in members)),
+            tuple(ids[i] for i in ordered),
+            tuple(ordered),
+        )
 
 
 class ModelPlan(Generic[C]):
@@ -145,6 +174,7 @@ class ModelPlan(Generic[C]):
 
     __slots__ = (
         "_groups",
+        "_ids",
         "_turn",
         "candidates",
         "group_of",
@@ -169,21 +199,30 @@ class ModelPlan(Generic[C]):
             self.weights = tuple(c.traffic_weight for c in self.candidates)
         else:
             self.weights = (1,) * len(self.candidates)
+        self._ids = tuple(c.stable_id for c in self.candidates)
         self._groups = self._group(self.open)
-        self._turn = 0
+        self._turn = Turn()
+        """This plan's own rotation, for callers that keep no `Turn` across snapshots."""
 
     def _group(self, viable: Sequence[int]) -> _Group | None:
         """The active group among ``viable`` positions (rank order), if any."""
         if not viable:
             return None
         first = self.group_of[viable[0]]
-        return _Group.of([i for i in viable if self.group_of[i] == first], self.weights)
+        members = [i for i in viable if self.group_of[i] == first]
+        return _Group.of(members, self.weights, self._ids)
 
     def active(self, viable: Sequence[int]) -> _Group | None:
         """The active group: precomputed when nothing is ejected."""
         return self._groups if viable is self.open else self._group(viable)
 
-    def pick(self, group: _Group, rng: random.Random, load: Callable[[C], float]) -> int:
+    def pick(
+        self,
+        group: _Group,
+        rng: random.Random,
+        load: Callable[[C], float],
+        turn: Turn | None = None,
+    ) -> int:
         """The position the mode picks among the active group's members."""
         members = group.members
         count = len(members)
@@ -194,8 +233,7 @@ class ModelPlan(Generic[C]):
             return self._two_choices(group, rng, load)
         mode = policy.mode
         if mode == ROUND_ROBIN:
-            self._turn += 1
-            return members[(self._turn - 1) % count]
+            return _next_turn(group, turn or self._turn)
         if mode == RANDOM:
             return members[int(rng.random() * count)]
         if mode == WEIGHTED_RANDOM:
@@ -226,6 +264,16 @@ class ModelPlan(Generic[C]):
         return members[first] if lf * w_second <= ls * w_first else members[second]
 
 
+def _next_turn(group: _Group, turn: Turn) -> int:
+    """The member after ``turn.last`` in ``stable_id`` order (wrapping); moves the turn."""
+    ids = group.ids
+    at = 0 if turn.last is None else bisect.bisect_right(ids, turn.last)
+    if at >= len(ids):
+        at = 0
+    turn.last = ids[at]
+    return group.by_id[at]
+
+
 def _draw(cumulative: Sequence[int], r: float) -> int:
     """The index whose interval of the cumulative weights holds ``r``."""
     index = bisect.bisect_right(cumulative, r)
@@ -239,8 +287,13 @@ def select(
     rng: random.Random,
     ejected: Collection[str],
     load: Callable[[C], float],
+    turn: Turn | None = None,
 ) -> list[C]:
-    """The candidates to try for one request, in order (see the module docstring)."""
+    """The candidates to try for one request, in order (see the module docstring).
+
+    ``turn`` is the model's round-robin position kept by the caller across
+    snapshots; without one the plan's own is used (it restarts with the plan).
+    """
     candidates = plan.candidates
     chosen: list[int] = []
     if bound is not None:
@@ -252,7 +305,7 @@ def select(
         viable = tuple(i for i in viable if candidates[i].stable_id not in ejected)
     group = plan.active(viable)
     if group is not None and len(chosen) < limit:
-        pick = plan.pick(group, rng, load)
+        pick = plan.pick(group, rng, load, turn)
         if pick not in chosen:
             chosen.append(pick)
         for i in viable:
