@@ -1,6 +1,8 @@
 """Scraping the site's local gateways: one read of each admin ``/metrics`` per round.
 
-The ``--gateway-metrics`` URLs are read once per ``budget_scrape_interval_s``.
+The ``--gateway-metrics`` URLs, and the ``{adminUrl}/metrics`` of every gateway
+of the served GridNetwork that runs at this site and names one, are read once
+per ``budget_scrape_interval_s`` (a URL named both ways is read once).
 Two families are taken from each exposition:
 
 * ``grid_gateway_tenant_tokens_total{tenant, cluster, direction}``, which the
@@ -85,7 +87,10 @@ class GatewayScrape:
     """The last round's counters of the site's gateways, and what failed."""
 
     urls: list[str]
+    """The ``--gateway-metrics`` URLs."""
     timeout_s: float
+    declared: Callable[[], list[str]] = list
+    """The URLs the served network's ``gatewayRefs[].adminUrl`` declare for this site."""
     counters: dict[str, GatewayCounters] = field(default_factory=dict)
     """URL → what it counted in the last round (failed URLs are absent)."""
     failures: int = 0
@@ -98,13 +103,17 @@ class GatewayScrape:
     async def scrape(self, http: aiohttp.ClientSession) -> dict[str, GatewayCounters]:
         """Read and parse every URL once; what each URL that answered counted."""
         counters: dict[str, GatewayCounters] = {}
-        for url in self.urls:
+        for url in self.targets():
             try:
                 counters[url] = read_exposition(await self._fetch(http, url))
             except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError):
                 self.failures += 1
         self.set_counters(counters)
         return counters
+
+    def targets(self) -> list[str]:
+        """Every URL read this round: the flag's, then the declared ones, each once."""
+        return list(dict.fromkeys([*self.urls, *self.declared()]))
 
     def set_counters(self, counters: dict[str, GatewayCounters]) -> None:
         """Take ``counters`` as the last round's, sum their traffic, feed the windows."""

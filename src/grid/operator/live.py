@@ -9,7 +9,8 @@ shows what ``grid explain`` would for them; under poll, what ``grid explain
 
 The traffic panel shows the requests this site's gateways sent to each
 cluster, as the last scrape of their admin ``/metrics`` counted them
-(`grid.operator.gateway_scrape`); it stays empty without ``--gateway-metrics``.
+(`grid.operator.gateway_scrape`); it stays empty without a gateway to read
+(``--gateway-metrics`` or ``gatewayRefs[].adminUrl``).
 The same scrapes give the scoring panel each candidate's share of the last
 minute's selections (``grid_gateway_selections_total{cluster, group}``): the
 gateways select, so the counts are theirs, read where the operator already
@@ -71,6 +72,8 @@ class OperatorLiveView:
         self.changes = ChangeSignal()
         self.activity = ActivityLog(site)
         self._explained: list[Explanation] = []
+        self.modes: tuple[str, tuple[tuple[str, str], ...]] = ("", ())
+        """This site's signal mode and the peers gossiping another (`on_modes`)."""
         self._pending: (
             tuple[RenderInputs, SignalsDocument | None, frozenset[tuple[str, str]] | None] | None
         ) = None
@@ -95,6 +98,12 @@ class OperatorLiveView:
         if isinstance(event, Notify):
             self.activity.record(event.kind.value, event.member, event.incarnation, _now())
         if isinstance(event, Notify | Deliver):
+            self.changes.notify()
+
+    def on_modes(self, mode: str, mismatched: tuple[tuple[str, str], ...]) -> None:
+        """The round's mode agreement; wakes the streams when it moved."""
+        if (mode, mismatched) != self.modes:
+            self.modes = (mode, mismatched)
             self.changes.notify()
 
     def on_render(
@@ -163,6 +172,8 @@ class OperatorLiveView:
                 traffic=self._traffic(),
                 selections=self._selections(),
                 budgets=self._budgets(),
+                mode=self.modes[0],
+                mismatched=self.modes[1],
             )
         )
 
