@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
-APT_PACKAGES := nats-server prometheus chromium chromium-driver
+APT_PACKAGES := nats-server prometheus chromium chromium-driver libfaketime
 BENCH_APT_PACKAGES := serf
 # LiteLLM's proxy, the gateway bench's comparison, in its own virtualenv (never in .venv).
 BENCH_LITELLM := .bench/litellm
@@ -69,7 +69,7 @@ lock:
 
 # Debian packages the test suite needs (nats-server for the JetStream backbone tests,
 # prometheus for promtool, which checks the operator's /metrics, chromium and its driver
-# for the live view's browser tests).
+# for the live view's browser tests, libfaketime for the fault campaign's skewed clock).
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(APT_PACKAGES)"
 

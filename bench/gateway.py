@@ -11,6 +11,9 @@ in the same run, interleaved round by round, at concurrency 16 with keep-alive:
 * ``gateway``: through ``grid gateway`` run from a rendered praxis.yaml in
   overlay-file mode, with routing, session affinity (``x-grid-session`` from a
   pool of 100) and bearer-credential injection from a mounted file;
+* ``gateway_apikey``: the same gateway under ``clientAuth.mode: apiKey`` (§15),
+  its clients presenting one of `CLIENT_KEYS` keys, each hashed, looked up among
+  the keys file's digests and compared in constant time;
 * ``gateway_traced``: the same gateway with traces on (``--otlp-endpoint``) as
   it runs by default, sampling `GATEWAY_SAMPLE_RATIO` of the requests, and
   exporting over OTLP/HTTP to a receiver in this process (`grid.testing.otlp`),
@@ -28,6 +31,8 @@ first byte. The last line is one JSON object with
 for the gateway and the forwarder, ``added_p50_ratio_to_forwarder`` (target <=
 1.25), ``tracing_throughput_ratio`` (traced over untraced gateway, target >=
 0.90), ``tracing_all_throughput_ratio`` (every request traced),
+``client_auth_throughput_ratio`` (apiKey over none, target >= 0.95) and
+``client_auth_added_p50_ms``,
 ``throughput_ratio_to_litellm`` when LiteLLM ran, and the added time to first
 byte of streams. ``--quick`` stays under a minute.
 """
@@ -60,6 +65,7 @@ import aiohttp  # noqa: E402
 
 from benchkit.procs import LITELLM, REPO, spawn  # noqa: E402
 from grid.adapters.tracing import GATEWAY_SAMPLE_RATIO  # noqa: E402
+from grid.core.identity import key_line  # noqa: E402
 from grid.core.overlay import Provenance, Scope, build_envelope, format_timestamp  # noqa: E402
 from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config  # noqa: E402
 from grid.core.overlay.ids import stable_id  # noqa: E402
@@ -75,6 +81,10 @@ LITELLM_WAIT_S = {True: 35.0, False: 120.0}
 """How long LiteLLM's proxy may take to start (quick, full); past it the run goes on without it."""
 LITELLM_KEY = f"sk-bench-{secrets.token_hex(16)}"
 """LiteLLM refuses to start without a master key; the load generator presents it."""
+CLIENT_KEYS = 100
+"""Lines of the apiKey gateway's keys file: a team's worth of tenants' keys."""
+CLIENT_KEY = f"grid-bench-{secrets.token_hex(16)}"
+"""The key the apiKey gateway's clients present (the keys file's last line)."""
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "hello bench " * 8}]}
 
 
@@ -99,8 +109,21 @@ async def wait_http(
             await asyncio.sleep(0.2)
 
 
-def gateway_config(work: Path, upstream: str, public: int, admin: int) -> Path:
-    """praxis.yaml (overlay-file mode, one credentialed candidate) and its overlay and token."""
+def _keys_file(credentials: Path) -> dict[str, Any]:
+    """A keys file of `CLIENT_KEYS` lines ending with `CLIENT_KEY`'s; its ``clientAuth``."""
+    path = credentials / "bench-client-keys" / "keys.yaml"
+    path.parent.mkdir(parents=True)
+    others = [key_line(f"tenant-{i}", secrets.token_hex(16)) for i in range(CLIENT_KEYS - 1)]
+    path.write_text("".join([*others, key_line("bench", CLIENT_KEY)]))
+    ref = {"name": "bench-client-keys", "namespace": "bench", "key": "keys.yaml"}
+    return {"mode": "apiKey", "secretRef": ref}
+
+
+def gateway_config(
+    work: Path, upstream: str, public: int, admin: int, api_key: bool = False
+) -> Path:
+    """praxis.yaml (overlay-file mode, one credentialed candidate) and its overlay and token;
+    with ``api_key``, clients authenticate with a key of a keys file (§15)."""
     work.mkdir(parents=True, exist_ok=True)
     credential = {
         "strategy": "bearer_token",
@@ -131,9 +154,11 @@ def gateway_config(work: Path, upstream: str, public: int, admin: int) -> Path:
     token = work / "credentials" / "bench-token" / "token"
     token.parent.mkdir(parents=True)
     token.write_text("sk-bench-token")
+    client_auth = _keys_file(work / "credentials") if api_key else {"mode": "none"}
     config = ConsumerSpec.model_validate(
         {
             "enabled": True,
+            "clientAuth": client_auth,
             "listenerHost": "127.0.0.1",
             "listenerPort": public,
             "adminAddress": f"127.0.0.1:{admin}",
@@ -168,7 +193,7 @@ def litellm_config(work: Path, upstream: str) -> Path:
 
 def client_token(name: str) -> str:
     """What each target's clients present (the gateway strips and replaces it)."""
-    return LITELLM_KEY if name == "litellm" else "client-token"
+    return {"litellm": LITELLM_KEY, "gateway_apikey": CLIENT_KEY}.get(name, "client-token")
 
 
 async def load(url: str, seconds: float, stream: bool, name: str) -> dict[str, Any]:
@@ -186,7 +211,7 @@ async def load(url: str, seconds: float, stream: bool, name: str) -> dict[str, A
             n = 0
             while time.perf_counter() < deadline:
                 headers = {"Authorization": f"Bearer {client_token(name)}"}
-                if name == "gateway":
+                if name in ("gateway", "gateway_apikey"):
                     headers["x-grid-session"] = f"s{(w * 7 + n) % SESSIONS}"
                 n += 1
                 began = time.perf_counter()
@@ -324,6 +349,14 @@ def summarize(figures: dict[str, Any], quick: bool) -> dict[str, Any]:
             figures["gateway_traced"]["p50_ms"] - gateway["p50_ms"], 3
         )
         result["tracing_sample_ratio"] = GATEWAY_SAMPLE_RATIO
+    if "gateway_apikey" in figures:
+        result["client_auth_throughput_ratio"] = _median_ratio(
+            figures, "gateway_apikey", "gateway", "rps"
+        )
+        result["client_auth_added_p50_ms"] = round(
+            figures["gateway_apikey"]["p50_ms"] - gateway["p50_ms"], 3
+        )
+        result["client_auth_keys"] = CLIENT_KEYS
     if "gateway_traced_all" in figures:
         result["tracing_all_throughput_ratio"] = _median_ratio(
             figures, "gateway_traced_all", "gateway", "rps"
@@ -347,12 +380,14 @@ async def main_async(quick: bool) -> dict[str, Any]:
     mock_port, fwd_port, gw_port, admin_port = (free_port() for _ in range(4))
     traced_port, traced_admin = free_port(), free_port()
     all_port, all_admin = free_port(), free_port()
+    key_port, key_admin = free_port(), free_port()
     receiver = OtlpReceiver(keep_bodies=False)
     otlp = await receiver.start()
     upstream = f"127.0.0.1:{mock_port}"
     py = sys.executable
     traced_config = gateway_config(work / "traced", upstream, traced_port, traced_admin)
     all_config = gateway_config(work / "traced-all", upstream, all_port, all_admin)
+    key_config = gateway_config(work / "apikey", upstream, key_port, key_admin, api_key=True)
     children = [
         spawn([py, "-m", "grid", "mock-provider", "--port", str(mock_port), "--model", MODEL,
                "--service-time-ms", "0", "--capacity", "4096"], work / "mock.log"),
@@ -365,11 +400,14 @@ async def main_async(quick: bool) -> dict[str, Any]:
         spawn([py, "-m", "grid", "gateway", "--config", str(all_config),
                "--otlp-endpoint", otlp], work / "gateway-traced-all.log",
               {"OTEL_TRACES_SAMPLER": "parentbased_always_on"}),
+        spawn([py, "-m", "grid", "gateway", "--config", str(key_config)],
+              work / "gateway-apikey.log"),
     ]  # fmt: skip
     targets = {
         "direct": f"http://{upstream}/v1/chat/completions",
         "forwarder": f"http://127.0.0.1:{fwd_port}/v1/chat/completions",
         "gateway": f"http://127.0.0.1:{gw_port}/v1/chat/completions",
+        "gateway_apikey": f"http://127.0.0.1:{key_port}/v1/chat/completions",
         "gateway_traced": f"http://127.0.0.1:{traced_port}/v1/chat/completions",
         "gateway_traced_all": f"http://127.0.0.1:{all_port}/v1/chat/completions",
     }

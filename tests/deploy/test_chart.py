@@ -59,6 +59,32 @@ def test_the_servicemonitor_selects_the_metrics_service() -> None:
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in metrics["spec"]["ports"]}
 
 
+def _args(objs: list[dict[str, Any]]) -> list[str]:
+    (deployment,) = _by_kind(objs, "Deployment")
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def test_the_chart_wires_metering_without_extra_args() -> None:
+    """The operator learns the site's gateway admin URLs from the GridNetwork it renders
+    (gatewayRefs[].adminUrl) and from metering.gatewayMetrics, never from extraArgs."""
+    objs = render(CHART / "ci" / "metering-values.yaml")
+    (network,) = _by_kind(objs, "GridNetwork")
+    spec = GridNetwork.model_validate(network).spec
+    assert spec.gateway_metrics_urls("east") == ["http://edge-admin.gateways.svc:9901/metrics"]
+    assert spec.gateway_metrics_urls("west") == []  # the gateway runs at east
+    (ref,) = spec.gateway_refs
+    assert ref.consumer_config is not None and ref.consumer_config.client_auth.mode == "apiKey"
+    args = _args(objs)
+    assert "--gateway-metrics=http://legacy-gateway.gateways.svc:9901/metrics" in args
+    assert (
+        yaml.safe_load((CHART / "ci" / "metering-values.yaml").read_text()).get("extraArgs") is None
+    )
+    default = render(CHART / "ci" / "default-values.yaml")
+    assert not [a for a in _args(default) if a.startswith("--gateway-metrics")]
+    assert _by_kind(default, "GridNetwork") == []
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -68,8 +94,21 @@ def test_the_servicemonitor_selects_the_metrics_service() -> None:
         ["--set", "unknownKey=1"],
         ["--set", "replicaCount=2", "--set", "leaderElection.enabled=false"],
         ["--set", "site="],
+        ["--set", "metering.gatewayMetrics[0]=edge:9901"],
+        ["--set", "network.gatewayRefs[0].adminUrl=http://edge:9901"],
+        ["--set", "network.gatewayRefs[0].name=edge,network.gatewayRefs[0].adminUrl=edge:9901"],
     ],
-    ids=["replicas", "trust", "advertise", "unknown", "ha-unelected", "no-site"],
+    ids=[
+        "replicas",
+        "trust",
+        "advertise",
+        "unknown",
+        "ha-unelected",
+        "no-site",
+        "metrics-url",
+        "ref-without-name",
+        "admin-url",
+    ],
 )
 def test_values_the_schema_or_templates_refuse(bad: list[str]) -> None:
     with pytest.raises(AssertionError, match="failed"):

@@ -66,3 +66,42 @@ grid_gateway_upstream_requests_total{cluster="west-vllm"} 1.0
     gateway = read_exposition(text)
     scrape.set_counters({"http://127.0.0.1:1/metrics": gateway, "http://127.0.0.1:2/m": gateway})
     assert live.view()["traffic"] == {"east": {"east-vllm": 8, "west-vllm": 2}}
+
+
+SELECTIONS = """\
+# TYPE grid_gateway_selections_total counter
+grid_gateway_selections_total{{cluster="vllm-east",group="0"}} {east}
+grid_gateway_selections_total{{cluster="bedrock-llama",group="1"}} {bedrock}
+grid_gateway_selections_total{{cluster="odd",group="x"}} 9.0
+"""
+
+
+def test_the_scoring_panel_shows_groups_and_last_minute_shares() -> None:
+    now = [0.0]
+    scrape = GatewayScrape([], 1.0, clock=lambda: now[0])
+    live = OperatorLiveView(
+        "east", GridState("east"), lambda: None, selections=scrape.recent_selections
+    )
+    live.on_render(_inputs(str(QUICKSTART)), _signals(str(QUICKSTART / "signals.json")))
+    url = "http://127.0.0.1:1/metrics"
+    scrape.set_counters({url: read_exposition(SELECTIONS.format(east=40, bedrock=0))})
+    assert read_exposition(SELECTIONS.format(east=1, bedrock=2)).selections == {
+        ("vllm-east", 0): 1,
+        ("bedrock-llama", 1): 2,
+    }
+    now[0] = 10.0
+    scrape.set_counters({url: read_exposition(SELECTIONS.format(east=46, bedrock=2))})
+    (llama,) = [m for m in live.view()["ranking"]["east"] if m["model"] == "llama-3.1-8b-instruct"]
+    assert (llama["selections"], llama["window_s"]) == (8, 60.0)
+    by_cluster = {c["cluster"]: c for c in llama["candidates"]}
+    assert by_cluster["vllm-east"]["group"] == 0
+    assert by_cluster["vllm-east"]["group_reason"].startswith("group 0: the first group")
+    assert (by_cluster["vllm-east"]["selections"], by_cluster["vllm-east"]["share"]) == (6, 0.75)
+    assert (by_cluster["bedrock-llama"]["group"], by_cluster["bedrock-llama"]["share"]) == (1, 0.25)
+    assert by_cluster["vllm-west"]["share"] == 0.0
+    # A minute without growth: nothing selected, no share.
+    now[0] = 200.0
+    scrape.set_counters({url: read_exposition(SELECTIONS.format(east=46, bedrock=2))})
+    (llama,) = [m for m in live.view()["ranking"]["east"] if m["model"] == "llama-3.1-8b-instruct"]
+    assert llama["selections"] == 0
+    assert all(c["share"] is None for c in llama["candidates"])

@@ -233,3 +233,15 @@ def test_round_robin_turn_survives_a_member_leaving_and_rejoining() -> None:
         "a2",
         "a0",
     ]
+
+
+def test_least_loaded_at_zero_load_splits_by_rank_as_the_docs_say() -> None:
+    """docs/routing.md: every comparison ties, so rank i of k takes 2(k-1-i)/(k(k-1))."""
+    for k in (2, 3, 4):
+        cands = [Cand(f"r{i}", NEW_AND_EXISTING, 0) for i in range(k)]
+        plan = ModelPlan(cands, SelectionPolicy(RANDOM, load_aware=True))
+        rng = random.Random(k)
+        draws = 60_000
+        picks = Counter(select(plan, None, 1, rng, (), _0)[0].stable_id for _ in range(draws))
+        for i in range(k):
+            assert abs(picks[f"r{i}"] / draws - 2 * (k - 1 - i) / (k * (k - 1))) < 0.01, picks

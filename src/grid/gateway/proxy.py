@@ -50,7 +50,8 @@ from grid.core.metering.usage import (
 )
 from grid.gateway import request_trace
 from grid.gateway.affinity import AffinityTable
-from grid.gateway.body import BodyTooLarge, BodyTooSlow, discard_rest, read_body, write_within
+from grid.gateway.agent_routes import AgentRoutes
+from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body, write_within
 from grid.gateway.client_auth import ClientAuth, Refusal
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
@@ -143,9 +144,11 @@ class Proxy:
         self._ids = itertools.count(1)
 
     def app(self) -> web.Application:
-        """The public application: POST anything under /v1/, GET /v1/models."""
+        """The public application: POST anything under /v1/, GET /v1/models, and the
+        tool and agent routes (`grid.gateway.agent_routes`)."""
         app = web.Application(client_max_size=self.settings.body_max_bytes)
         app.router.add_get("/v1/models", self.models)
+        AgentRoutes(self).mount(app)  # /mcp and /a2a/{agent} (§16)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
@@ -179,7 +182,6 @@ class Proxy:
             return refusal
         except BodyTooLarge:
             requests["too_large"].inc()
-            await discard_rest(request)
             return error(
                 413, "body_too_large", f"the body exceeds {self.settings.body_max_bytes} bytes"
             )

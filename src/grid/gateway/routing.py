@@ -71,14 +71,18 @@ class Router:
         self._turns: dict[tuple[str, str], Turn] = {}
         """Round-robin position per (kind, model), kept across reloads and re-ranks."""
 
-    def attempts(self, snapshot: Snapshot, model: str, bound: str | None) -> list[Candidate]:
-        """The candidates to try for one request; counts the selection of the first."""
-        plan = snapshot.plans.get((KIND, model))
+    def attempts(
+        self, snapshot: Snapshot, model: str, bound: str | None, kind: str = KIND
+    ) -> list[Candidate]:
+        """The candidates to try for one request; counts the selection of the first.
+
+        ``kind`` is the candidate kind: a model's by default, a tool's or agent's (§16)."""
+        plan = snapshot.plans.get((kind, model))
         if plan is None:
             return []
-        turn = self._turns.get((KIND, model))
+        turn = self._turns.get((kind, model))
         if turn is None:
-            turn = self._turns[(KIND, model)] = Turn()
+            turn = self._turns[(kind, model)] = Turn()
         tries = select(
             plan, bound, self.limit, self._rng, self.health.ejected(), self._estimate, turn
         )

@@ -4,9 +4,8 @@ Under ``signalTransport.mode: poll`` the gateway ranks from what it pulls
 (§11). `OperatorSignals` keeps one keep-alive mTLS connection to its
 operator's signals listener, presenting the site certificate, and sends the
 last ``ETag`` in ``If-None-Match`` so an unchanged document costs a ``304``
-and no body. The body is read against a size bound, decoded with the
-project's bounded JSON decoder and validated by
-`grid.core.routing.signals.parse_signals`.
+and no body. `grid.adapters.signals_client.SignalsClient`, the operator's
+client too, reads the body against a size bound, decodes and validates it.
 
 A failed poll (unreachable, a non-200/304 answer, an invalid or oversized
 document) keeps the last good document and waits longer before the next
@@ -33,9 +32,15 @@ from pathlib import Path
 
 import aiohttp
 
-from grid.core.json_document import DocumentError, decode_json
-from grid.core.routing.signals import SignalsDocument, parse_signals
-from grid.errors import ValidationError
+from grid.adapters.signals_client import (
+    POLL_ERRORS,
+    REFUSED_DOCUMENT,
+    PollFailed,
+    PollOutcome,
+    Pulled,
+    SignalsClient,
+)
+from grid.core.routing.signals import SignalsDocument
 from grid.gateway.metrics import SIGNALS_POLLS, Tally
 from grid.gateway.settings import GatewaySettings
 
@@ -59,18 +64,6 @@ class SiteCredentials:
         context.load_cert_chain(str(self.cert), str(self.key))
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         return context
-
-
-REFUSED_DOCUMENT = frozenset({"invalid_document", "too_large"})
-"""Failure reasons where a document arrived and was refused: a rejected ingest."""
-
-
-class PollFailed(Exception):
-    """A poll that yielded nothing usable; ``reason`` is a fixed word, never server text."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def backoff_s(failures: int, interval_s: float, cap_s: float, rng: random.Random) -> float:
@@ -100,80 +93,51 @@ class OperatorSignals:
     ) -> None:
         self.address = address
         self.url = f"https://{address}{SIGNALS_PATH}"
-        self._ssl = credentials.client_context()
         self._settings = settings
         self._on_change = on_change
         self._on_ingest = on_ingest
         self._rng = rng or random.Random()
-        self._session: aiohttp.ClientSession | None = None
-        self._etag: str | None = None
-        self.document: SignalsDocument | None = None
+        tls, s = credentials.client_context(), settings
+
+        def connector() -> aiohttp.BaseConnector:
+            return aiohttp.TCPConnector(ssl=tls, limit=1, keepalive_timeout=s.signals_keepalive_s)
+
+        self._client = SignalsClient(connector, s.signals_timeout_s, s.signals_body_max_bytes)
+        self._pulled: Pulled | None = None
         self.failures = 0
         """Consecutive failed polls (0 after any success)."""
         self.outcomes = outcomes or {o: Tally() for o in SIGNALS_POLLS}
         """Polls by outcome (the gateway passes its metric's tallies)."""
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            s = self._settings
-            connector = aiohttp.TCPConnector(
-                ssl=self._ssl, limit=1, keepalive_timeout=s.signals_keepalive_s
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=s.signals_timeout_s),
-            )
-        return self._session
-
-    async def poll_once(self) -> str:
+    async def poll_once(self) -> PollOutcome:
         """One poll; returns its outcome and never raises for what the operator does."""
         try:
             outcome = await self._poll()
         except PollFailed as exc:
             log.warning("signals poll failed", extra={"reason": exc.reason})
-            outcome = "error"
+            outcome = PollOutcome.ERROR
             if exc.reason in REFUSED_DOCUMENT:
                 self._on_ingest(False)
-        except (aiohttp.ClientError, OSError, TimeoutError, ssl.SSLError) as exc:
+        except POLL_ERRORS as exc:
             log.warning("signals poll failed", extra={"reason": type(exc).__name__})
-            outcome = "error"
-        self.failures = self.failures + 1 if outcome == "error" else 0
+            outcome = PollOutcome.ERROR
+        self.failures = self.failures + 1 if outcome is PollOutcome.ERROR else 0
         self.outcomes[outcome].inc()
         return outcome
 
-    async def _poll(self) -> str:
-        headers = {"Accept": "application/json"}
-        if self._etag is not None and self.document is not None:
-            headers["If-None-Match"] = self._etag
-        async with self._client().get(self.url, headers=headers, allow_redirects=False) as resp:
-            if resp.status == 304:
-                if self.document is None:
-                    raise PollFailed("unexpected_not_modified")
-                return "not_modified"
-            if resp.status != 200:
-                raise PollFailed(f"status_{resp.status // 100}xx")
-            body = await self._read(resp)
-            etag = resp.headers.get("ETag")
-        try:
-            document = parse_signals(decode_json(body))
-        except (DocumentError, ValidationError):
-            raise PollFailed("invalid_document") from None
-        self.document, self._etag = document, etag
-        self._on_change(document)
+    async def _poll(self) -> PollOutcome:
+        pulled = await self._client.fetch(self.url, self._pulled)
+        if pulled is None:
+            return PollOutcome.NOT_MODIFIED
+        self._pulled = pulled
+        self._on_change(pulled.document)
         self._on_ingest(True)
-        return "ok"
+        return PollOutcome.OK
 
-    async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
-        limit = self._settings.signals_body_max_bytes
-        if (resp.content_length or 0) > limit:
-            raise PollFailed("too_large")
-        chunks, total = [], 0
-        while chunk := await resp.content.readany():
-            total += len(chunk)
-            if total > limit:
-                raise PollFailed("too_large")
-            chunks.append(chunk)
-        return b"".join(chunks)
+    @property
+    def document(self) -> SignalsDocument | None:
+        """The last good document, None before the first."""
+        return None if self._pulled is None else self._pulled.document
 
     def next_delay_s(self) -> float:
         """Seconds until the next poll, backing off after failures."""
@@ -190,6 +154,4 @@ class OperatorSignals:
 
     async def close(self) -> None:
         """Close the kept-alive connection."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._client.close()

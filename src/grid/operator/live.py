@@ -9,7 +9,12 @@ shows what ``grid explain`` would for them; under poll, what ``grid explain
 
 The traffic panel shows the requests this site's gateways sent to each
 cluster, as the last scrape of their admin ``/metrics`` counted them
-(`grid.operator.gateway_scrape`); it stays empty without ``--gateway-metrics``.
+(`grid.operator.gateway_scrape`); it stays empty without a gateway to read
+(``--gateway-metrics`` or ``gatewayRefs[].adminUrl``).
+The same scrapes give the scoring panel each candidate's share of the last
+minute's selections (``grid_gateway_selections_total{cluster, group}``): the
+gateways select, so the counts are theirs, read where the operator already
+reads their tokens and traffic.
 
 The routes are mounted on the metrics listener. The view is unauthenticated,
 so unless the listener binds a loopback address (or ``--ui-public`` opts in)
@@ -29,6 +34,7 @@ from grid.adapters.swim_node import SwimEvent, SwimNode
 from grid.core.address import parse_address
 from grid.core.crdt.replica import GridState
 from grid.core.live.activity import ActivityLog
+from grid.core.live.selections import SelectionKey
 from grid.core.live.view import SiteInputs, View, explain_all, site_view
 from grid.core.overlay import format_timestamp
 from grid.core.resources import GridNetwork
@@ -55,12 +61,14 @@ class OperatorLiveView:
         swim: Callable[[], SwimNode | None],
         network: Callable[[], GridNetwork | None] = lambda: None,
         traffic: Callable[[], Mapping[str, int]] = dict,
+        selections: Callable[[], Mapping[SelectionKey, int]] = dict,
     ) -> None:
         self.site = site
         self.replica = replica
         self._swim = swim
         self._network = network
         self._traffic = traffic
+        self._selections = selections
         self.changes = ChangeSignal()
         self.activity = ActivityLog(site)
         self._explained: list[Explanation] = []
@@ -154,6 +162,7 @@ class OperatorLiveView:
                 lanes=lanes,
                 explanations=self.explanations,
                 traffic=self._traffic(),
+                selections=self._selections(),
                 budgets=self._budgets(),
             )
         )

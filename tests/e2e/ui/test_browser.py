@@ -183,6 +183,83 @@ def test_each_bar_shows_grid_explain_numbers(
     assert compared > 0
 
 
+def test_the_scoring_panel_shows_groups_and_selection_shares(
+    browser: Any, serve_view: Callable[[dict[str, Any]], Any]
+) -> None:
+    """Each model's candidates stand under their group headings, each with its share."""
+    inputs = _inputs(str(QUICKSTART))
+    signals = _signals(str(QUICKSTART / "signals.json"))
+    selections = {("vllm-east", 0): 30, ("bedrock-llama", 1): 10}
+    explanations = explain_all(inputs, "east", signals)
+    view = site_view(SiteInputs("east", AT, 0, explanations=explanations, selections=selections))
+    (llama,) = [m for m in view["ranking"]["east"] if m["model"] == "llama-3.1-8b-instruct"]
+    with serve_view(view) as url:
+        _open(browser, url)
+        shown = browser.execute_script(
+            """
+            const model = document.querySelector(`.model[data-model="${arguments[0]}"]`);
+            return {
+              total: model.querySelector('.selections').dataset.selections,
+              items: [...model.querySelectorAll('.group, .candidate')].map((e) =>
+                e.classList.contains('group')
+                  ? {group: e.dataset.group, text: e.innerText}
+                  : {cluster: e.dataset.cluster, group: e.dataset.group, share: e.dataset.share,
+                     text: (e.querySelector('.share') || {}).innerText || null})};
+            """,
+            llama["model"],
+        )
+        _leave(browser)
+    assert shown["total"] == "40"
+    expected: list[dict[str, Any]] = []
+    last = None
+    for c in llama["candidates"]:
+        group = None if c["rank"] is None else c["group"]
+        if group is not None and group != last:
+            expected.append({"group": str(group)})
+        last = group
+        expected.append({"cluster": c["cluster"], "share": c["share"]})
+    got = [
+        {"group": i["group"]}
+        if "cluster" not in i
+        else {"cluster": i["cluster"], "share": None if i["share"] == "" else float(i["share"])}
+        for i in shown["items"]
+    ]
+    assert got == expected
+    by_cluster = {i["cluster"]: i for i in shown["items"] if "cluster" in i}
+    assert by_cluster["vllm-east"]["text"] == "75% of selections"
+    assert by_cluster["bedrock-llama"]["text"] == "25% of selections"
+    assert by_cluster["vllm-west"]["text"] == "0% of selections"
+    headings = [i["text"] for i in shown["items"] if "cluster" not in i]
+    assert headings[0].startswith("group 0") and "the first group for this model" in headings[0]
+
+
+def test_the_live_demo_counts_its_gateways_selections(demo: dict[str, Any], browser: Any) -> None:
+    """The demo's traffic: east's page shows selections of its gateway, shares summing to 1."""
+    _open(browser, demo["ui"])
+
+    def counted() -> Any:
+        found = browser.execute_script(
+            """
+            // Before the first ranking arrives the page has no tab and no model yet.
+            const tab = document.querySelector('#observer-tabs button[aria-pressed="true"]');
+            if (!tab) return null;
+            const models = window.gridView.ranking[tab.dataset.observer] || [];
+            return models.filter((m) => m.selections > 0).map((m) => ({
+              model: m.model, total: m.selections,
+              dom: Number(document.querySelector(`.model[data-model="${m.model}"] .selections`)
+                .dataset.selections),
+              shares: m.candidates.filter((c) => c.share !== null).map((c) => c.share)}));
+            """
+        )
+        return found or None
+
+    models = _wait(counted, "a model with selections in the last minute", 60)
+    for model in models:
+        assert model["dom"] == model["total"]
+        assert abs(sum(model["shares"]) - 1.0) < 1e-9
+    _leave(browser)
+
+
 def test_a_poll_mode_page_shows_the_gateways_bars_and_says_so(
     browser: Any, serve_view: Callable[[dict[str, Any]], Any], poll_quickstart: Path
 ) -> None:

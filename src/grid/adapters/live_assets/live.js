@@ -156,8 +156,16 @@
     const excluded = c.rank === null;
     const row = el("div", { class: "candidate" + (excluded ? " excluded" : ""),
       "data-model": model, "data-provider": c.provider, "data-site": c.site, "data-cluster": c.cluster,
-      "data-score": c.score === null ? "" : c.score });
+      "data-score": c.score === null ? "" : c.score, "data-group": c.group === null ? "" : c.group,
+      "data-selections": c.selections, "data-share": c.share === null ? "" : c.share });
     const who = el("div", { class: "who" }, c.provider + "@" + c.site, el("small", {}, c.cluster));
+    if (!excluded) {
+      const f = el("div", { class: "fill" });
+      f.style.width = (100 * (c.share || 0)).toFixed(1) + "%";
+      who.append(el("div", { class: "share", title: c.selections + " selections in the last minute" },
+        el("div", { class: "track" }, f),
+        el("span", {}, c.share === null ? "no selections" : Math.round(100 * c.share) + "% of selections")));
+    }
     const numbers = el("div", { class: "numbers" });
     for (const name of SIGNALS) {
       if (c.contributions[name] === undefined) continue;
@@ -173,6 +181,22 @@
       excluded ? "-" : c.position), who, graph,
       el("div", {}, tags, el("div", { class: "reason" }, c.reason)));
     return row;
+  }
+
+  // The model's candidates under one heading per selection group (§14), excluded ones last.
+  function groups(m) {
+    const out = [];
+    let last;
+    for (const c of m.candidates) {
+      const g = c.rank === null ? null : c.group;
+      if (g !== null && g !== last) {
+        out.push(el("div", { class: "group", "data-group": g, title: c.group_reason }, "group " + g,
+          el("small", {}, c.group_reason.replace(/^group \d+: /, ""))));
+      }
+      last = g;
+      out.push(candidate(c, m.model));
+    }
+    return out;
   }
 
   function renderRanking() {
@@ -192,7 +216,10 @@
         ? [el("p", { class: "muted scored-by", "data-scored-by": "gateway" },
           "scored as the poll-mode gateway ranks: its order and its scores from the pulled signals")]
         : []),
-      ...m.candidates.map((c) => candidate(c, m.model)))));
+      el("p", { class: "muted selections", "data-selections": m.selections },
+        m.selections + (m.selections === 1 ? " selection" : " selections") +
+        " by this site's gateways in the last " + m.window_s + " s"),
+      ...groups(m))));
     if (!models.length) fill("ranking", el("p", { class: "muted" }, "no candidates yet"));
   }
 

@@ -12,6 +12,14 @@ candidate are its ``score_breakdown``, and the written reason is explain's. The
 operator asks for the gateway's view (``grid explain --as-gateway``), so under
 poll mode, where the operator does not score, the bars are the gateway's and
 each model says so in ``scored_by``.
+
+Each candidate also carries its ``group`` (``selection_group``, §14) with explain's
+``group_reason``, and its ``selections``: the first-attempt selections this site's
+gateways made of its (cluster, group) in the last minute
+(`grid.core.live.selections`), with ``share``, its part of the selections of
+all the model's candidates (None while they have none). The gateways count per
+cluster and group, not per model, so a cluster that serves two models in the
+same group shares one count between them.
 Credentials never enter a view: a candidate carries names and numbers only.
 """
 
@@ -22,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grid.core.live.activity import ACTIVITY_MAX
+from grid.core.live.selections import WINDOW_S, SelectionKey
 from grid.core.routing.explain import ExplainRow, Explanation, explain_evaluated
 from grid.core.routing.render import RenderInputs, evaluate_network, select_network
 from grid.core.routing.signals import SignalsDocument
@@ -52,13 +61,18 @@ class SiteInputs:
     """Requests per candidate (``provider@site`` or cluster) routed by this site's gateways."""
     budgets: Sequence[Mapping[str, Any]] | None = None
     """``status.budgetStatus`` items when the network has any."""
+    selections: Mapping[SelectionKey, int] = field(default_factory=dict)
+    """First-attempt selections per (cluster, group) by this site's gateways, last minute."""
 
 
-def candidate_view(row: ExplainRow, position: int | None) -> dict[str, Any]:
+def candidate_view(
+    row: ExplainRow, position: int | None, selections: int = 0, share: float | None = None
+) -> dict[str, Any]:
     """One candidate of the scoring panel: a bar of six contributions and its reason.
 
     ``position`` is its place among the model's ranked candidates (1 first, None
     when excluded); ``rank`` stays the overlay's rank, as ``grid explain`` shows it.
+    ``selections`` and ``share`` are its last minute's selections and their share.
     """
     breakdown = row.score_breakdown or {}
     return {
@@ -76,17 +90,39 @@ def candidate_view(row: ExplainRow, position: int | None) -> dict[str, Any]:
         "contributions": {name: breakdown[name] for name in SIGNAL_NAMES if name in breakdown},
         "missing_signals": list(row.missing_signals),
         "reason": row.reason,
+        "group": row.selection_group,
+        "group_reason": row.group_reason,
+        "selections": selections,
+        "share": share,
     }
 
 
-def ranking_view(explanation: Explanation) -> dict[str, Any]:
-    """One model's ranked (then excluded) candidates, in explain's order."""
+def _selections_of(row: ExplainRow, selections: Mapping[SelectionKey, int]) -> int:
+    if row.rank is None or row.selection_group is None:
+        return 0
+    return selections.get((row.cluster, row.selection_group), 0)
+
+
+def ranking_view(
+    explanation: Explanation, selections: Mapping[SelectionKey, int] | None = None
+) -> dict[str, Any]:
+    """One model's ranked (then excluded) candidates, in explain's order, with each
+    ranked candidate's group and its share of the model's last-minute selections."""
+    counts = [_selections_of(row, selections or {}) for row in explanation.rows]
+    total = sum(counts)
     return {
         "model": explanation.model,
         "scoring_enabled": explanation.scoring_enabled,
         "scored_by": explanation.scored_by,
+        "selections": total,
+        "window_s": WINDOW_S,
         "candidates": [
-            candidate_view(row, None if row.rank is None else i + 1)
+            candidate_view(
+                row,
+                None if row.rank is None else i + 1,
+                counts[i],
+                counts[i] / total if total and row.rank is not None else None,
+            )
             for i, row in enumerate(explanation.rows)
         ],
     }
@@ -109,7 +145,11 @@ def site_view(inputs: SiteInputs) -> View:
             for origin in sorted(inputs.lanes)
             for lane, revision in sorted(inputs.lanes[origin].items())
         ],
-        "ranking": {me: [ranking_view(e) for e in sorted(inputs.explanations, key=_model)]},
+        "ranking": {
+            me: [
+                ranking_view(e, inputs.selections) for e in sorted(inputs.explanations, key=_model)
+            ]
+        },
         "traffic": {me: dict(sorted(inputs.traffic.items()))},
         "budgets": {} if inputs.budgets is None else {me: [dict(b) for b in inputs.budgets]},
     }

@@ -30,6 +30,7 @@ from grid.core.resources.types import (
     Ratio,
     Text,
     TrustDomain,
+    Url,
     WireModel,
 )
 from grid.core.vocabulary import OverlayFormat, RoutingPolicy, SelectionMode
@@ -247,6 +248,17 @@ class GatewayRef(WireModel):
     ``grid-config.json`` and ``grid-overlay.json``; ``upstream`` writes upstream
     Grid's ``routing-config.json`` and ``routing-overlay.json`` with its
     ``grid.praxis-proxy.io/overlay-*`` annotations, for consumers written against it."""
+    admin_url: Url | None = None
+    """Grid extension: the base URL of the gateway's admin listener as its site's operator
+    reaches it (``http://edge-admin.gateways.svc:9901``). That operator reads
+    ``{adminUrl}/metrics`` for the tenant tokens it prices (§12), as it reads every
+    ``--gateway-metrics`` URL; absent, the gateway is metered only through that flag."""
+
+    @model_validator(mode="after")
+    def _admin_url_is_a_base(self) -> GatewayRef:
+        if self.admin_url is not None and ("?" in self.admin_url or "#" in self.admin_url):
+            raise field_error("adminUrl", "must be a base URL, without a query or fragment")
+        return self
 
 
 class GridNetworkSpec(WireModel):
@@ -288,6 +300,15 @@ class GridNetworkSpec(WireModel):
                 raise field_error(f"gatewayRefs[{i}].name", f"duplicate gateway {ref.name!r}")
             seen.add((ref.name, ref.namespace))
         return self
+
+    def gateway_metrics_urls(self, site: str) -> list[str]:
+        """The ``/metrics`` URLs of the gateways at ``site`` that name an ``adminUrl``
+        (a gateway without ``localSiteName`` runs at the reading operator's site)."""
+        return [
+            f"{ref.admin_url.rstrip('/')}/metrics"
+            for ref in self.gateway_refs
+            if ref.admin_url is not None and (ref.local_site_name or site) == site
+        ]
 
     @model_validator(mode="after")
     def _refresh_at_least_a_second(self) -> GridNetworkSpec:

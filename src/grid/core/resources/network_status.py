@@ -95,6 +95,9 @@ class RoundOutcome:
     render_failed: tuple[str, ...] = ()
     write_failed: tuple[str, ...] = ()
     unreadable_secrets: tuple[str, ...] = ()
+    apply_failed: tuple[tuple[str, str], ...] = ()
+    """(what, reason) of the round's other writes the store did not take: a gateway's
+    budget view (``BudgetsApplyFailed``), the site's ledger (``LedgerApplyFailed``)."""
 
 
 Verdict = tuple[bool, str, str]
@@ -108,6 +111,9 @@ def _overlays_verdict(outcome: RoundOutcome) -> Verdict:
         return False, "RenderFailed", "render failed: " + ", ".join(sorted(outcome.render_failed))
     if outcome.write_failed:
         return False, "WriteFailed", "write failed: " + ", ".join(sorted(outcome.write_failed))
+    if outcome.apply_failed:
+        failed = sorted(outcome.apply_failed)
+        return False, failed[0][1], "not written: " + ", ".join(f"{w} ({r})" for w, r in failed)
     return True, "Rendered", f"{outcome.served} overlay(s) rendered and written"
 
 
