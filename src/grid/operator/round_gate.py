@@ -179,7 +179,10 @@ LEDGER_APPLY_FAILED = "LedgerApplyFailed"
 
 
 def round_outcome(
-    overlays: OverlayLoop, unreadable: Iterable[str], ledger_failed: bool = False
+    overlays: OverlayLoop,
+    unreadable: Iterable[str],
+    ledger_failed: bool = False,
+    modes: tuple[str, tuple[tuple[str, str], ...]] = ("", ()),
 ) -> RoundOutcome:
     """What the round's status reports of its gateways, its other writes and of
     unreadable Secrets."""
@@ -192,4 +195,6 @@ def round_outcome(
         write_failed=tuple(overlays.write_failed),
         unreadable_secrets=tuple(sorted(set(unreadable))),
         apply_failed=tuple(failed),
+        own_mode=modes[0],
+        mode_mismatch=modes[1],
     )

@@ -474,11 +474,13 @@ class Operator:
             self.overlays.last_inputs, self.overlays.last_signals, self.overlays.last_held
         )
         unread = [*self.providers.unresolved_secrets(), *filter(None, [self.swim_keys.unreadable])]
+        modes = (self.served.mode or "", self.signals.mode_mismatch(self.replica))
+        self.live.on_modes(*modes)
         await self.served.write_status(
             network.name,
             overlays,
             self.sites.phases,
-            round_outcome(self.overlays, unread, self.budget_meter.save_failing),
+            round_outcome(self.overlays, unread, self.budget_meter.save_failing, modes),
             self.overlays.consumer_status,
             self.overlays.budget_status,
             self.overlays.overlay_status,
