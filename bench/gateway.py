@@ -12,8 +12,8 @@ in the same run, interleaved round by round, at concurrency 16 with keep-alive:
   overlay-file mode, with routing, session affinity (``x-grid-session`` from a
   pool of 100) and bearer-credential injection from a mounted file;
 * ``gateway_apikey``: the same gateway under ``clientAuth.mode: apiKey`` (§15),
-  its clients presenting one of `CLIENT_KEYS` keys, each hashed and compared in
-  constant time with every line of the keys file;
+  its clients presenting one of `CLIENT_KEYS` keys, each hashed, looked up among
+  the keys file's digests and compared in constant time;
 * ``gateway_traced``: the same gateway with traces on (``--otlp-endpoint``) as
   it runs by default, sampling `GATEWAY_SAMPLE_RATIO` of the requests, and
   exporting over OTLP/HTTP to a receiver in this process (`grid.testing.otlp`),

@@ -49,6 +49,7 @@ import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Awaitable, Callable  # noqa: E402
@@ -107,10 +108,13 @@ def scenarios_of(args: argparse.Namespace) -> list[m.Scenario]:
         duration = args.duration
     custom = (args.providers, args.gateways, args.rho, args.degrade)
     if all(value is None for value in custom):
+        standard = m.standard_scenarios(args.quick)
+        if args.duration is None:
+            return standard
         return [
             m.Scenario(s.name, s.providers, s.gateways, s.rhos, duration, _scaled(s, duration),
                        s.signal_transport)
-            for s in m.standard_scenarios(args.quick)
+            for s in standard
         ]  # fmt: skip
     providers = m.parse_providers(args.providers or m.HOMOGENEOUS)
     gateways = 1 if args.gateways is None else args.gateways
@@ -129,7 +133,7 @@ def _scaled(scenario: m.Scenario, duration: float) -> m.Degrade | None:
 
 async def measured(
     mesh: BenchMesh, http: aiohttp.ClientSession, scenario: m.Scenario, run: Runner
-) -> tuple[dict[str, float], float | None]:
+) -> tuple[dict[str, Any], float | None]:
     """One strategy's run, with the degradation and the shift time where the scenario has one."""
     start, epoch = time.perf_counter() + START_LEAD_S, time.time() + START_LEAD_S
     d = scenario.degrade
@@ -147,8 +151,11 @@ async def measured(
                 await sampler
         if d is not None:
             await mesh.degrade(http, d.index, 1.0, 0.0)
-    shift = m.shift_time(samples, d.index, d.at_s) if d is not None else None
-    return m.strategy_figures(latencies, elapsed), shift
+    figures: dict[str, Any] = m.strategy_figures(latencies, elapsed)
+    if d is None:
+        return figures, None
+    figures["slow_share"] = m.slow_shares(samples, d.index, d.at_s)
+    return figures, m.shift_time(samples, d.index, d.at_s)
 
 
 async def _sample(
@@ -165,7 +172,7 @@ async def _sample(
 
 
 def grid_runner(mesh: BenchMesh, http: aiohttp.ClientSession, trace: Any) -> Runner:
-    send = gateway_sender(MODEL, mesh.gateway_urls)
+    send = gateway_sender(MODEL, mesh.gateway_urls, mesh.client_key)
 
     async def run(start: float, _epoch: float) -> tuple[list[float | None], float]:
         return await replay_http(http, trace, send, start)
@@ -194,16 +201,24 @@ def litellm_runner(
     ]
 
     async def run(_start: float, epoch: float) -> tuple[list[float | None], float]:
-        return await workers.run(strategy, MODEL, deployments, trace, scenario.gateways, epoch)
+        done = await workers.run(strategy, MODEL, deployments, trace, scenario.gateways, epoch)
+        if workers.failures:
+            log(f"LiteLLM {strategy} failures: {workers.failures}")
+        return done
 
     return run
 
 
 async def warm(mesh: BenchMesh, http: aiohttp.ClientSession) -> None:
     """A few requests through every gateway, so pools and code paths are warm."""
-    send = gateway_sender(MODEL, mesh.gateway_urls)
+    send = gateway_sender(MODEL, mesh.gateway_urls, mesh.client_key)
     trace = [m.Arrival(i * 0.02, i % len(mesh.gateway_urls)) for i in range(24)]
-    await replay_http(http, trace, send, time.perf_counter())
+    latencies, _elapsed = await replay_http(http, trace, send, time.perf_counter())
+    if None in latencies:
+        failed = latencies.count(None)
+        raise RuntimeError(
+            f"{failed} of {len(trace)} warm-up requests failed: see the gateway logs"
+        )
 
 
 async def run_scenario(
@@ -219,7 +234,7 @@ async def run_scenario(
         )
         for rho in scenario.rhos
     }
-    strategies: dict[float, dict[str, dict[str, float]]] = {rho: {} for rho in scenario.rhos}
+    strategies: dict[float, dict[str, dict[str, Any]]] = {rho: {} for rho in scenario.rhos}
     shifts: dict[float, dict[str, float | None]] = {rho: {} for rho in scenario.rhos}
     mesh = BenchMesh(work / scenario.name, scenario.providers, scenario.gateways,
                      scenario.signal_transport)  # fmt: skip
@@ -228,30 +243,43 @@ async def run_scenario(
         await mesh.prepare()
         await mesh.start()
         async with aiohttp.ClientSession(connector=connector) as http:
-
-            async def record(name: str, run: Runner) -> None:
-                for rho in scenario.rhos:
-                    figures, shift = await measured(mesh, http, scenario, run(rho))
+            for rho in scenario.rhos:  # every strategy back to back at each load
+                for name in _names(workers):
+                    run = await ready_runner(name, mesh, http, workers, scenario, traces[rho])
+                    figures, shift = await measured(mesh, http, scenario, run)
                     strategies[rho][name], shifts[rho][name] = figures, shift
                     log(f"{scenario.name} rho {rho} {name}: {_brief(figures)}"
                         + ("" if shift is None else f" shift {shift} s"))  # fmt: skip
-
-            for mode in m.GRID_MODES:
-                await mesh.set_mode(mode)
-                await warm(mesh, http)
-                await record(mode, lambda rho: grid_runner(mesh, http, traces[rho]))
-            for strategy in m.LITELLM_STRATEGIES if workers is not None else ():
-                assert workers is not None
-                warmup = [m.Arrival(i * 0.02, i % scenario.gateways) for i in range(24)]
-                await litellm_runner(workers, strategy, mesh, scenario, warmup)(0.0, time.time())
-                await record(
-                    m.strategy_name(strategy),
-                    lambda rho, s=strategy: litellm_runner(workers, s, mesh, scenario, traces[rho]),  # type: ignore[misc]
-                )
-            await record(m.ORACLE, lambda rho: oracle_runner(mesh, http, scenario, traces[rho]))
     finally:
         await mesh.stop()
     return describe(scenario, traces, strategies, shifts)
+
+
+def _names(workers: LiteLLMWorkers | None) -> list[str]:
+    litellm = [m.strategy_name(s) for s in m.LITELLM_STRATEGIES] if workers is not None else []
+    return [*m.GRID_MODES, *litellm, m.ORACLE]
+
+
+async def ready_runner(
+    name: str,
+    mesh: BenchMesh,
+    http: aiohttp.ClientSession,
+    workers: LiteLLMWorkers | None,
+    scenario: m.Scenario,
+    trace: Any,
+) -> Runner:
+    """Strategy ``name``'s runner over ``trace``, its mode declared and its path warmed."""
+    if name in m.GRID_MODES:
+        await mesh.set_mode(name)
+        await warm(mesh, http)
+        return grid_runner(mesh, http, trace)
+    if name == m.ORACLE:
+        return oracle_runner(mesh, http, scenario, trace)
+    assert workers is not None
+    strategy = next(s for s in m.LITELLM_STRATEGIES if m.strategy_name(s) == name)
+    warmup = [m.Arrival(i * 0.02, i % scenario.gateways) for i in range(24)]
+    await litellm_runner(workers, strategy, mesh, scenario, warmup)(0.0, time.time())
+    return litellm_runner(workers, strategy, mesh, scenario, trace)
 
 
 def _brief(figures: dict[str, float]) -> str:
@@ -333,6 +361,9 @@ def table(result: dict[str, Any]) -> str:
 
 
 async def main_async(args: argparse.Namespace, scenarios: list[m.Scenario]) -> dict[str, Any]:
+    main = asyncio.current_task()
+    assert main is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)  # clean up
     work = Path(tempfile.mkdtemp(prefix="grid-bench-routing-"))
     workers = None
     began = time.monotonic()

@@ -3,7 +3,9 @@
 bench/routing.py starts one worker per gateway, as LiteLLM's proxy would run
 one Router per replica, each seeing only its own traffic. The worker imports
 nothing of Grid (it runs in ``.bench/litellm``): it reads one JSON command a
-line on stdin and answers each with one ``RESULT {json}`` line on stdout.
+line on stdin and answers each with one ``RESULT {json}`` line on stdout (latencies,
+the end time and
+the failures counted by exception class).
 
 A command is ``{"strategy", "model", "deployments": [{"api_base", "weight"}],
 "arrivals": [seconds, ...], "start_at": epoch seconds, "timeout_s"}``. A fresh
@@ -63,10 +65,14 @@ async def replay(command: dict[str, Any]) -> dict[str, Any]:
     # The schedule in this process's perf_counter, from the shared wall-clock start.
     start = time.perf_counter() + (float(command["start_at"]) - time.time())
 
+    failures: dict[str, int] = {}
+
     async def one(due: float) -> float | None:
         try:
             await routing.acompletion(model=model, messages=messages)
-        except Exception:  # any failure of the request counts as an error
+        except Exception as exc:  # any failure of the request counts as an error
+            kind = type(exc).__name__
+            failures[kind] = failures.get(kind, 0) + 1
             return None
         return time.perf_counter() - due
 
@@ -78,7 +84,7 @@ async def replay(command: dict[str, Any]) -> dict[str, Any]:
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(due)))
     latencies = await asyncio.gather(*tasks)
-    return {"latencies": latencies, "ended_at": time.time()}
+    return {"latencies": latencies, "ended_at": time.time(), "failures": failures}
 
 
 async def serve() -> None:

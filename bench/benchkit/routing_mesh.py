@@ -89,6 +89,11 @@ class BenchMesh(DemoMesh):
         self.mode = "leastLoaded"
 
     @property
+    def client_key(self) -> str:
+        """The client key of the demo tenant with the largest budget (``clientAuth: apiKey``)."""
+        return self.api_keys[max(p.DEMO_BUDGETS, key=lambda t: p.DEMO_BUDGETS[t])]
+
+    @property
     def provider_urls(self) -> list[str]:
         return [f"http://127.0.0.1:{pp.port}" for pp in self.plan.providers]
 

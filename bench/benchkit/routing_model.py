@@ -20,10 +20,12 @@ ORACLE = "oracle"
 RHOS = (0.5, 0.8, 0.95)
 TARGET_RHO = 0.8
 """The offered load the targets are stated at."""
-QUICK_DURATION_S, FULL_DURATION_S = 3.0, 20.0
-HOMOGENEOUS = "4:0.2,4:0.2,4:0.2,4:0.2"
-HETEROGENEOUS = "2:0.4:2,4:0.4:4,8:0.4:8,16:0.4:16"
-SHIFT_WINDOW_S = 1.0
+QUICK_DURATION_S, FULL_DURATION_S = 4.0, 20.0
+DEGRADING_QUICK_S = 8.0
+"""The degrading scenario's quick runs: long enough to see traffic move after the change."""
+HOMOGENEOUS = "4:0.5,4:0.5,4:0.5,4:0.5"
+HETEROGENEOUS = "2:1:2,4:1:4,8:1:8,16:1:16"
+SHIFT_WINDOW_S = 2.0
 """Trailing window over which the slow provider's share of arrivals is taken."""
 SHIFT_SHARE = 0.5
 """Traffic has moved off once the slow provider's share is at most this part of its
@@ -138,12 +140,11 @@ def standard_scenarios(quick: bool) -> list[Scenario]:
     """The four scenarios of §14, each at every rho of `RHOS`."""
     duration = QUICK_DURATION_S if quick else FULL_DURATION_S
     homogeneous = parse_providers(HOMOGENEOUS)
+    slow = max(duration, DEGRADING_QUICK_S)
     return [
         Scenario("homogeneous", homogeneous, 1, RHOS, duration),
         Scenario("heterogeneous", parse_providers(HETEROGENEOUS), 1, RHOS, duration),
-        Scenario(
-            "degrading", homogeneous, 1, RHOS, duration, Degrade(0, 3.0, round(duration / 2, 3))
-        ),
+        Scenario("degrading", homogeneous, 1, RHOS, slow, Degrade(0, 3.0, round(slow / 2, 3))),
         Scenario("three_gateways", homogeneous, 3, RHOS, duration, signal_transport="poll"),
     ]
 
@@ -245,6 +246,18 @@ def oracle_pick(
     )
 
 
+def _share(
+    samples: Sequence[tuple[float, Sequence[int]]], index: int, since: float, until: float
+) -> float | None:
+    """Provider ``index``'s share of the arrivals between two sample times (None if none)."""
+    inside = [s for s in samples if since <= s[0] <= until]
+    if len(inside) < 2:
+        return None
+    first, last = inside[0][1], inside[-1][1]
+    total = sum(last) - sum(first)
+    return (last[index] - first[index]) / total if total > 0 else None
+
+
 def shift_time(
     samples: Sequence[tuple[float, Sequence[int]]], index: int, at_s: float
 ) -> float | None:
@@ -253,25 +266,31 @@ def shift_time(
     ``samples`` are (second of the run, requests each provider has received so
     far), in time order. Its share before the change is taken over the samples
     up to ``at_s``; traffic has moved off at the first sample after ``at_s``
-    whose trailing `SHIFT_WINDOW_S` shows at most `SHIFT_SHARE` of that share.
-    None when it never does (or nothing arrived before the change).
+    whose trailing `SHIFT_WINDOW_S` (at least half of it sampled) shows at most
+    `SHIFT_SHARE` of that share. None when it never does (or nothing arrived
+    before the change).
     """
-    before = [s for s in samples if s[0] <= at_s]
-    if len(before) < 2:
+    before = _share(samples, index, -math.inf, at_s)
+    if not before:
         return None
-    first, last = before[0][1], before[-1][1]
-    total = sum(last) - sum(first)
-    if total <= 0 or last[index] - first[index] <= 0:
-        return None
-    share_before = (last[index] - first[index]) / total
-    for t, counts in samples:
+    for t, _counts in samples:
         if t <= at_s:
             continue
         window = [s for s in samples if t - SHIFT_WINDOW_S <= s[0] <= t]
-        start = window[0][1]
-        arrived = sum(counts) - sum(start)
-        if window[0][0] < t - SHIFT_WINDOW_S / 2 and arrived > 0:
-            share = (counts[index] - start[index]) / arrived
-            if share <= SHIFT_SHARE * share_before:
-                return round(t - at_s, 2)
+        share = _share(window, index, -math.inf, t)
+        spans = window[0][0] <= t - SHIFT_WINDOW_S / 2
+        if spans and share is not None and share <= SHIFT_SHARE * before:
+            return round(t - at_s, 2)
     return None
+
+
+def slow_shares(
+    samples: Sequence[tuple[float, Sequence[int]]], index: int, at_s: float
+) -> dict[str, float | None]:
+    """Provider ``index``'s share of arrivals before the change, and from 1 s after it on."""
+    before = _share(samples, index, -math.inf, at_s)
+    after = _share(samples, index, at_s + 1.0, math.inf)
+    return {
+        "before": None if before is None else round(before, 3),
+        "after": None if after is None else round(after, 3),
+    }

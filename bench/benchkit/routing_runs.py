@@ -58,14 +58,14 @@ async def replay_http(
     return latencies, time.perf_counter() - (start + first)
 
 
-def gateway_sender(model: str, gateways: Sequence[str]) -> Send:
-    """Each arrival to its gateway's chat completions URL."""
+def gateway_sender(model: str, gateways: Sequence[str], key: str) -> Send:
+    """Each arrival to its gateway's chat completions URL, presenting client key ``key``."""
     body = {**BODY, "model": model}
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    headers = {"Authorization": f"Bearer {key}"}
 
     async def send(session: aiohttp.ClientSession, arrival: Arrival) -> bool:
         url = gateways[arrival.gateway]
-        headers = {"Authorization": "Bearer client-token"}
         async with session.post(url, json=body, headers=headers, timeout=timeout) as r:
             await r.read()
             return r.status == 200
@@ -129,6 +129,8 @@ class LiteLLMWorkers:
             )
             for i in range(count)
         ]
+        self.failures: dict[str, int] = {}
+        """The last run's failed requests by exception class."""
 
     @staticmethod
     def available() -> bool:
@@ -178,9 +180,12 @@ class LiteLLMWorkers:
         )
         latencies: list[float | None] = []
         ended = start_at
+        self.failures = {}
         for answer in answers:
             result = json.loads(answer)
             latencies += result["latencies"]
+            for kind, count in result.get("failures", {}).items():
+                self.failures[kind] = self.failures.get(kind, 0) + count
             ended = max(ended, float(result["ended_at"]))
         first = trace[0].at_s if trace else 0.0
         return latencies, ended - (start_at + first)

@@ -152,8 +152,12 @@ def test_the_shift_is_the_time_until_the_slow_providers_share_halves() -> None:
         counts = [counts[0] + slow_share, counts[1] + 1, counts[2] + 1, counts[3] + 1]
         samples.append((round(t, 2), list(counts)))
     shift = m.shift_time(samples, 0, 6.0)
-    # The trailing 1 s window holds at most half the old share from about 8.6 s on.
-    assert shift is not None and 2.4 <= shift <= 2.8
+    # The trailing 2 s window holds at most half the old share (1/8) from 9.2 s on:
+    # (8.0 - 7.2) / 0.2 = 4 slow arrivals of 4 + 30 in (7.2, 9.2], one more tick before.
+    assert shift is not None and 3.0 <= shift <= 3.4
+    # From 7 s on: 5 slow arrivals (7.2 to 8.0 s) of 5 + 3 * 25.
+    assert m.slow_shares(samples, 0, 6.0) == {"before": 0.25, "after": round(5 / 80, 3)}
     steady = [(t, [c[1], c[1], c[2], c[3]]) for t, c in samples]
     assert m.shift_time(steady, 0, 6.0) is None
+    assert m.slow_shares(steady, 0, 6.0) == {"before": 0.25, "after": 0.25}
     assert m.shift_time(samples[:1], 0, 6.0) is None

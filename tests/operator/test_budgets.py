@@ -6,17 +6,24 @@ import json
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from grid.adapters.http_listener import HttpListener
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
 from grid.core.metering.budgets import Ledger
+from grid.core.resources.network_status import conditions_of
+from grid.core.retry import classify
 from grid.errors import GridError
 from grid.gateway.settings import LISTENER_POLICY
 from grid.operator.budgets import BudgetMeter, cluster_prices
 from grid.operator.gateway_scrape import GatewayScrape, read_exposition
 from grid.operator.ledger_store import LEDGER_FILE, LedgerStore, ledger_configmap_name
+from grid.operator.resilience import WriteGuard
+from grid.operator.round_gate import LEDGER_APPLY_FAILED, round_outcome
+from grid.testing.faulty_store import FAULTS, FaultyStore, WriteFault, fault_error
 from grid.testing.store import InMemoryStore
 
 from .conftest import OPERATOR_NAMESPACE as NS
@@ -199,3 +206,46 @@ grid_gateway_upstream_requests_total{cluster="d"} 1.0
 def test_long_site_names_give_a_valid_configmap_name() -> None:
     name = ledger_configmap_name("s" * 60)
     assert len(name) == 63 and name != ledger_configmap_name("s" * 61)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_ledger_write_fault_is_counted_reported_and_cleared(
+    store: CountingStore, fault: str
+) -> None:
+    """Each failure of the ledger ConfigMap write, on each store: counted by reason, named
+    ``LedgerApplyFailed`` in the round's outcome, and saved once the fault clears."""
+    faulty = FaultyStore(store)
+    injected = WriteFault(fault, lambda verb, kind, name, _b: kind == "ConfigMap")
+    faulty.write_faults.append(injected)
+    registry = CollectorRegistry()
+    guard = WriteGuard(registry, sleep=_no_wait)
+    meter = BudgetMeter("east", LedgerStore(faulty, "east", NS, None, guard))
+    runner, url = await _serve(EXPOSITION)
+    try:
+        async with aiohttp.ClientSession() as http:
+            scraped = await GatewayScrape([url], 1.0).scrape(http)
+        assert not await meter.observe(scraped, _replica())
+        assert meter.save_failing and injected.hits >= 1
+        reason = classify(fault_error(fault)).reason.value
+        labels = {"site": "ledger", "reason": reason}
+        assert registry.get_sample_value("grid_operator_write_failures_total", labels) == 1
+        outcome = round_outcome(_NoOverlays(), (), meter.save_failing)
+        assert conditions_of(outcome, {})["OverlaysDistributed"][1] == LEDGER_APPLY_FAILED
+        injected.active = False
+        assert await meter.observe(scraped, _replica())
+    finally:
+        await runner.stop()
+    assert not meter.save_failing and meter.ledger.cents == {"acme": 50}
+    cm = await store.get("ConfigMap", ledger_configmap_name("east"), namespace=NS)
+    assert json.loads(cm["data"][LEDGER_FILE])["cents"] == {"acme": 50}
+
+
+async def _no_wait(_seconds: float) -> None:
+    return None
+
+
+class _NoOverlays:
+    served = 1
+    render_failed: list[str] = []
+    write_failed: list[str] = []
+    apply_failed: list[tuple[str, str]] = []

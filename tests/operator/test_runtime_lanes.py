@@ -34,6 +34,7 @@ async def test_operator_gossips_its_site_lanes_without_key_material(tmp_path: Pa
             assert not contains_private_key(local.cert.pem)
             assert local.metadata.region == site.region and local.metadata.zone == site.zone
             assert dict(local.metadata.labels)[GRID_ID_LABEL] == operator.served.grid_id
+            assert local.metadata.signal_transport == operator.served.mode == "gossip"
             assert local.gateway.egress_address == f"127.0.0.1:{site.egress_port}"
     finally:
         await store.close()

@@ -15,8 +15,10 @@ gateway) is served by `HttpListener` under a `ListenerPolicy`:
 
 A connection that misses a deadline is closed at once. So is a connection
 whose request was answered while its body was left unread (a refusal): the TCP
-socket is closed with no lingering read and no TLS shutdown, so a refused body
-is never drained. aiohttp's own lingering close is disabled.
+socket is closed with no TLS shutdown, after at most a bounded lingering read
+(``refused_linger_*``: the answer, a FIN, then a bounded read-and-drop, so a
+client still sending reads its refusal instead of a reset). aiohttp's own
+lingering close is disabled.
 
 Errors are logged on ``grid.http`` as one record holding the error class and a
 stable reason (``malformed_request``, ``header_timeout`` ...), never a
@@ -98,6 +100,15 @@ class ListenerPolicy:
     deadline. A larger, chunked or held-back (``Expect: 100-continue``) body closes
     the connection unread. A bigger value saves reconnects at the cost of reading
     bytes nobody wants."""
+
+    refused_linger_bytes_max: int = 0
+    """After an answer that left a larger body unread: the most of it read and dropped,
+    once the answer is out and the write side is shut (FIN), before the socket is
+    closed. A client that keeps sending while it reads then sees the answer and its
+    end instead of a reset that would discard them. 0 closes at once (the client
+    may see only the reset); a bigger value costs reading bytes nobody wants."""
+    refused_linger_s: float = 0.0
+    """How long that read-and-drop may last at the most."""
 
     def __post_init__(self) -> None:
         if self.header_read_timeout_s <= 0 or self.idle_timeout_s <= 0:
@@ -188,6 +199,8 @@ class PolicedRequestHandler(RequestHandler):
         unread = not request.content.is_eof()
         if unread and resp.keep_alive and self._discardable(request):
             unread = not await self._discard(request)
+        if unread and self._policy.refused_linger_bytes_max > 0:
+            await self._linger(request)
         if unread or not resp.keep_alive:
             self.refuse_connection()
         elif resp.keep_alive:
@@ -210,6 +223,19 @@ class PolicedRequestHandler(RequestHandler):
         except Exception:  # late, reset or malformed: the connection is closed instead
             return False
         return request.content.is_eof()
+
+    async def _linger(self, request: web.BaseRequest) -> None:
+        """FIN after the answer, then read and drop within the policy's bounds."""
+        transport = self.transport
+        if transport is not None and transport.can_write_eof():
+            transport.write_eof()  # sent once the answer is flushed; TLS cannot half-close
+        dropped, limit = 0, self._policy.refused_linger_bytes_max
+        try:
+            async with asyncio.timeout(self._policy.refused_linger_s):
+                while dropped < limit and (chunk := await request.content.readany()):
+                    dropped += len(chunk)
+        except Exception:  # late, reset or malformed: closed as it is
+            return
 
     def refuse_connection(self) -> None:
         """Close the TCP socket now: no further read, no lingering, no TLS shutdown."""

@@ -4,9 +4,12 @@ Everything here is pure: the gateway adapter (`grid.gateway.client_auth`) reads
 the files and the TLS peer certificate and hands the bytes in.
 
 - `KeySet` is a parsed keys file: YAML lines ``{tenant, sha256}``, the SHA-256
-  of each key in hex. A presented key is hashed and its digest compared with
-  every entry's digest in constant time (`hmac.compare_digest`, no early exit),
-  so how long a wrong key takes says nothing about any stored digest.
+  of each key in hex. A presented key is hashed, its digest looked up in an
+  index of the entries' digests, and a found entry compared with it in constant
+  time (`hmac.compare_digest`). The lookup costs the same with one key or
+  65,536, and its timing can at most tell how a digest of the guess relates to
+  a stored digest, which says nothing about any key: SHA-256 cannot be run
+  backwards.
 - `presented_key` takes the key from ``Authorization: Bearer`` or ``x-api-key``.
 - `certificate_tenant` is the tenant of an mTLS client: the last path segment of
   its SPIFFE ID, or the subject CN without one.
@@ -23,7 +26,7 @@ import hmac
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from grid.errors import ValidationError
@@ -70,15 +73,21 @@ class KeySet:
     """The keys of a keys file: (digest bytes, tenant) pairs, in file order."""
 
     entries: tuple[tuple[bytes, str], ...] = ()
+    _index: dict[bytes, tuple[bytes, str]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        for digest, tenant in self.entries:
+            self._index.setdefault(digest, (digest, tenant))  # the first line of a digest wins
 
     def tenant(self, key: str) -> str | None:
-        """The tenant whose key this is, or None; every entry is compared, none skipped."""
+        """The tenant whose key this is, or None."""
         presented = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
-        found: str | None = None
-        for digest, tenant in self.entries:
-            if hmac.compare_digest(digest, presented) and found is None:
-                found = tenant
-        return found
+        stored = self._index.get(presented)
+        if stored is None or not hmac.compare_digest(stored[0], presented):
+            return None
+        return stored[1]
 
     def tenants(self) -> frozenset[str]:
         """Every tenant that holds a key."""

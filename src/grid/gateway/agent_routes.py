@@ -32,7 +32,7 @@ from aiohttp import web
 
 from grid import __version__
 from grid.core.metering.bounds import usage_bound
-from grid.gateway.body import BodyTooLarge, BodyTooSlow, discard_rest, read_body
+from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body
 from grid.gateway.client_auth import Refusal
 from grid.gateway.redaction import Masker, secret_of
 from grid.gateway.snapshot import Candidate, Snapshot
@@ -138,7 +138,6 @@ class AgentRoutes:
             return slow
         except BodyTooLarge:
             requests["too_large"].inc()
-            await discard_rest(request)
             limit = settings.body_max_bytes
             return refusal(413, "body_too_large", f"the body exceeds {limit} bytes")
 

@@ -8,25 +8,16 @@ whole body must be in within ``body_timeout_s``. A body that falls behind is
 refused 408 ``body_timeout`` and its connection closed; one over the size
 limit is 413 ``body_too_large`` as before.
 
-Before a 413 is sent, what the client is still sending is read and dropped, up to
-``DISCARD_MAX_BYTES`` and ``DISCARD_TIMEOUT_S``: closing with unread bytes in the
-receive buffer makes the kernel answer with a reset, and the client would see
-that instead of the refusal.
+After a 413 the listener shuts the write side and reads and drops a bounded
+part of what the client still sends (`grid.gateway.settings.LISTENER_POLICY`),
+so the client reads the refusal instead of a reset.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
-import aiohttp
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-
-DISCARD_MAX_BYTES = 8 * 1024 * 1024
-"""The most of a refused body read and dropped before the refusal is sent."""
-DISCARD_TIMEOUT_S = 2.0
-"""How long a refused body is read and dropped at the most."""
 
 
 class BodyTooLarge(Exception):
@@ -69,22 +60,3 @@ async def write_within(out: web.StreamResponse, data: bytes, timeout_s: float) -
     """Write to the client, or raise `TimeoutError` when it has not read it in time."""
     async with asyncio.timeout(timeout_s):
         await out.write(data)
-
-
-async def discard_rest(
-    request: web.Request,
-    max_bytes: int = DISCARD_MAX_BYTES,
-    timeout_s: float = DISCARD_TIMEOUT_S,
-) -> None:
-    """Read and drop the rest of a refused body, within both bounds."""
-    dropped = 0
-    content = request.content
-    with contextlib.suppress(
-        TimeoutError, ConnectionError, aiohttp.ClientError, HttpProcessingError
-    ):
-        async with asyncio.timeout(timeout_s):
-            while dropped < max_bytes:
-                chunk = await content.readany()
-                if not chunk:
-                    return
-                dropped += len(chunk)

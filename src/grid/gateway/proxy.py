@@ -51,7 +51,7 @@ from grid.core.metering.usage import (
 from grid.gateway import request_trace
 from grid.gateway.affinity import AffinityTable
 from grid.gateway.agent_routes import AgentRoutes
-from grid.gateway.body import BodyTooLarge, BodyTooSlow, discard_rest, read_body, write_within
+from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body, write_within
 from grid.gateway.client_auth import ClientAuth, Refusal
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
@@ -182,7 +182,6 @@ class Proxy:
             return refusal
         except BodyTooLarge:
             requests["too_large"].inc()
-            await discard_rest(request)
             return error(
                 413, "body_too_large", f"the body exceeds {self.settings.body_max_bytes} bytes"
             )

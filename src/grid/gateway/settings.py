@@ -17,14 +17,17 @@ LISTENER_POLICY = ListenerPolicy(
     idle_timeout_s=60.0,
     connections_max=1024,
     evict_unsettled=True,
+    refused_linger_bytes_max=8 * 1024 * 1024,
+    refused_linger_s=2.0,
 )
 """The public and admin listeners' policy (`grid.adapters.http_listener`): a request
 head within 10 s, idle keep-alive connections closed after 60 s, at most 1,024
 connections (fewer when the descriptor limit is lower, `grid.gateway.descriptors`), and
 when full the oldest connection that has not sent a complete head is evicted for a new
-one. A proxy holds many client connections at once, hence the larger cap;
-clients of long generations keep connections alive between requests, hence the
-longer idle time."""
+one. A refused body is answered first, then up to 8 MiB or 2 s more of it is read and
+dropped behind a FIN, so an OpenAI client still uploading reads its 413. A proxy holds
+many client connections at once, hence the larger cap; clients of long generations keep
+connections alive between requests, hence the longer idle time."""
 
 
 @dataclass(frozen=True)

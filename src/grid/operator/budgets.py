@@ -44,6 +44,7 @@ from grid.core.resources import GridNetwork
 from grid.errors import GridError
 from grid.operator.gateway_scrape import GatewayCounters, GatewayScrape
 from grid.operator.ledger_store import LedgerStore
+from grid.operator.resilience import RoundFailures, guarded_rounds
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class BudgetMeter:
         self.ledgers = ledgers
         self.ledger = Ledger()
         self.save_failures = 0
+        self.save_failing = False
+        """Whether the last save of a grown ledger failed (until one succeeds)."""
 
     async def load(self) -> None:
         """Read the persisted ledger (call once, before the slot is first published)."""
@@ -100,9 +103,11 @@ class BudgetMeter:
             await self.ledgers.save(ledger)
         except (GridError, OSError) as exc:
             self.save_failures += 1
+            self.save_failing = True
             log.error("budget ledger not saved; keeping the last one",
                       extra={"error": type(exc).__name__})  # fmt: skip
             return False
+        self.save_failing = False
         self.ledger = ledger
         return True
 
@@ -164,6 +169,7 @@ class BudgetLoop:
         interval_s: float,
         traffic_changed: Callable[[], None],
         spend_changed: Callable[[], None],
+        failures: RoundFailures | None = None,
     ) -> None:
         """``write`` applies a change to our snapshot (`LanePublisher.write`);
         ``traffic_changed`` tells the live view the gateways' traffic or recent
@@ -176,12 +182,13 @@ class BudgetLoop:
         self.interval_s = interval_s
         self._traffic_changed = traffic_changed
         self._spend_changed = spend_changed
+        self.failures = failures or RoundFailures()
 
     async def run(self) -> None:
         """A scrape every ``interval_s``."""
         async with aiohttp.ClientSession() as http:
             while True:
-                await self.round(http)
+                await guarded_rounds("budgets", self.failures, lambda: self.round(http))
                 await asyncio.sleep(self.interval_s)
 
     async def round(self, http: aiohttp.ClientSession) -> None:
@@ -192,8 +199,9 @@ class BudgetLoop:
         scraped = await self.gateways.scrape(http)
         if (self.gateways.traffic(), self.gateways.recent_selections()) != traffic:
             self._traffic_changed()
+        failing = self.meter.save_failing
         grew = await self.meter.observe(scraped, self.replica)
         before = self.replica.local
         await self._write(self.meter.publish)
-        if grew or self.replica.local != before:
+        if grew or self.replica.local != before or self.meter.save_failing != failing:
             self._spend_changed()

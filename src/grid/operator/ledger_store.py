@@ -29,6 +29,7 @@ from grid.adapters.store.port import ResourceStore
 from grid.core.metering.budgets import BudgetDocumentError, Ledger
 from grid.errors import NotFound
 from grid.operator.output import atomic_write, short_name, upsert_configmap
+from grid.operator.resilience import WriteGuard, WriteSite
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +64,19 @@ class LedgerStore:
     """Loads and saves one site's ledger in its ConfigMap and its state file."""
 
     def __init__(
-        self, store: ResourceStore, site: str, namespace: str, state_dir: Path | None
+        self,
+        store: ResourceStore,
+        site: str,
+        namespace: str,
+        state_dir: Path | None,
+        guard: WriteGuard | None = None,
     ) -> None:
         self.store = store
         self.name = ledger_configmap_name(site)
         self.namespace = namespace
         self.path = state_dir / LEDGER_FILE if state_dir is not None else None
         self.sequence = 0
+        self.guard = guard or WriteGuard()
 
     async def load(self) -> Ledger:
         """The newest readable copy (an empty ledger when there is none)."""
@@ -104,7 +111,12 @@ class LedgerStore:
         doc: dict[str, Any] = {**ledger.to_wire(), SEQUENCE_KEY: self.sequence + 1}
         text = json.dumps(doc, sort_keys=True)
         labels = {"app.kubernetes.io/managed-by": "grid-operator"}
-        await upsert_configmap(self.store, self.name, self.namespace, labels, {LEDGER_FILE: text})
+        await self.guard.write(
+            WriteSite.LEDGER,
+            lambda: upsert_configmap(
+                self.store, self.name, self.namespace, labels, {LEDGER_FILE: text}
+            ),
+        )
         if self.path is not None:
             atomic_write(self.path, text.encode())
         self.sequence += 1

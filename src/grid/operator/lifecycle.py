@@ -23,12 +23,13 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from grid.adapters.store.port import ResourceStore
 from grid.core.crdt.record import ProviderRecord
 from grid.core.crdt.replica import GridState
 from grid.core.resources import GridNetwork, GridSite
+from grid.core.resources.network_status import mismatched
 from grid.core.routing.mesh_view import OriginRecord, signals_entry
 from grid.core.routing.signals import SignalsDocument
 from grid.core.signals.mode import Mode, Running, judge, rotates
@@ -67,6 +68,25 @@ class SignalLifecycle:
         )
         self.rotation_checks = 0
         self._cert_digest = self._read_cert_digest()
+        self.mismatched_peers = Gauge(
+            "grid_signal_transport_mismatched_peers",
+            "Peers gossiping another signal transport mode than this site runs "
+            "(SignalTransportMismatch); their signals score as neutral.",
+            registry=registry,
+        )
+
+    def mode_mismatch(self, replica: GridState) -> tuple[tuple[str, str], ...]:
+        """(site, mode) of each peer whose metadata lane gossips another mode; sets the gauge."""
+        if self.running is None:
+            return ()
+        peers = {}
+        for origin in replica.origins():
+            snapshot = replica.snapshot(origin)
+            if origin != self.settings.site and snapshot is not None:
+                peers[origin] = snapshot.metadata.signal_transport
+        found = mismatched(self.running.mode, peers)
+        self.mismatched_peers.set(len(found))
+        return found
 
     async def fix(self, network: GridNetwork, epoch: int) -> Mode:
         """Read the mode once; under poll, build the transport with the declared trust."""

@@ -72,6 +72,8 @@ class OperatorLiveView:
         self.changes = ChangeSignal()
         self.activity = ActivityLog(site)
         self._explained: list[Explanation] = []
+        self.modes: tuple[str, tuple[tuple[str, str], ...]] = ("", ())
+        """This site's signal mode and the peers gossiping another (`on_modes`)."""
         self._pending: (
             tuple[RenderInputs, SignalsDocument | None, frozenset[tuple[str, str]] | None] | None
         ) = None
@@ -96,6 +98,12 @@ class OperatorLiveView:
         if isinstance(event, Notify):
             self.activity.record(event.kind.value, event.member, event.incarnation, _now())
         if isinstance(event, Notify | Deliver):
+            self.changes.notify()
+
+    def on_modes(self, mode: str, mismatched: tuple[tuple[str, str], ...]) -> None:
+        """The round's mode agreement; wakes the streams when it moved."""
+        if (mode, mismatched) != self.modes:
+            self.modes = (mode, mismatched)
             self.changes.notify()
 
     def on_render(
@@ -164,6 +172,8 @@ class OperatorLiveView:
                 traffic=self._traffic(),
                 selections=self._selections(),
                 budgets=self._budgets(),
+                mode=self.modes[0],
+                mismatched=self.modes[1],
             )
         )
 

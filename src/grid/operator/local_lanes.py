@@ -122,6 +122,7 @@ class LanePublisher:
             region=geography.region or "",
             zone=geography.zone or "",
             sovereignty_zone=own.spec.sovereignty_zone or "",
+            signal_transport=self.served.mode or "",
             labels=sorted_pairs(
                 {
                     **own.metadata.labels,

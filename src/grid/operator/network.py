@@ -27,6 +27,7 @@ from grid.core.resources.overlay_status import overlay_status_patch
 from grid.core.resources.phases import SitePhase
 from grid.core.resources.seed_fields import upstream_policy_patch
 from grid.core.routing.mesh_view import GRID_ID_LABEL, converged_grid_id
+from grid.operator.resilience import WriteGuard, WriteSite
 from grid.operator.startup import StartupError, new_grid_id
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,10 @@ log = logging.getLogger(__name__)
 class ServedNetwork:
     """The served GridNetwork as last read or written, and the gridId this site uses."""
 
-    def __init__(self, store: ResourceStore, site: str) -> None:
+    def __init__(self, store: ResourceStore, site: str, guard: WriteGuard | None = None) -> None:
         self.store = store
         self.site = site
+        self.guard = guard or WriteGuard()
         self.network: GridNetwork | None = None
         self.grid_id = ""
         self.mode: str | None = None
@@ -82,8 +84,11 @@ class ServedNetwork:
         if agreed == self.grid_id:
             return False
         log.info("adopting the grid's gridId", extra={"grid_id": agreed, "was": self.grid_id})
+        await self.guard.write(
+            WriteSite.NETWORK_STATUS,
+            lambda: self.store.patch_status("GridNetwork", network.name, {"gridId": agreed}),
+        )
         self.grid_id = agreed
-        await self.store.patch_status("GridNetwork", network.name, {"gridId": agreed})
         return True
 
     def on_event(self, kind: EventType, obj: dict[str, Any]) -> None:
@@ -131,7 +136,10 @@ class ServedNetwork:
         if moved:
             patch = {**patch, **moved, "observedGeneration": fresh.metadata.generation}
         if patch:
-            obj = await self.store.patch_status("GridNetwork", name, patch)
+            obj = await self.guard.write(
+                WriteSite.NETWORK_STATUS,
+                lambda: self.store.patch_status("GridNetwork", name, patch),
+            )
             self.network = fresh = GridNetwork.model_validate(obj)
         await self._write_upstream_policy(fresh)
 
@@ -140,5 +148,8 @@ class ServedNetwork:
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         patch = upstream_policy_patch(network, now)
         if patch:
-            obj = await self.store.patch_status("GridNetwork", network.name, patch)
+            obj = await self.guard.write(
+                WriteSite.NETWORK_STATUS,
+                lambda: self.store.patch_status("GridNetwork", network.name, patch),
+            )
             self.network = GridNetwork.model_validate(obj)

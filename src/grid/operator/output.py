@@ -43,6 +43,7 @@ from grid.core.resources.overlay_status import Distribution
 from grid.core.routing.render import Rendered, poll_ranking
 from grid.core.vocabulary import OverlayFormat
 from grid.errors import AlreadyExists, GridError, NotFound
+from grid.operator.resilience import WriteFailed, WriteGuard, WriteSite
 
 CONFIG_KEY = LAYOUTS[OverlayFormat.GRID].config_key
 """``grid-config.json``, the bare overlay's key in Grid's layout (§1)."""
@@ -50,6 +51,8 @@ ENVELOPE_KEY = LAYOUTS[OverlayFormat.GRID].envelope_key
 """``grid-overlay.json``, the envelope's key in Grid's layout (§1)."""
 BUDGETS_KEY = "grid-budgets.json"
 """The budget view (§12), a key of the same ConfigMap and a file beside the overlay."""
+CONSUMER_APPLY_FAILED = "ConsumerConfigApplyFailed"
+"""The reason a gateway's praxis.yaml ConfigMap could not be written (tried again next round)."""
 NAME_MAX = 63
 """Kubernetes name limit for the ConfigMap; longer names are shortened."""
 
@@ -119,9 +122,13 @@ def _file_revision(directory: Path, layout: Layout) -> str:
 class OverlayWriter:
     """Writes each gateway's overlay when, and only when, its revision (or layout) changes."""
 
-    def __init__(self, store: ResourceStore, overlay_dir: Path | None) -> None:
+    def __init__(
+        self, store: ResourceStore, overlay_dir: Path | None, guard: WriteGuard | None = None
+    ) -> None:
         self._store = store
         self._root = overlay_dir
+        self.guard = guard or WriteGuard()
+        """Retries and counts the ConfigMap writes (`grid.operator.resilience`)."""
         self._held: dict[tuple[str, str], tuple[OverlayFormat, Distribution | None]] = {}
         """Per (network, gateway): the layout and what its ConfigMap holds, once read."""
         self.per_gateway = False
@@ -172,14 +179,17 @@ class OverlayWriter:
         other = {
             k for f, o in LAYOUTS.items() if f is not fmt for k in (o.config_key, o.envelope_key)
         }
-        written = await upsert_configmap(
-            self._store,
-            name,
-            scope.namespace,
-            _labels(scope.network, scope.gateway),
-            {layout.config_key: config, layout.envelope_key: envelope},
-            annotations=configmap_annotations(fmt, rendered.envelope),
-            drop=other,
+        written = await self.guard.write(
+            WriteSite.OVERLAY,
+            lambda: upsert_configmap(
+                self._store,
+                name,
+                scope.namespace,
+                _labels(scope.network, scope.gateway),
+                {layout.config_key: config, layout.envelope_key: envelope},
+                annotations=configmap_annotations(fmt, rendered.envelope),
+                drop=other,
+            ),
         )
         if directory is not None:
             atomic_write(directory / layout.config_key, config.encode())
@@ -202,12 +212,15 @@ class OverlayWriter:
         """Write the budget view (§12) as a key of the gateway's overlay ConfigMap and a file.
 
         The ConfigMap's new resourceVersion becomes the distribution's on record."""
-        written = await upsert_configmap(
-            self._store,
-            configmap_name(network, gateway, fmt),
-            namespace,
-            _labels(network, gateway),
-            {BUDGETS_KEY: text},
+        written = await self.guard.write(
+            WriteSite.BUDGETS,
+            lambda: upsert_configmap(
+                self._store,
+                configmap_name(network, gateway, fmt),
+                namespace,
+                _labels(network, gateway),
+                {BUDGETS_KEY: text},
+            ),
         )
         held = self._held.get((network, gateway))
         if held is not None and held[0] is fmt and held[1] is not None:
@@ -286,9 +299,12 @@ class ConsumerConfigWriter:
     gateway's overlay directory.
     """
 
-    def __init__(self, store: ResourceStore, overlays: OverlayWriter) -> None:
+    def __init__(
+        self, store: ResourceStore, overlays: OverlayWriter, guard: WriteGuard | None = None
+    ) -> None:
         self._store = store
         self._overlays = overlays
+        self._guard = guard or WriteGuard()
         self._written: dict[tuple[str, str, str], str | None] = {}
         self._inputs: dict[tuple[str, str, str], tuple[Any, ...]] = {}
         """Per gateway: what its last written praxis.yaml was rendered from."""
@@ -348,17 +364,27 @@ class ConsumerConfigWriter:
         if isinstance(result, ConsumerConfigError):
             return {**entry, "phase": "Error", "reason": result.reason, "message": result.message}
         directory = self._overlays.directory(scope.gateway)
-        if key not in self._written:
-            # After a restart, what the store and the file already hold counts as written.
-            self._written[key] = await self._stored(name, scope.namespace, directory)
+        try:
+            if key not in self._written:
+                # After a restart, what the store and the file already hold counts as written.
+                self._written[key] = await self._stored(name, scope.namespace, directory)
+            if self._written[key] != result.text:
+                await self._guard.write(
+                    WriteSite.CONSUMER_CONFIG,
+                    lambda: upsert_configmap(
+                        self._store,
+                        name,
+                        scope.namespace,
+                        _labels(scope.network, scope.gateway),
+                        {PRAXIS_KEY: result.text},
+                    ),
+                )
+        except (GridError, OSError) as exc:
+            # The store refused or failed: the status says so, the next round tries again.
+            reason = exc.failure.reason.value if isinstance(exc, WriteFailed) else "read"
+            message = f"the {name} ConfigMap was not written ({reason})"
+            return {**entry, "phase": "Error", "reason": CONSUMER_APPLY_FAILED, "message": message}
         if self._written[key] != result.text:
-            await upsert_configmap(
-                self._store,
-                name,
-                scope.namespace,
-                _labels(scope.network, scope.gateway),
-                {PRAXIS_KEY: result.text},
-            )
             if directory is not None:
                 try:
                     atomic_write(directory / PRAXIS_KEY, result.text.encode())

@@ -59,12 +59,20 @@ from grid.core.routing.signals import SignalsDocument
 from grid.errors import GridError
 from grid.operator.budgets import BudgetView
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter, configmap_name
+from grid.operator.resilience import (
+    RoundFailures,
+    WriteFailed,
+    guarded_rounds,
+)
 from grid.operator.round_gate import time_deadline
 
 log = logging.getLogger(__name__)
 
 SignalsView = Callable[[list[OriginRecord], dt.datetime, float | None], SignalsDocument]
 """Under poll: (live records, now, stale TTL) -> the signals document to render from."""
+
+BUDGETS_APPLY_FAILED = "BudgetsApplyFailed"
+"""The reason a gateway's budget view (``grid-budgets.json``) could not be written."""
 
 ROUTABLE = (SitePhase.ACTIVE,)
 """Site phases whose candidates are rendered (§14 eligibility): only ``Active``, a site
@@ -114,15 +122,22 @@ class RoundSummary:
 
 
 async def render_rounds(
-    dirty: asyncio.Event, interval_s: float, round_: Callable[[], Awaitable[None]]
+    dirty: asyncio.Event,
+    interval_s: float,
+    round_: Callable[[], Awaitable[None]],
+    failures: RoundFailures | None = None,
 ) -> None:
-    """Run ``round_`` whenever ``dirty`` is set, and at least every ``interval_s``."""
+    """Run ``round_`` whenever ``dirty`` is set, and at least every ``interval_s``.
+
+    A round that fails is counted and tried again after a back-off (`guarded_rounds`);
+    the loop never ends on a failure."""
+    failures = failures or RoundFailures()
     while True:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(interval_s):
                 await dirty.wait()
         dirty.clear()
-        await round_()
+        await guarded_rounds("render", failures, round_)
 
 
 class OverlayLoop:
@@ -138,7 +153,7 @@ class OverlayLoop:
             ("written", "unchanged", "failed"),
             registry,
         )
-        self.consumers = ConsumerConfigWriter(writer.store, writer)
+        self.consumers = ConsumerConfigWriter(writer.store, writer, writer.guard)
         self.consumer_status: list[dict[str, Any]] = []
         """The last round's ``consumerConfigStatus`` items."""
         self.budgets = BudgetView()
@@ -152,6 +167,8 @@ class OverlayLoop:
         """Gateways whose overlay failed to render in the last round."""
         self.write_failed: list[str] = []
         """Gateways whose overlay failed to be written in the last round."""
+        self.apply_failed: list[tuple[str, str]] = []
+        """(gateway, reason) of the last round's other writes that failed (the budget view)."""
         self.served = 0
         """Gateways served in the last round."""
         self.last_inputs: RenderInputs | None = None
@@ -243,7 +260,7 @@ class OverlayLoop:
         revisions: list[dict[str, Any]] = []
         served = served_gateways(network, self.site)
         self.served = len(served)
-        self.render_failed, self.write_failed = [], []
+        self.render_failed, self.write_failed, self.apply_failed = [], [], []
         self.writer.per_gateway = len(served) > 1
         span = trace.get_current_span()
         summary = RoundSummary()
@@ -309,20 +326,31 @@ class OverlayLoop:
         if span.is_recording():
             summary.describe(span)
         self.last_round = summary
-        failed = self.render_failed or self.write_failed
+        failed = self.render_failed or self.write_failed or self.apply_failed
         self.failed_rounds = self.failed_rounds + 1 if failed else 0
         return overlays
 
     async def _write_budgets(
         self, network: GridNetwork, replica: GridState, ref: GatewayRef, namespace: str
     ) -> None:
-        """Write the gateway's budget view when a ratio moved by 0.01 or reached 1."""
+        """Write the gateway's budget view when a ratio moved by 0.01 or reached 1.
+
+        A write that fails is named in ``apply_failed`` (``BudgetsApplyFailed``) and
+        tried again next round, as the view is only taken as written once it was."""
         view = self.budgets.document(network, replica, ref.name)
         if view is not None:
             text = json.dumps(view, separators=(",", ":"))
-            await self.writer.write_budgets(
-                network.name, ref.name, namespace, text, ref.overlay_format
-            )
+            try:
+                await self.writer.write_budgets(
+                    network.name, ref.name, namespace, text, ref.overlay_format
+                )
+            except (GridError, OSError) as exc:
+                reason = exc.failure.reason.value if isinstance(exc, WriteFailed) else "other"
+                log.warning(
+                    "budget view not written", extra={"gateway": ref.name, "reason": reason}
+                )
+                self.apply_failed.append((ref.name, BUDGETS_APPLY_FAILED))
+                return
             self.budgets.written(ref.name, view)
 
     def _revision_entry(

@@ -47,6 +47,7 @@ from grid.core.resources.status import InferenceProviderStatus
 from grid.core.routing.mesh_view import record_for
 from grid.core.routing.metrics_mapping import ScrapedSignals, carried_sample
 from grid.errors import GridError, NotFound
+from grid.operator.resilience import WriteGuard, WriteSite
 from grid.operator.schedule import Job, provider_jobs, run_every
 
 log = logging.getLogger(__name__)
@@ -101,8 +102,10 @@ class ProviderController:
         health: HealthProbe | None = None,
         scrape: ScrapeProbe | None = None,
         rng: random.Random | None = None,
+        guard: WriteGuard | None = None,
     ) -> None:
         self._store = store
+        self._guard = guard or WriteGuard()
         self._site = site
         self._on_record = on_record
         self._refresh_s = refresh_s
@@ -180,8 +183,10 @@ class ProviderController:
                 elif job.name == "scrape":
                     await self._run_scrape(state, job.timeout_s)
                 await self._publish(state)
-            except GridError as exc:
-                log.warning("provider check failed", extra={"provider": name, "code": exc.code})
+            except (GridError, OSError) as exc:
+                # A failed check or status write: counted, and the job's next run tries again.
+                code = exc.code if isinstance(exc, GridError) else type(exc).__name__
+                log.warning("provider check failed", extra={"provider": name, "code": code})
 
         return run
 
@@ -354,8 +359,11 @@ class ProviderController:
             observed_generation=state.provider.metadata.generation,
         ):
             conditions = [c.model_dump(by_alias=True, exclude_none=True) for c in status.conditions]
-            await self._store.patch_status(
-                "InferenceProvider", state.provider.name, {"conditions": conditions}
+            await self._guard.write(
+                WriteSite.PROVIDER_STATUS,
+                lambda: self._store.patch_status(
+                    "InferenceProvider", state.provider.name, {"conditions": conditions}
+                ),
             )
             state.provider = state.provider.model_copy(update={"status": status})
             if not ok:
@@ -370,14 +378,14 @@ class ProviderController:
         reason = phase_reason(phase, seen)
         status = state.provider.status
         if phase is not current or status is None or status.reason != reason:
-            await self._store.patch_status(
-                "InferenceProvider",
-                state.provider.name,
-                {
-                    "phase": phase.value,
-                    "reason": reason,
-                    "observedGeneration": state.provider.metadata.generation,
-                },
+            patch = {
+                "phase": phase.value,
+                "reason": reason,
+                "observedGeneration": state.provider.metadata.generation,
+            }
+            await self._guard.write(
+                WriteSite.PROVIDER_STATUS,
+                lambda: self._store.patch_status("InferenceProvider", state.provider.name, patch),
             )
             log.info(
                 "provider phase",

@@ -166,15 +166,35 @@ def round_key(operator: Operator) -> tuple[Any, ...] | None:
         or not operator.overlays.settled
     ):
         return None
-    unread = (tuple(operator.providers.unresolved_secrets()), operator.swim_keys.unreadable)
+    unread = (
+        tuple(operator.providers.unresolved_secrets()),
+        operator.swim_keys.unreadable,
+        operator.budget_meter.save_failing,
+    )
     return operator.gate.key(operator.replica, operator.sites.phases, unread)
 
 
-def round_outcome(overlays: OverlayLoop, unreadable: Iterable[str]) -> RoundOutcome:
-    """What the round's status reports of its gateways and of unreadable Secrets."""
+LEDGER_APPLY_FAILED = "LedgerApplyFailed"
+"""The reason the site's budget ledger ConfigMap could not be written."""
+
+
+def round_outcome(
+    overlays: OverlayLoop,
+    unreadable: Iterable[str],
+    ledger_failed: bool = False,
+    modes: tuple[str, tuple[tuple[str, str], ...]] = ("", ()),
+) -> RoundOutcome:
+    """What the round's status reports of its gateways, its other writes and of
+    unreadable Secrets."""
+    failed = [(f"budgets of {g}", reason) for g, reason in overlays.apply_failed]
+    if ledger_failed:
+        failed.append(("ledger", LEDGER_APPLY_FAILED))
     return RoundOutcome(
         served=overlays.served,
         render_failed=tuple(overlays.render_failed),
         write_failed=tuple(overlays.write_failed),
         unreadable_secrets=tuple(sorted(set(unreadable))),
+        apply_failed=tuple(failed),
+        own_mode=modes[0],
+        mode_mismatch=modes[1],
     )

@@ -70,6 +70,7 @@ from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.own_providers import HOSTED_KINDS, WATCHED_KINDS, OwnProviders
 from grid.operator.providers import ProviderController
+from grid.operator.resilience import RoundFailures, Supervisor, WriteGuard
 from grid.operator.round_gate import RoundGate, round_key, round_outcome, trust_deadline
 from grid.operator.settings import OperatorSettings
 from grid.operator.site_pki import SitePki, with_site_pki
@@ -78,6 +79,7 @@ from grid.operator.sites import SiteController, SiteMetrics
 from grid.operator.startup import StartupError, select_network
 from grid.operator.state_metrics import state_collector
 from grid.operator.swim_keys import SwimKeys, swim_config, tuning_change
+from grid.operator.trust_refresh import refresh_trust
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -120,7 +122,10 @@ class Operator:
         )
         self.health = HealthServer(self.registry, ready=lambda: self.ready)
         self.ready = False
-        self.served = ServedNetwork(store, settings.site)
+        self.guard = WriteGuard(self.registry)
+        self.failures = RoundFailures(self.registry)
+        self.supervisor = Supervisor(self.failures)
+        self.served = ServedNetwork(store, settings.site, self.guard)
         self.swim: SwimNode | None = None
         self._ca_pem = read_ca(settings.ca)
         self.replica = GridState(
@@ -131,7 +136,7 @@ class Operator:
             ),
         )
         ItemCounters(self.replica, self.registry)
-        self.writer = OverlayWriter(store, settings.overlay_dir)
+        self.writer = OverlayWriter(store, settings.overlay_dir, self.guard)
         self.overlays = OverlayLoop(settings.site, self.writer, self.registry)
         self.gate = RoundGate(self.registry)
         self.gateways = GatewayScrape(
@@ -144,18 +149,18 @@ class Operator:
                 settings.site,
                 pod_namespace(),
                 settings.state_dir or settings.overlay_dir,
+                self.guard,
             ),
         )
         self._dirty = asyncio.Event()
         self._stop = asyncio.Event()
         self._round_lock = asyncio.Lock()
-        self._tasks: list[asyncio.Task[None]] = []
         self._egress: EgressListener | None = None
         self._swim_started_from: GridNetwork | None = None
         """The network whose ``spec.swim`` and ``spec.seeds`` the SWIM node runs with."""
         self.addresses: dict[str, str] = {}
         self.providers = ProviderController(
-            store, settings.site, self._on_record, settings.record_refresh_s
+            store, settings.site, self._on_record, settings.record_refresh_s, guard=self.guard
         )
         self.own = OwnProviders(store, settings.site, self.served, self.providers, self._dirty.set)
         self.signals = SignalLifecycle(settings, store, self.registry)
@@ -164,7 +169,9 @@ class Operator:
         if settings.ca and settings.cert and settings.key:
             tls = client_context(settings.ca, settings.cert, settings.key)
             self.signals.tls_contexts.append(tls)
-        self.sites = SiteController(store, settings.site, tls, metrics=SiteMetrics(self.registry))
+        self.sites = SiteController(
+            store, settings.site, tls, metrics=SiteMetrics(self.registry), guard=self.guard
+        )
         self.registry.register(state_collector(self.sites, self.served, self.overlays))
         self.site_rounds = SiteRounds(
             self.served,
@@ -176,6 +183,7 @@ class Operator:
             members_gauge=self.members_gauge,
             durations=self.reconcile_seconds,
             changed=self._dirty.set,
+            failures=self.failures,
         )
         self.lanes = LanePublisher(
             settings.site,
@@ -204,6 +212,7 @@ class Operator:
             interval_s=settings.budget_scrape_interval_s,
             traffic_changed=self.live.changes.notify,
             spend_changed=self._dirty.set,
+            failures=self.failures,
         )
 
     @classmethod
@@ -233,39 +242,32 @@ class Operator:
         await self._start_endpoints()
         await self._start_swim(network)
         await self.providers.start()
-        self._tasks = [
-            asyncio.create_task(self._watch(kind), name=f"watch-{kind}") for kind in WATCHED_KINDS
-        ]
-        self._tasks += [
-            asyncio.create_task(self._events(), name="swim-events"),
-            asyncio.create_task(self.site_rounds.run(), name="sites"),
-            asyncio.create_task(
-                render_rounds(self._dirty, self.settings.render_interval_s, self._render_round),
-                name="render",
-            ),
-            asyncio.create_task(
-                self.signals.rotation_loop(lambda: self.served.network, self.lanes.publish_rotated),
-                name="cert-rotation",
-            ),
-        ]
+        tasks = self.supervisor
+        for kind in WATCHED_KINDS:
+            tasks.start(f"watch-{kind}", lambda kind=kind: self._watch(kind))  # type: ignore[misc]
+        tasks.start("swim-events", self._events)
+        tasks.start("sites", self.site_rounds.run)
+        interval = self.settings.render_interval_s
+        tasks.start(
+            "render",
+            lambda: render_rounds(self._dirty, interval, self._render_round, self.failures),
+        )
+        network_now = lambda: self.served.network  # noqa: E731
+        tasks.start(
+            "cert-rotation",
+            lambda: self.signals.rotation_loop(network_now, self.lanes.publish_rotated),
+        )
         transport = self.signals.transport
         if transport is not None:
-            self._tasks.append(
-                asyncio.create_task(
-                    transport.run(self._poll_targets, self._dirty.set), name="signals-poll"
-                )
-            )
+            tasks.start("signals-poll", lambda: transport.run(self._poll_targets, self._dirty.set))
         # Always run: a GridNetwork edit may declare a gateway's adminUrl at any time.
-        self._tasks.append(asyncio.create_task(self.budget_loop.run(), name="budgets"))
+        tasks.start("budgets", self.budget_loop.run)
         await self.own.sync()
-        stop = asyncio.create_task(self._stop.wait())
-        done, _ = await asyncio.wait([stop, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
-        failed = [
-            t for t in done if t is not stop and not t.cancelled() and t.exception() is not None
-        ]
+        # A failed task starts again; only a deliberate exit (StartupError) ends the run.
+        ended = await tasks.run(self._stop)
         await self._shutdown()
-        if failed:
-            raise failed[0].exception()  # type: ignore[misc]
+        if ended is not None:
+            raise ended
 
     def stop(self) -> None:
         """Ask `run` to shut down gracefully (leave the mesh first)."""
@@ -280,13 +282,13 @@ class Operator:
                         await self.swim.leave()
             finally:
                 await self.swim.stop()
-        pending = set(self._tasks)
+        pending = set(self.supervisor.tasks.values())
         while pending:
             # Re-sent each second: a cancellation some library swallowed is not the end.
             for task in pending:
                 task.cancel()
             _done, pending = await asyncio.wait(pending, timeout=1.0)
-        for task in self._tasks:
+        for task in self.supervisor.tasks.values():
             if not task.cancelled():
                 task.exception()  # retrieved: the failure that ended the run is raised by run()
         await self.own.stop()
@@ -342,20 +344,9 @@ class Operator:
         self._dirty.set()
 
     async def _refresh_trust(self) -> None:
-        """Re-read which certificates may speak for which site (network trust, GridSite pins).
-
-        Sites whose certificate is no longer trusted are forgotten, by the
-        replica and by the SWIM machine, so their items are taken again once
-        they are trusted again.
-        """
+        """Re-read which certificates may speak for which site (`refresh_trust`)."""
         trust = trust_for(self._ca_pem, self.served.network, await self.served.sites())
-        auth = self.replica.auth
-        if auth is None or auth.trust == trust:
-            return
-        for origin in self.replica.set_trust(trust):
-            log.info("site certificate no longer trusted", extra={"site": origin})
-            if self.swim is not None:
-                await self.swim.forget_origin(origin)
+        await refresh_trust(self.replica, trust, self.swim)
 
     async def _watch(self, kind: str) -> None:
         """Follow one kind's changes; after `Expired`, start over from a fresh list."""
@@ -483,11 +474,13 @@ class Operator:
             self.overlays.last_inputs, self.overlays.last_signals, self.overlays.last_held
         )
         unread = [*self.providers.unresolved_secrets(), *filter(None, [self.swim_keys.unreadable])]
+        modes = (self.served.mode or "", self.signals.mode_mismatch(self.replica))
+        self.live.on_modes(*modes)
         await self.served.write_status(
             network.name,
             overlays,
             self.sites.phases,
-            round_outcome(self.overlays, unread),
+            round_outcome(self.overlays, unread, self.budget_meter.save_failing, modes),
             self.overlays.consumer_status,
             self.overlays.budget_status,
             self.overlays.overlay_status,

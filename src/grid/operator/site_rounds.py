@@ -18,6 +18,7 @@ from grid.core.resources.site_offers import member_certs, member_offers
 from grid.core.swim.members import MemberState
 from grid.operator.discovery import SiteDiscovery
 from grid.operator.network import ServedNetwork
+from grid.operator.resilience import RoundFailures, guarded_rounds
 from grid.operator.sites import SiteController
 
 
@@ -36,6 +37,7 @@ class SiteRounds:
         members_gauge: Gauge,
         durations: Histogram,
         changed: Callable[[], None],
+        failures: RoundFailures | None = None,
     ) -> None:
         """``swim`` gives the running node (None before it joined); ``changed`` is called
         when a round moved a phase, so the overlays are rendered again."""
@@ -49,6 +51,7 @@ class SiteRounds:
         self.durations = durations
         self._changed = changed
         self._lock = asyncio.Lock()
+        self.failures = failures or RoundFailures()
 
     def member_states(self) -> dict[str, MemberState]:
         """SWIM's view of every member, by site name."""
@@ -61,7 +64,7 @@ class SiteRounds:
         """A round every ``interval_s``, forever."""
         while True:
             with self.durations.labels("sites").time():
-                await self.round()
+                await guarded_rounds("sites", self.failures, self.round)
             await asyncio.sleep(self.interval_s)
 
     async def round(self) -> None:

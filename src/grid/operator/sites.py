@@ -28,6 +28,7 @@ cert lane gossips, so a person can pin a site nobody probed yet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -55,6 +56,7 @@ from grid.core.resources.phases import SitePhase
 from grid.core.resources.site_offers import site_offer
 from grid.core.resources.status import GridSiteStatus
 from grid.core.swim.members import MemberState
+from grid.operator.resilience import WriteFailed, WriteGuard, WriteSite
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +124,10 @@ class SiteController:
         probe_timeout_s: float = PROBE_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         metrics: SiteMetrics | None = None,
+        guard: WriteGuard | None = None,
     ) -> None:
         self._store = store
+        self._guard = guard or WriteGuard()
         self._metrics = metrics
         self._own_site = own_site
         self._tls = tls
@@ -261,7 +265,12 @@ class SiteController:
                     extra={"site": site.name, "from": current.value, "to": phase.value},
                 )
         if patch:
-            await self._store.patch_status("GridSite", site.name, patch)
+            # A write given up is counted; the phase holds and the next round writes it.
+            with contextlib.suppress(WriteFailed):
+                await self._guard.write(
+                    WriteSite.SITE_STATUS,
+                    lambda: self._store.patch_status("GridSite", site.name, patch),
+                )
         return phase
 
 

@@ -43,7 +43,8 @@ from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e]
 
-CLIENT_KEY = f"sk-client-{secrets.token_hex(12)}"
+TENANT = "globex"
+"""The demo tenant whose client key (the demo runs ``clientAuth: apiKey``) the test sends."""
 PROMPT = f"prompt-secret-{secrets.token_hex(12)}"
 TREE_KEYS = (
     "gen_ai.request.model",
@@ -144,9 +145,9 @@ def _model_clusters(envelope: dict[str, Any]) -> list[str]:
     return [c["cluster"] for c in candidates if c["name"] == MODEL]
 
 
-async def _chat(http: aiohttp.ClientSession, gateway: GatewayProcess, model: str) -> str:
+async def _chat(http: aiohttp.ClientSession, gateway: GatewayProcess, model: str, key: str) -> str:
     body = {"model": model, "messages": [{"role": "user", "content": PROMPT}]}
-    headers = {"Authorization": f"Bearer {CLIENT_KEY}", "x-grid-tenant": "acme"}
+    headers = {"Authorization": f"Bearer {key}"}
     async with http.post(gateway.url(), json=body, headers=headers) as response:
         text = await response.text()
         assert response.status == 200, text
@@ -164,7 +165,7 @@ def _secrets(mesh: DemoMesh, praxis: Path) -> dict[str, bytes]:
     key_body = b"".join(line for line in key_pem.splitlines() if b"-----" not in line)
     swim_key = (mesh.root / "pki" / "swim.key").read_bytes()
     return {
-        "client key": CLIENT_KEY.encode(),
+        "client key": mesh.api_keys[TENANT].encode(),
         "provider credential": credential,
         "site private key": key_body[:48],
         "swim key": swim_key,
@@ -203,9 +204,10 @@ async def test_a_failed_over_request_and_the_operator_leave_credential_free_trac
     )  # fmt: skip
     try:
         async with aiohttp.ClientSession() as http:
-            answers = [await _chat(http, failover, MODEL)]
+            key = mesh.api_keys[TENANT]
+            answers = [await _chat(http, failover, MODEL, key)]
             root = await eventually(lambda: _request_root(receiver), "the request's span")
-            answers.append(await _chat(http, poller, API_MODEL))
+            answers.append(await _chat(http, poller, API_MODEL, key))
         print("\n" + draw_tree(receiver.spans, root, TREE_KEYS))
         assert root.attributes["http.response.status_code"] == 200
         assert root.attributes["url.path"] == "/v1/chat/completions"
@@ -236,7 +238,7 @@ def _assert_failed_over_once(
     """§17's tree: the decision on the server span, one client span per attempt,
     the failover as an event, and the answering attempt's traceparent at the provider."""
     assert root.attributes["gen_ai.request.model"] == MODEL
-    assert root.attributes["grid.tenant"] == "acme"
+    assert root.attributes["grid.tenant"] == TENANT
     assert root.attributes["grid.overlay.revision"] == envelope["revision"]["value"]
     assert root.attributes["grid.selection.group"] == 0
     assert root.attributes["grid.selection.mode"] == "deterministic"

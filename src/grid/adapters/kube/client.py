@@ -64,9 +64,18 @@ class ApiFailure(GridError):
 
     code = "kubernetes_api"
 
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        retry_after_s: float | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, code=code)
         self.status = status
+        self.retry_after_s = retry_after_s
+        """The server's ``Retry-After`` on a 429 or 503, when it sent one."""
 
 
 class Gone(GridError):
@@ -196,6 +205,7 @@ class KubeClient:
         attempt = 0
         while True:
             retry_after = 0.0
+            status = 0
             try:
                 response = await self._send(
                     method, path, query or {}, body, content_type, self.settings.request_timeout_s
@@ -213,6 +223,14 @@ class KubeClient:
                 failure = f"HTTP {status}"
             except (aiohttp.ClientError, TimeoutError) as exc:
                 failure = type(exc).__name__
+                status = 0
+            if attempt >= self.settings.retries and status:
+                raise ApiFailure(
+                    f"{method} {what}: the API server kept failing ({failure})",
+                    status=status,
+                    retry_after_s=retry_after or None,
+                    code="store_unavailable",
+                )
             if attempt >= self.settings.retries:
                 raise GridError(
                     f"{method} {what}: the API server kept failing ({failure})",

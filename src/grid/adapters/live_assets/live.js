@@ -258,10 +258,24 @@
     fill("budgets", el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows)));
   }
 
+  function renderModes() {
+    const rows = [];
+    const modes = view.modes || {};
+    for (const site of Object.keys(modes).sort()) {
+      for (const peer of modes[site].mismatched) {
+        rows.push(el("tr", { class: "mode-mismatch" }, el("td", {}, site), el("td", {}, modes[site].mode),
+          el("td", {}, peer.site), el("td", {}, peer.mode)));
+      }
+    }
+    document.getElementById("modes-panel").hidden = rows.length === 0;
+    const head = el("tr", {}, ...["site", "runs", "peer", "peer runs"].map((h) => el("th", {}, h)));
+    fill("modes", el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows)));
+  }
+
   function render() {
     pending = false;
     if (!view) return;
-    renderMembers(); renderLanes(); renderRanking(); renderTraffic(); renderBudgets();
+    renderMembers(); renderLanes(); renderRanking(); renderTraffic(); renderBudgets(); renderModes();
     document.getElementById("generated").textContent = "as of " + view.generated_at;
     document.body.setAttribute("data-generated-at", view.generated_at);
     window.gridView = view;

@@ -238,6 +238,7 @@ def _metadata_pb(value: MetadataLaneValue) -> pb.MetadataLane:
         zone=value.zone,
         sovereignty_zone=value.sovereignty_zone,
         labels=_pairs_pb(value.labels),
+        signal_transport=value.signal_transport,
     )
 
 
@@ -425,9 +426,16 @@ def lane_from_message(
             zone=msg.zone,
             sovereignty_zone=msg.sovereignty_zone,
             labels=_pairs("labels", msg.labels, limits),
+            # Only a mode this version knows; anything else reads as unknown.
+            signal_transport=(
+                msg.signal_transport if msg.signal_transport in SIGNAL_TRANSPORTS else ""
+            ),
         )
     raise _fail("payload_invalid", f"no lane message for lane {lane.value}")
 
+
+SIGNAL_TRANSPORTS = ("gossip", "poll")
+"""The metadata lane's known ``signal_transport`` values."""
 
 LANE_MESSAGES: Mapping[Lane, type[Message]] = {
     Lane.STATE: pb.StateLane,

@@ -134,6 +134,8 @@ class MetadataLaneValue:
     zone: str = ""
     sovereignty_zone: str = ""
     labels: Pairs = ()
+    signal_transport: str = ""
+    """The site's signal transport mode (``gossip`` or ``poll``); empty when unknown."""
 
 
 LaneValue = StateLaneValue | GatewayLaneValue | CertLaneValue | MetadataLaneValue

@@ -18,6 +18,7 @@ EVENT_SECTIONS: dict[str, tuple[str, ...]] = {
     "ranking": ("ranking",),
     "traffic": ("traffic",),
     "budgets": ("budgets",),
+    "modes": ("modes",),
 }
 """Event type → the view fields it carries (SPEC-DECISIONS §13)."""
 EVENT_TYPES = tuple(EVENT_SECTIONS)

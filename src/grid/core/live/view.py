@@ -63,6 +63,10 @@ class SiteInputs:
     """``status.budgetStatus`` items when the network has any."""
     selections: Mapping[SelectionKey, int] = field(default_factory=dict)
     """First-attempt selections per (cluster, group) by this site's gateways, last minute."""
+    mode: str = ""
+    """The signal transport mode this site runs."""
+    mismatched: Sequence[tuple[str, str]] = ()
+    """(site, mode) of each peer gossiping another signal mode (``SignalTransportMismatch``)."""
 
 
 def candidate_view(
@@ -152,6 +156,12 @@ def site_view(inputs: SiteInputs) -> View:
         },
         "traffic": {me: dict(sorted(inputs.traffic.items()))},
         "budgets": {} if inputs.budgets is None else {me: [dict(b) for b in inputs.budgets]},
+        "modes": {
+            me: {
+                "mode": inputs.mode,
+                "mismatched": [{"site": s, "mode": m} for s, m in inputs.mismatched],
+            }
+        },
     }
 
 
@@ -172,6 +182,7 @@ def empty_view(generated_at: str, unreachable: Iterable[str] = ()) -> View:
         "ranking": {},
         "traffic": {},
         "budgets": {},
+        "modes": {},
     }
 
 
@@ -204,7 +215,7 @@ def merge_views(views: Sequence[View], generated_at: str, unreachable: Iterable[
     activity = [a for v in views for a in v.get("activity", [])]
     activity.sort(key=lambda a: (a["at"], a["observer"], a["member"]), reverse=True)
     merged["activity"] = activity[:ACTIVITY_MAX]
-    for section in ("transport", "ranking", "traffic", "budgets"):
+    for section in ("transport", "ranking", "traffic", "budgets", "modes"):
         for view in views:
             merged[section].update(view.get(section, {}))
     return merged

@@ -95,6 +95,37 @@ class RoundOutcome:
     render_failed: tuple[str, ...] = ()
     write_failed: tuple[str, ...] = ()
     unreadable_secrets: tuple[str, ...] = ()
+    apply_failed: tuple[tuple[str, str], ...] = ()
+    own_mode: str = ""
+    """The signal mode this site runs ("" when the caller does not judge modes)."""
+    mode_mismatch: tuple[tuple[str, str], ...] = ()
+    """(site, mode) of each peer gossiping another signal mode (`mismatched`)."""
+    """(what, reason) of the round's other writes the store did not take: a gateway's
+    budget view (``BudgetsApplyFailed``), the site's ledger (``LedgerApplyFailed``)."""
+
+
+MISMATCH_CONDITION = "SignalTransportMismatch"
+"""The GridNetwork condition that is ``True`` while a peer runs another signal mode."""
+
+
+def mismatched(own: str, peers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """(site, mode) of every peer whose gossiped mode is known and not ``own``, by site.
+
+    A mixed mesh scores every remote signal as neutral (seed 000: the network
+    selects, grid-wide, how signals cross sites), so each site reports it. A peer
+    that gossips no mode (it predates the field) is never a mismatch.
+    """
+    return tuple((site, mode) for site, mode in sorted(peers.items()) if mode and mode != own)
+
+
+def mismatch_verdict(
+    own: str, peers: tuple[tuple[str, str], ...]
+) -> tuple[Literal["True", "False"], str, str]:
+    """The ``SignalTransportMismatch`` condition's status, reason and message."""
+    if not peers:
+        return "False", "ModesAgree", f"every peer that gossips its mode runs {own}"
+    listed = ", ".join(f"{site} ({mode})" for site, mode in peers)
+    return "True", "PeerModeDiffers", f"this site runs {own}; peers in another mode: {listed}"
 
 
 Verdict = tuple[bool, str, str]
@@ -108,6 +139,9 @@ def _overlays_verdict(outcome: RoundOutcome) -> Verdict:
         return False, "RenderFailed", "render failed: " + ", ".join(sorted(outcome.render_failed))
     if outcome.write_failed:
         return False, "WriteFailed", "write failed: " + ", ".join(sorted(outcome.write_failed))
+    if outcome.apply_failed:
+        failed = sorted(outcome.apply_failed)
+        return False, failed[0][1], "not written: " + ", ".join(f"{w} ({r})" for w, r in failed)
     return True, "Rendered", f"{outcome.served} overlay(s) rendered and written"
 
 
@@ -145,7 +179,7 @@ def conditions_of(
 
 
 def _conditions_patch(
-    network: GridNetwork, verdicts: Mapping[str, Verdict], now: str
+    network: GridNetwork, verdicts: Mapping[str, Verdict], now: str, outcome: RoundOutcome
 ) -> list[dict[str, Any]] | None:
     status = (network.status or GridNetworkStatus()).model_copy(deep=True)
     changed = False
@@ -156,6 +190,17 @@ def _conditions_patch(
             value,
             reason=reason,
             message=message,
+            now=now,
+            observed_generation=network.metadata.generation,
+        )
+    # Written once a peer in another mode was seen, and kept (False) once they agree.
+    if outcome.own_mode and (outcome.mode_mismatch or status.condition(MISMATCH_CONDITION)):
+        mismatch, why, text = mismatch_verdict(outcome.own_mode, outcome.mode_mismatch)
+        changed |= status.set_condition(
+            MISMATCH_CONDITION,
+            mismatch,
+            reason=why,
+            message=text,
             now=now,
             observed_generation=network.metadata.generation,
         )
@@ -209,7 +254,7 @@ def rendered_patch(
     new = [dict(o) for o in overlays]
     if old != new:
         patch["overlays"] = new
-    conditions = _conditions_patch(network, verdicts, now)
+    conditions = _conditions_patch(network, verdicts, now, outcome)
     if conditions is not None:
         patch["conditions"] = conditions
     old_consumers = [

@@ -552,9 +552,15 @@ class MetadataLane(_message.Message):
     ZONE_FIELD_NUMBER: _builtins.int
     SOVEREIGNTY_ZONE_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    SIGNAL_TRANSPORT_FIELD_NUMBER: _builtins.int
     region: _builtins.str
     zone: _builtins.str
     sovereignty_zone: _builtins.str
+    signal_transport: _builtins.str
+    """The signal transport mode this site runs (GridNetwork signalTransport.mode:
+    "gossip" or "poll"), so that sites see a peer in another mode. Empty from a
+    peer that predates the field: unknown, never a mismatch.
+    """
     @_builtins.property
     def labels(self) -> _containers.RepeatedCompositeFieldContainer[Global___KeyValue]: ...
     def __init__(
@@ -564,10 +570,11 @@ class MetadataLane(_message.Message):
         zone: _builtins.str = ...,
         sovereignty_zone: _builtins.str = ...,
         labels: _abc.Iterable[Global___KeyValue] | None = ...,
+        signal_transport: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "region", b"region", "sovereignty_zone", b"sovereignty_zone", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "region", b"region", "signal_transport", b"signal_transport", "sovereignty_zone", b"sovereignty_zone", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
