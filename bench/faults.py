@@ -77,7 +77,7 @@ async def campaign(root: Path, seed: int, quick: bool) -> tuple[list[FaultResult
 
 
 def _row(r: FaultResult) -> dict[str, Any]:
-    keys = ("fault", "detect_s", "converge_s", "invariants", "notes")
+    keys = ("fault", "detect_s", "converge_s", "invariants", "waited_s", "notes")
     return {k: getattr(r, k) for k in keys}
 
 
@@ -88,16 +88,7 @@ def summary(results: list[FaultResult], seed: int, quick: bool, wall_s: float) -
         "seed": seed,
         "wall_s": round(wall_s, 1),
         "all_held": all(r.held for r in results),
-        "faults": [
-            {
-                "fault": r.fault,
-                "detect_s": r.detect_s,
-                "converge_s": r.converge_s,
-                "invariants": r.invariants,
-                "notes": r.notes,
-            }
-            for r in results
-        ],
+        "faults": [_row(r) for r in results],
     }
 
 

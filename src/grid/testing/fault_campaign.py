@@ -72,6 +72,8 @@ class FaultResult:
     converge_s: float | None
     invariants: dict[str, bool] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    waited_s: dict[str, float] = field(default_factory=dict)
+    """How long each invariant took to hold, in check order."""
 
     @property
     def held(self) -> bool:
@@ -260,9 +262,11 @@ class Campaign:
                 await eventually(lambda s=site: self._acked_now(s), "feedback acked", timeout_s=10)  # type: ignore[arg-type]
         checks.append(("feedback", self._feedback_kept, bound))
         for name, check, timeout in checks:
+            began = time.monotonic()
             try:
                 await eventually(check, name, timeout_s=timeout, interval_s=0.2)
                 result.invariants[name] = True
+                result.waited_s[name] = round(time.monotonic() - began, 2)
             except AssertionError as exc:
                 result.invariants[name] = False
                 result.notes.append(str(exc)[:300])
