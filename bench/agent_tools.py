@@ -1,6 +1,6 @@
 """Benchmark: an MCP ``tools/call`` through ``grid gateway`` against the same call direct.
 
-One MCP server (the ``mcp`` SDK's, `grid.testing.agent_servers.demo_tools`) and one
+One MCP server (the ``mcp`` SDK's, `grid.demo.agent_servers.demo_tools`) and one
 ``grid gateway`` run in their own processes on loopback; the gateway's praxis.yaml
 routes the ``calculator`` tool (an ``mcp_tool`` candidate) to that server. Two
 clients built with the official SDK, one talking to the server, one to the
@@ -77,8 +77,8 @@ async def run(rounds: int, calls: int) -> dict[str, Any]:
     from mcp.client.streamable_http import streamable_http_client
 
     port = free_port()
-    code = f"from grid.testing.agent_servers import run_tools; run_tools('east', {port})"
-    server = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
+    argv = ["-m", "grid.demo.agent_servers", "--site", "east", "--port", str(port)]
+    server = subprocess.Popen([sys.executable, *argv], stdin=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             direct = f"http://127.0.0.1:{port}/mcp"

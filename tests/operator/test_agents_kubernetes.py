@@ -68,6 +68,7 @@ async def test_agents_are_discovered_written_and_offered(
     harness = await connect_store(emulator, tmp_path, agent="grid-test-harness")
     store = await connect_store(emulator, tmp_path, event_namespace="grid")
     await _copy_demo_store(mesh, harness)
+    await harness.delete("AgentToolProvider", "tools-east")  # the demo's: this test's own instead
     tools = hostile_mcp_app(lambda: tools_result(["search", "calculator"]))
     card = agent_card_app(lambda: json.dumps(CARD).encode())
     async with serve(tools) as mcp, serve(card) as a2a:

@@ -2,7 +2,8 @@
 
 One site's operator runs on real sockets over the parametrized store (the SQLite
 file, or the Kubernetes store talking to the API emulator), wrapped in the fault
-wrapper. From the start, every write of one write site fails with one failure
+wrapper. From the start, every write of one write site (the overlay, the
+praxis.yaml, the budget view, the GridNetwork and GridSite status) fails with one failure
 (403, 404, 409, 410, 422, 429 with a Retry-After, 500, 503, a timeout, a reset).
 The operator must stay up, count the failure by site and reason, name it on the
 resource where the resource can still be written, and converge once the fault
@@ -25,6 +26,7 @@ from grid.core.resources import GridNetwork
 from grid.core.retry import classify
 from grid.demo.mesh import DemoMesh
 from grid.operator.output import CONSUMER_APPLY_FAILED
+from grid.operator.overlay_loop import BUDGETS_APPLY_FAILED
 from grid.operator.runtime import Operator
 from grid.testing.faulty_store import FAULTS, FaultyStore, WriteFault, fault_error
 from grid.testing.poll import eventually
@@ -85,9 +87,16 @@ async def _consumer_failed(store: ResourceStore) -> bool:
     return await _consumer_reason(store) == CONSUMER_APPLY_FAILED
 
 
+async def _budgets_failed(store: ResourceStore) -> bool:
+    conditions = (await _network(store)).get("conditions") or []
+    reasons = {c["type"]: c["reason"] for c in conditions}
+    return reasons.get("OverlaysDistributed") == BUDGETS_APPLY_FAILED
+
+
 SITES = [
     Site("overlay", _configmap_with("grid-overlay.json"), _overlay_failed),
     Site("consumer_config", _configmap_with("praxis.yaml"), _consumer_failed),
+    Site("budgets", _configmap_with("grid-budgets.json"), _budgets_failed),
     Site("network_status", _network_round, None),
     Site("site_status", _site_status, None),
 ]

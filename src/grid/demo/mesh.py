@@ -36,8 +36,6 @@ from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.pki import DevPki, write_dev_pki
 from grid.errors import AlreadyExists, Conflict
-from grid.gateway.config import ConfigError, load_config
-from grid.gateway.settings import GatewaySettings
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +146,8 @@ class DemoMesh:
             providers = [p.provider_doc(pp, interval=self.scrape_interval) for pp in site.providers]
             if site.name == first:
                 providers += p.third_party_docs(site.name)
+            if site.tools_port:
+                providers.append(p.tool_provider_doc(site, interval=self.scrape_interval))
             await self._fill_store(site.store, [network, *sites, *providers, *secrets])
 
     def _write_join_manifests(self, network: dict[str, Any], secrets: list[dict[str, Any]]) -> None:
@@ -243,6 +243,10 @@ class DemoMesh:
             await self._spawn(
                 Child(f"provider-{provider.name}", argv, self._log(provider.name), {})
             )
+        for site in self.plan.tool_sites:  # the demo's MCP server (§16)
+            argv = [sys.executable, "-m", "grid.demo.agent_servers", "--site", site.name,
+                    "--port", str(site.tools_port)]  # fmt: skip
+            await self._spawn(Child(site.tool_cluster, argv, self._log(site.tool_cluster), {}))
         for site in self.plan.sites.values():
             await self.start_operator(site.name)
         self._supervisor = asyncio.create_task(self._supervise(), name="demo-supervisor")
@@ -261,11 +265,11 @@ class DemoMesh:
 
     async def _wait_praxis(self) -> None:
         """Wait until every site's praxis.yaml lists every cluster (bounded)."""
-        clusters = len(self.plan.providers) + len(self.plan.stand_ins)
+        clusters = self.plan.cluster_count()
         deadline = time.monotonic() + PRAXIS_TIMEOUT_S
         while True:
             complete = [
-                _cluster_count(site.praxis) >= clusters for site in self.plan.sites.values()
+                p.praxis_cluster_count(site.praxis) >= clusters for site in self.plan.sites.values()
             ]
             if all(complete):
                 return
@@ -434,6 +438,8 @@ class DemoMesh:
         top = next((self.gateway_address(s) for s in self.plan.sites), None)
         described: dict[str, Any] = {"sites": sites, "ca": str(self.pki.ca), "gateway": top}
         described |= {"ui": self.ui_url, "api_keys": dict(self.api_keys)}
+        tools = {s.tool_cluster: f"127.0.0.1:{s.tools_port}" for s in self.plan.tool_sites}
+        described |= {"tools": tools, "mcp": top and f"http://{top}/mcp"}
         return described | ({"prometheus": self.prometheus_url} if self.prometheus_url else {})
 
     def gateway_address(self, site: str) -> str | None:
@@ -482,12 +488,3 @@ class DemoMesh:
                     proc.kill()
                 await proc.wait()
         shutil.rmtree(self.credentials, ignore_errors=True)
-
-
-def _cluster_count(praxis: Path) -> int:
-    """How many clusters a rendered praxis.yaml lists (0 before it exists)."""
-    try:
-        config = load_config(praxis, GatewaySettings().config_max_bytes)
-    except ConfigError:
-        return 0
-    return len(config.clusters)

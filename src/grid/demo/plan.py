@@ -28,6 +28,8 @@ from typing import Any
 from grid.core.identity import key_line
 from grid.core.resources import API_VERSION, AUTO_DISCOVER_LABEL, SITE_LABEL
 from grid.core.resources.discovery import AUTO_DISCOVER_SITES
+from grid.gateway.config import ConfigError, load_config
+from grid.gateway.settings import GatewaySettings
 
 NETWORK = "grid-demo"
 NAMESPACE = "grid-system"
@@ -120,6 +122,13 @@ class SitePlan:
     providers: list[ProviderPlan] = field(default_factory=list)
     signals_port: int = 0
     """The mTLS signals listener's port (bound only under poll)."""
+    tools_port: int = 0
+    """The site's demo MCP server (`grid.demo.agent_servers`), 0 when it runs none."""
+
+    @property
+    def tool_cluster(self) -> str:
+        """The AgentToolProvider (and cluster) of the site's MCP server."""
+        return f"tools-{self.name}"
 
     @property
     def store(self) -> Path:
@@ -157,6 +166,15 @@ class MeshPlan:
         """Every mock provider of every site (the stand-ins not included)."""
         return [p for s in self.sites.values() for p in s.providers]
 
+    @property
+    def tool_sites(self) -> list[SitePlan]:
+        """The sites running a demo MCP server."""
+        return [s for s in self.sites.values() if s.tools_port]
+
+    def cluster_count(self) -> int:
+        """How many clusters a complete praxis.yaml lists."""
+        return len(self.providers) + len(self.stand_ins) + len(self.tool_sites)
+
 
 _PROFILES = ("steady", "bursty")
 
@@ -177,11 +195,22 @@ def plan_mesh(root: Path, site_names: list[str]) -> MeshPlan:
             site.providers.append(ProviderPlan(f"vllm-{name}{suffix}", name, pick_port(), profile))
         sites[name] = site
     first = site_names[0] if site_names else ""
+    if first:
+        sites[first].tools_port = pick_port()
     stand_ins = [
         ProviderPlan("bedrock-llama", first, pick_port(), "steady", capacity=8),
         ProviderPlan("openai", first, pick_port(), "steady", capacity=8),
     ]
     return MeshPlan(root, sites, root / "pki", stand_ins)
+
+
+def praxis_cluster_count(praxis: Path) -> int:
+    """How many clusters a rendered praxis.yaml lists (0 before it exists)."""
+    try:
+        config = load_config(praxis, GatewaySettings().config_max_bytes)
+    except ConfigError:
+        return 0
+    return len(config.clusters)
 
 
 def demo_keys(tenants: list[str]) -> dict[str, str]:
@@ -204,6 +233,14 @@ def consumer_config(plan: MeshPlan, site: SitePlan, credential_base: Path) -> di
             "transport": {"mode": "plaintext"},
         }
         for p in [*plan.providers, *plan.stand_ins]
+    ]
+    endpoints += [
+        {
+            "cluster": s.tool_cluster,
+            "address": f"127.0.0.1:{s.tools_port}",
+            "transport": {"mode": "plaintext"},
+        }
+        for s in plan.tool_sites
     ]
     return {
         "enabled": True,
@@ -319,6 +356,22 @@ def provider_doc(provider: ProviderPlan, *, interval: str) -> dict[str, Any]:
     if provider.capacity_weight is not None:
         doc["spec"]["capacityWeight"] = provider.capacity_weight
     return doc
+
+
+def tool_provider_doc(site: SitePlan, *, interval: str) -> dict[str, Any]:
+    """The AgentToolProvider of the site's demo MCP server: no tools declared, so the
+    operator lists them with MCP ``tools/list`` every ``interval``."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AgentToolProvider",
+        "metadata": _meta(site.tool_cluster, {SITE_LABEL: site.name}),
+        "spec": {
+            "gridNetworkRef": NETWORK,
+            "endpoint": f"http://127.0.0.1:{site.tools_port}/mcp",
+            "protocol": "mcp",
+            "healthCheck": {"interval": interval, "timeout": interval},
+        },
+    }
 
 
 def third_party_docs(site: str) -> list[dict[str, Any]]:

@@ -171,8 +171,10 @@ class AgentController:
                 ok, reason, message = False, "SecretUnresolved", "the auth Secret or key is missing"
             state.failures = 0 if ok else state.failures + 1
             await self._judge(state, ok, reason, message, state.found != before)
-        except GridError as exc:
-            log.warning("agent check failed", extra={"provider": key[1], "code": exc.code})
+        except (GridError, OSError) as exc:
+            # A failed check or status write (a timeout, a reset): the next run tries again.
+            code = exc.code if isinstance(exc, GridError) else type(exc).__name__
+            log.warning("agent check failed", extra={"provider": key[1], "code": code})
 
     async def _credential(self, state: AgentState) -> dict[str, str]:
         """The auth header of this provider, and its TLS context (built once)."""

@@ -48,7 +48,7 @@ SUSPICION_TIMEOUT_S = 2.0
 STALE_TTL_S = 10.0
 CONVERGE_TIMEOUT_S = 20.0
 OWN = {
-    "east": {"vllm-east-a", "vllm-east-b", "bedrock-llama", "openai"},
+    "east": {"vllm-east-a", "vllm-east-b", "bedrock-llama", "openai", "tools-east"},
     "west": {"vllm-west"},
     "central": {"vllm-central"},
 }
