@@ -24,7 +24,7 @@ import aiohttp
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.mesh import DemoMesh
-from grid.errors import Conflict, NotFound
+from grid.errors import NotFound
 
 from .routing_model import ProviderSpec
 
@@ -118,19 +118,7 @@ class BenchMesh(DemoMesh):
         await self._declare(self.mode)
 
     async def _declare(self, mode: str) -> None:
-        for site in self.plan.sites.values():
-            store = await SqliteStore.open(site.store)
-            try:
-                for _attempt in range(20):
-                    network = await store.get("GridNetwork", p.NETWORK)
-                    network["spec"]["selectionPolicy"] = {"mode": mode}
-                    try:
-                        await store.replace(network)
-                        break
-                    except Conflict:
-                        continue  # the operator wrote its status meanwhile
-            finally:
-                await store.close()
+        await self.edit_network_spec("selectionPolicy", {"mode": mode})
 
     async def set_mode(self, mode: str) -> None:
         """Declare ``mode`` and wait until every gateway routes by an overlay rendered in it."""

@@ -363,12 +363,16 @@ class DemoMesh:
         follows the declaration.
         """
         self.signal_transport = mode
+        await self.edit_network_spec("signalTransport", {"mode": mode})
+
+    async def edit_network_spec(self, field: str, value: Any) -> None:
+        """Set one field of the GridNetwork's spec in every site's store."""
         for site in self.plan.sites.values():
             store = await SqliteStore.open(site.store)
             try:
                 for _attempt in range(20):
                     network = await store.get("GridNetwork", p.NETWORK)
-                    network["spec"]["signalTransport"] = {"mode": mode}
+                    network["spec"][field] = value
                     try:
                         await store.replace(network)
                         break
