@@ -115,3 +115,11 @@ def test_operator_names_the_refused_flag_not_the_validator() -> None:
     assert result.exit_code == 2
     assert "Invalid value for '--swim-seeds': seed 'no-port'" in result.stderr, result.stderr
     assert "pydantic" not in result.output and "validation error" not in result.output
+
+
+@pytest.mark.parametrize("site", ["", "East", "east_1", "-east", "east.", "a" * 254])
+def test_operator_refuses_a_site_that_is_no_object_name(site: str) -> None:
+    result = CliRunner().invoke(main, ["operator", "--site", site])
+    assert result.exit_code == 2
+    assert "Invalid value for '--site': must be a Kubernetes object name" in result.stderr
+    assert "pydantic" not in result.output and "validation error" not in result.output

@@ -16,6 +16,7 @@ no flag: a key on a command line would show in every process listing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, FilePath, SecretBytes, field_
 
 from grid.core.address import parse_address
 from grid.core.crdt.origin import AuthLimits
+from grid.core.resources.types import DNS_SUBDOMAIN_PATTERN
 from grid.errors import ValidationError
 
 DEFAULT_STORE = "sqlite:.grid/store.db"
@@ -39,8 +41,8 @@ class OperatorSettings(BaseModel):
     site: str = Field(
         description=(
             "This operator's site: the GridSite it speaks for, the site of its "
-            "InferenceProviders, and its SWIM member name."
-        )
+            "InferenceProviders, and its SWIM member name (a Kubernetes object name)."
+        ),
     )
     store: str = Field(
         DEFAULT_STORE, description="Resource store URL: sqlite:PATH (embedded) or kubernetes."
@@ -279,6 +281,16 @@ class OperatorSettings(BaseModel):
             "OTEL_EXPORTER_OTLP_ENDPOINT, and without either tracing is off."
         ),
     )
+
+    @field_validator("site", mode="after")
+    @classmethod
+    def _site_is_an_object_name(cls, site: str) -> str:
+        if len(site) > 253 or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, site):
+            raise ValueError(
+                "must be a Kubernetes object name: lowercase letters, digits, '-' and '.', "
+                "starting and ending with a letter or digit"
+            )
+        return site
 
     @field_validator("swim_seeds", mode="after")
     @classmethod

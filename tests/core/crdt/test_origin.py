@@ -24,8 +24,6 @@ from grid.core.swim.messages import BroadcastItem
 from grid.demo.pki import DevCA
 from grid.testing.origin import SitePki
 
-NOW = time.time()
-
 
 def test_signing_input_is_the_documented_length_prefixed_layout() -> None:
     data = signing_input(Lane.STATE, "west", 2**62, b"\x01\x02")
@@ -70,42 +68,45 @@ def test_a_signed_item_verifies_and_any_change_breaks_it(key_kind: str) -> None:
 
 
 def test_pin_mode_accepts_only_the_pinned_certificate_of_that_origin() -> None:
+    now_s = time.time()  # certificates are issued at test time
     pki = SitePki.create(["west", "east"])
     trust = pki.trust()
     west_pem = pki.cert_lane("west").pem
-    verified = trust.check("west", west_pem, NOW)
+    verified = trust.check("west", west_pem, now_s)
     assert verified.fingerprint == pki.issued["west"].fingerprint
     with pytest.raises(OriginRefused) as wrong:
-        trust.check("east", west_pem, NOW)
+        trust.check("east", west_pem, now_s)
     assert wrong.value.code == "cert_wrong_origin"
     unpinned = OriginTrust(trust.roots, "pin", {"west": frozenset({"0" * 64})})
     with pytest.raises(OriginRefused):
-        unpinned.check("west", west_pem, NOW)
+        unpinned.check("west", west_pem, now_s)
 
 
 def test_spiffe_mode_matches_the_last_path_segment() -> None:
+    now_s = time.time()  # certificates are issued at test time
     pki = SitePki.create(["west"], mode="spiffe")
     trust = pki.trust()
-    assert trust.check("west", pki.cert_lane("west").pem, NOW).public_key is not None
+    assert trust.check("west", pki.cert_lane("west").pem, now_s).public_key is not None
     with pytest.raises(OriginRefused, match="name the origin"):
-        trust.check("east", pki.cert_lane("west").pem, NOW)
+        trust.check("east", pki.cert_lane("west").pem, now_s)
     other_domain = OriginTrust(trust.roots, "spiffe", trust_domain="elsewhere.test")
     with pytest.raises(OriginRefused):
-        other_domain.check("west", pki.cert_lane("west").pem, NOW)
+        other_domain.check("west", pki.cert_lane("west").pem, now_s)
 
 
 def test_a_chain_to_another_ca_expired_or_garbage_is_untrusted() -> None:
+    now_s = time.time()  # certificates are issued at test time
     pki = SitePki.create(["west"])
     stranger = DevCA().issue_site("west")
     pins = {"west": frozenset({stranger.fingerprint})}
     foreign = OriginTrust(pki.trust().roots, "pin", pins)
     for pem, now in (
-        (stranger.cert_pem.decode(), NOW),
-        (pki.cert_lane("west").pem, NOW + 400 * 86400),
-        ("not a certificate", NOW),
-        ("", NOW),
+        (stranger.cert_pem.decode(), now_s),
+        (pki.cert_lane("west").pem, now_s + 400 * 86400),
+        ("not a certificate", now_s),
+        ("", now_s),
     ):
-        trust = foreign if pem.startswith("-----") and now == NOW else pki.trust()
+        trust = foreign if pem.startswith("-----") and now == now_s else pki.trust()
         with pytest.raises(OriginRefused) as refused:
             trust.check("west", pem, now)
         assert refused.value.code == "cert_untrusted"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import pydantic
 from pydantic import Field
@@ -127,7 +127,37 @@ class GridSite(WireModel):
         return self.metadata.labels.get(AUTO_DISCOVER_LABEL) == "true"
 
 
-class InferenceProvider(WireModel):
+class _ProviderResource:
+    """What every provider resource (inference, tools, agents) answers alike."""
+
+    if TYPE_CHECKING:
+        metadata: ObjectMeta
+        status: (
+            InferenceProviderStatus | AgentToolProviderStatus | AgentToAgentProviderStatus | None
+        )
+
+    @property
+    def name(self) -> str:
+        """`metadata.name`."""
+        return self.metadata.name
+
+    @property
+    def phase(self) -> ProviderPhase:
+        """The status phase, Pending before any status is written."""
+        return self.status.phase if self.status else ProviderPhase.PENDING
+
+    @property
+    def site_label(self) -> str | None:
+        """The `grid.praxis-proxy.io/site` label naming the provider's site, if any."""
+        return self.metadata.labels.get(SITE_LABEL)
+
+    @property
+    def cluster(self) -> str:
+        """Routing identity: the provider's name."""
+        return self.metadata.name
+
+
+class InferenceProvider(_ProviderResource, WireModel):
     """Inference backend capacity available to a grid."""
 
     api_version: Literal["grid.praxis-proxy.io/v1alpha1"] = API_VERSION
@@ -137,27 +167,12 @@ class InferenceProvider(WireModel):
     status: InferenceProviderStatus | None = None
 
     @property
-    def name(self) -> str:
-        """`metadata.name`."""
-        return self.metadata.name
-
-    @property
-    def phase(self) -> ProviderPhase:
-        """The status phase, Pending before any status is written."""
-        return self.status.phase if self.status else ProviderPhase.PENDING
-
-    @property
-    def site_label(self) -> str | None:
-        """The `grid.praxis-proxy.io/site` label naming the provider's site, if any."""
-        return self.metadata.labels.get(SITE_LABEL)
-
-    @property
     def cluster(self) -> str:
         """Routing identity: `spec.routingClusterRef`, else the provider's name."""
         return self.spec.routing_cluster_ref or self.metadata.name
 
 
-class AgentToolProvider(WireModel):
+class AgentToolProvider(_ProviderResource, WireModel):
     """An MCP server whose tools are offered to a grid (§16)."""
 
     api_version: Literal["grid.praxis-proxy.io/v1alpha1"] = API_VERSION
@@ -166,28 +181,8 @@ class AgentToolProvider(WireModel):
     spec: AgentToolProviderSpec
     status: AgentToolProviderStatus | None = None
 
-    @property
-    def name(self) -> str:
-        """`metadata.name`."""
-        return self.metadata.name
 
-    @property
-    def phase(self) -> ProviderPhase:
-        """The status phase, Pending before any status is written."""
-        return self.status.phase if self.status else ProviderPhase.PENDING
-
-    @property
-    def site_label(self) -> str | None:
-        """The `grid.praxis-proxy.io/site` label naming the provider's site, if any."""
-        return self.metadata.labels.get(SITE_LABEL)
-
-    @property
-    def cluster(self) -> str:
-        """Routing identity: the provider's name."""
-        return self.metadata.name
-
-
-class AgentToAgentProvider(WireModel):
+class AgentToAgentProvider(_ProviderResource, WireModel):
     """An A2A agent offered to a grid (§16)."""
 
     api_version: Literal["grid.praxis-proxy.io/v1alpha1"] = API_VERSION
@@ -195,26 +190,6 @@ class AgentToAgentProvider(WireModel):
     metadata: ObjectMeta
     spec: AgentToAgentProviderSpec
     status: AgentToAgentProviderStatus | None = None
-
-    @property
-    def name(self) -> str:
-        """`metadata.name`."""
-        return self.metadata.name
-
-    @property
-    def phase(self) -> ProviderPhase:
-        """The status phase, Pending before any status is written."""
-        return self.status.phase if self.status else ProviderPhase.PENDING
-
-    @property
-    def site_label(self) -> str | None:
-        """The `grid.praxis-proxy.io/site` label naming the provider's site, if any."""
-        return self.metadata.labels.get(SITE_LABEL)
-
-    @property
-    def cluster(self) -> str:
-        """Routing identity: the provider's name."""
-        return self.metadata.name
 
 
 AgentProvider = AgentToolProvider | AgentToAgentProvider
