@@ -140,9 +140,6 @@ async def clock_skew(c: Campaign, offset_s: int) -> FaultResult:
         flapped = await _detect(_not(c._full), c.timing.skew_window_s)
     result = FaultResult(f"clock skew {offset_s:+d} s on {site}", flapped, None)
     await c.check(result, time.monotonic())
-    if offset_s < 0:
-        await c.fm.restart_operator(site)
-        await c._converged()
     return result
 
 
