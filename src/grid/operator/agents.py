@@ -44,6 +44,20 @@ from grid.errors import GridError
 from grid.operator.schedule import Job, run_every
 
 log = logging.getLogger(__name__)
+
+STOP_TRIES = 10
+"""Seconds `AgentController.stop` waits for its loops, cancelling stragglers again."""
+
+
+def _raise_if_stopping() -> None:
+    """Raise `CancelledError` when this task is being cancelled: an error caught while
+    stopping (a library's timeout or reset standing in for the cancellation) must not
+    keep the check's loop going."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 # The SDK logs a refused answer with its bytes; outside bytes never reach Grid's logs.
 logging.getLogger("mcp").setLevel(logging.CRITICAL)
 
@@ -113,11 +127,22 @@ class AgentController:
             state.task.cancel()
 
     async def stop(self) -> None:
-        """Stop every loop and close the HTTP session."""
-        tasks = [s.task for s in self._states.values() if s.task is not None]
+        """Stop every loop and close the HTTP session.
+
+        A loop whose cancellation a client library took for an error of its own
+        is cancelled again, once a second, for at most `STOP_TRIES` seconds.
+        """
+        tasks = {s.task for s in self._states.values() if s.task is not None}
         for key in list(self._states):
             self._stop(key)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for _ in range(STOP_TRIES):
+            if not tasks:
+                break
+            _done, tasks = await asyncio.wait(tasks, timeout=1.0)
+            for task in tasks:
+                task.cancel()
+        if tasks:
+            log.warning("agent checks did not stop", extra={"count": len(tasks)})
         if self._session is not None:
             await self._session.close()
 
@@ -166,12 +191,14 @@ class AgentController:
                 except DiscoveryError as exc:
                     ok, reason, message = False, exc.reason, exc.message
                 except TimeoutError:
+                    _raise_if_stopping()
                     ok, reason, message = False, "Timeout", "discovery did not finish in time"
             else:
                 ok, reason, message = False, "SecretUnresolved", "the auth Secret or key is missing"
             state.failures = 0 if ok else state.failures + 1
             await self._judge(state, ok, reason, message, state.found != before)
         except (GridError, OSError) as exc:
+            _raise_if_stopping()
             # A failed check or status write (a timeout, a reset): the next run tries again.
             code = exc.code if isinstance(exc, GridError) else type(exc).__name__
             log.warning("agent check failed", extra={"provider": key[1], "code": code})
