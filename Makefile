@@ -103,10 +103,11 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
-# Two shards side by side, one per core: the end-to-end tests (real processes, mostly waiting
-# on timers) and the rest (mostly CPU). Each has its own temporary directory; the end-to-end
-# shard's output is printed when both are done. PYTEST_ARGS runs one pytest with those instead.
-E2E_PATHS = $(wildcard tests/e2e tests/faults)
+# Two shards side by side, one per core: the longest end-to-end tests (real processes, mostly
+# waiting on timers: the fault campaign, the operator meshes, the gateways) and the rest (mostly
+# CPU, with the shorter end-to-end directories). Each has its own temporary directory; the
+# end-to-end shard's output is printed when both are done. PYTEST_ARGS runs one pytest instead.
+E2E_PATHS = $(wildcard tests/faults tests/e2e/operator tests/e2e/gateway tests/e2e/test_*.py)
 pytest: $(STAMP)
 ifdef PYTEST_ARGS
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
