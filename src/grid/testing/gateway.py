@@ -233,8 +233,12 @@ async def spawn_gateway(config_path: Path, public: str, admin: str, *extra: str)
         except (aiohttp.ClientError, TimeoutError):
             return False
 
-    # mypy cannot solve `eventually`'s T when the check is async; the call is sound.
-    await eventually(ready, "gateway ready", timeout_s=READY_S)  # type: ignore[arg-type]
+    try:
+        # mypy cannot solve `eventually`'s T when the check is async; the call is sound.
+        await eventually(ready, "gateway ready", timeout_s=READY_S)  # type: ignore[arg-type]
+    except BaseException:
+        await gateway.stop()  # a gateway that never got ready is not left running
+        raise
     return gateway
 
 
