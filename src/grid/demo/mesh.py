@@ -34,8 +34,9 @@ import yaml
 
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
+from grid.demo.network_edit import set_network_spec
 from grid.demo.pki import DevPki, write_dev_pki
-from grid.errors import AlreadyExists, Conflict
+from grid.errors import AlreadyExists
 
 log = logging.getLogger(__name__)
 
@@ -367,26 +368,26 @@ class DemoMesh:
 
     async def edit_network_spec(self, field: str, value: Any) -> None:
         """Set one field of the GridNetwork's spec in every site's store."""
-        for site in self.plan.sites.values():
-            store = await SqliteStore.open(site.store)
-            try:
-                for _attempt in range(20):
-                    network = await store.get("GridNetwork", p.NETWORK)
-                    network["spec"][field] = value
-                    try:
-                        await store.replace(network)
-                        break
-                    except Conflict:
-                        continue  # the operator wrote its status meanwhile
-            finally:
-                await store.close()
+        await set_network_spec([site.store for site in self.plan.sites.values()], field, value)
 
     def kill_operator(self, site: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one operator and stop supervising it (tests restart it)."""
-        child = self.children[f"operator-{site}"]
+        self.kill_child(f"operator-{site}", sig)
+
+    def kill_child(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal one child, unsupervised until `restart_child` (never two copies)."""
+        child = self.children[name]
         child.supervised = False
         if child.process is not None and child.process.returncode is None:
             child.process.send_signal(sig)
+
+    async def restart_child(self, name: str) -> None:
+        """Start a child `kill_child` stopped, supervised again."""
+        child = self.children[name]
+        if child.process is not None:
+            await child.process.wait()
+        child.supervised = True
+        await self._spawn(child)
 
     async def wait_exit(self, name: str, timeout_s: float = 10.0) -> int | None:
         """Wait for a child to exit and return its code."""

@@ -5,7 +5,6 @@ Killed, its tools leave the overlays within the health bound; restarted, they co
 from __future__ import annotations
 
 import contextlib
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -65,14 +64,14 @@ async def test_the_demo_tools_are_listed_and_called_through_both_gateways(
             assert found.content[0].text == "east: results for grid"
         child = mesh.children["tools-east"]
         assert child.process is not None
-        child.process.send_signal(signal.SIGKILL)
+        mesh.kill_child("tools-east")
         await child.process.wait()
 
         async def gone() -> bool:
             return [await tool_names(mesh, s) for s in SITES] == [set(), set()]
 
         await eventually(gone, "the killed server's tools leave both overlays", timeout_s=SETTLE_S)
-        await mesh._spawn(child)
+        await mesh.restart_child("tools-east")
 
         async def back() -> bool:
             return [await tool_names(mesh, s) for s in SITES] == [both, both]
