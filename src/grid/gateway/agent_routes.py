@@ -32,8 +32,6 @@ from aiohttp import web
 
 from grid import __version__
 from grid.core.metering.bounds import usage_bound
-from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body
-from grid.gateway.client_auth import Refusal
 from grid.gateway.redaction import Masker, secret_of
 from grid.gateway.snapshot import Candidate, Snapshot
 
@@ -115,31 +113,8 @@ class AgentRoutes:
         return web.Response(status=405, headers={"Allow": "POST"})
 
     async def _admit(self, request: web.Request) -> tuple[str | None, bytes] | web.Response:
-        """The tenant and the body, or the refusal (identity, budget, body bounds)."""
-        proxy, requests = self.proxy, self.proxy.metrics.requests
-        try:
-            tenant = proxy.meter.canonical(proxy.client_auth.tenant(request))
-        except Refusal as refused:
-            requests[refused.outcome].inc()
-            return refusal(refused.status, refused.code, refused.message)
-        if proxy.meter.is_exhausted(tenant):
-            requests["budget_exhausted"].inc()
-            body = {
-                "error": {"code": "budget_exhausted", "message": "the tenant's budget is spent"}
-            }
-            return web.json_response(body, status=429)
-        settings = proxy.settings
-        try:
-            return tenant, await read_body(request, settings.body_max_bytes, *settings.body_pace)
-        except BodyTooSlow:
-            requests["body_timeout"].inc()
-            slow = refusal(408, "body_timeout", "the body did not arrive at the minimum rate")
-            slow.force_close()
-            return slow
-        except BodyTooLarge:
-            requests["too_large"].inc()
-            limit = settings.body_max_bytes
-            return refusal(413, "body_too_large", f"the body exceeds {limit} bytes")
+        """The tenant and the body, or the refusal: the proxy's own admission."""
+        return await self.proxy.admit(request)
 
     # -- /mcp ------------------------------------------------------------------
 

@@ -165,26 +165,10 @@ class Proxy:
         if request.method != "POST" or target is None:
             requests["not_found"].inc()
             return error(404, "not_found", "only POST requests under /v1/ are routed")
-        try:
-            tenant = self.meter.canonical(self.client_auth.tenant(request))
-        except Refusal as refused:
-            requests[refused.outcome].inc()
-            return error(refused.status, refused.code, refused.message)
-        if self.meter.is_exhausted(tenant):
-            requests["budget_exhausted"].inc()
-            return error(429, "budget_exhausted", "the tenant's budget is spent")
-        try:
-            body = await read_body(request, self.settings.body_max_bytes, *self.settings.body_pace)
-        except BodyTooSlow:
-            requests["body_timeout"].inc()
-            refusal = error(408, "body_timeout", "the body did not arrive at the minimum rate")
-            refusal.force_close()
-            return refusal
-        except BodyTooLarge:
-            requests["too_large"].inc()
-            return error(
-                413, "body_too_large", f"the body exceeds {self.settings.body_max_bytes} bytes"
-            )
+        admitted = await self.admit(request)
+        if isinstance(admitted, web.Response):
+            return admitted
+        tenant, body = admitted
         document = self._document(body)
         model = self._model(document)
         if model is None:
@@ -231,6 +215,29 @@ class Proxy:
                 self.router.ended(candidate)
         requests["upstream_unavailable"].inc()
         return error(502, "upstream_unavailable", "no candidate could be reached")
+
+    async def admit(self, request: web.Request) -> tuple[str | None, bytes] | web.Response:
+        """The request's tenant and body, or its refusal (identity, budget, body bounds)."""
+        requests = self.metrics.requests
+        try:
+            tenant = self.meter.canonical(self.client_auth.tenant(request))
+        except Refusal as refused:
+            requests[refused.outcome].inc()
+            return error(refused.status, refused.code, refused.message)
+        if self.meter.is_exhausted(tenant):
+            requests["budget_exhausted"].inc()
+            return error(429, "budget_exhausted", "the tenant's budget is spent")
+        limit = self.settings.body_max_bytes
+        try:
+            return tenant, await read_body(request, limit, *self.settings.body_pace)
+        except BodyTooSlow:
+            requests["body_timeout"].inc()
+            slow = error(408, "body_timeout", "the body did not arrive at the minimum rate")
+            slow.force_close()
+            return slow
+        except BodyTooLarge:
+            requests["too_large"].inc()
+            return error(413, "body_too_large", f"the body exceeds {limit} bytes")
 
     @staticmethod
     def _document(body: bytes) -> object:
