@@ -30,7 +30,8 @@ and ``errors``, and at the top leastLoaded's ``p99_ratio_to_oracle`` and
 ``p99_ratio_to_best_litellm`` per scenario at rho 0.8 (targets <= 1.25 and
 <= 1.0), ``p99_ratio_to_litellm_least_busy`` (three gateways, target <= 0.85)
 and ``shift_s``: seconds until traffic moved off the slowed provider
-(target <= 5). ``--quick`` runs 3 s a strategy.
+(target <= 5). ``--quick`` runs 4 s a strategy (8 s degrading) at rho 0.8 only;
+the full run, 20 s a strategy at every rho.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[m.Sce
     parser.add_argument("--degrade", help="I:F:T: provider I's service time times F from T s")
     parser.add_argument("--duration", type=float, help="seconds of arrivals per strategy")
     parser.add_argument("--seed", default=SEED, help="seed of the arrival traces")
-    parser.add_argument("--quick", action="store_true", help="3 s per strategy")
+    parser.add_argument("--quick", action="store_true", help="4 s per strategy, rho 0.8 only")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     try:

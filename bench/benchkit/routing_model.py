@@ -20,6 +20,8 @@ ORACLE = "oracle"
 RHOS = (0.5, 0.8, 0.95)
 TARGET_RHO = 0.8
 """The offered load the targets are stated at."""
+QUICK_RHOS = (TARGET_RHO,)
+"""``--quick`` runs the targets' load only (a third of the full run's cells)."""
 QUICK_DURATION_S, FULL_DURATION_S = 4.0, 20.0
 DEGRADING_QUICK_S = 8.0
 """The degrading scenario's quick runs: long enough to see traffic move after the change."""
@@ -137,15 +139,16 @@ def check_positive(flag: str, value: float, most: float) -> None:
 
 
 def standard_scenarios(quick: bool) -> list[Scenario]:
-    """The four scenarios of §14, each at every rho of `RHOS`."""
+    """The four scenarios of §14: each at every rho of `RHOS`, or quick at `TARGET_RHO` only."""
     duration = QUICK_DURATION_S if quick else FULL_DURATION_S
+    rhos = QUICK_RHOS if quick else RHOS
     homogeneous = parse_providers(HOMOGENEOUS)
     slow = max(duration, DEGRADING_QUICK_S)
     return [
-        Scenario("homogeneous", homogeneous, 1, RHOS, duration),
-        Scenario("heterogeneous", parse_providers(HETEROGENEOUS), 1, RHOS, duration),
-        Scenario("degrading", homogeneous, 1, RHOS, slow, Degrade(0, 3.0, round(slow / 2, 3))),
-        Scenario("three_gateways", homogeneous, 3, RHOS, duration, signal_transport="poll"),
+        Scenario("homogeneous", homogeneous, 1, rhos, duration),
+        Scenario("heterogeneous", parse_providers(HETEROGENEOUS), 1, rhos, duration),
+        Scenario("degrading", homogeneous, 1, rhos, slow, Degrade(0, 3.0, round(slow / 2, 3))),
+        Scenario("three_gateways", homogeneous, 3, rhos, duration, signal_transport="poll"),
     ]
 
 

@@ -83,9 +83,14 @@ def test_the_script_answers_a_usage_error_with_the_flag_and_no_traceback() -> No
 
 
 def test_standard_scenarios_are_the_four_of_section_14_at_three_loads() -> None:
+    full = m.standard_scenarios(quick=False)
+    assert all(s.rhos == (0.5, 0.8, 0.95) for s in full)
+    assert all(s.duration_s == m.FULL_DURATION_S for s in full)
     scenarios = {s.name: s for s in m.standard_scenarios(quick=True)}
     assert list(scenarios) == ["homogeneous", "heterogeneous", "degrading", "three_gateways"]
-    assert all(s.rhos == (0.5, 0.8, 0.95) for s in scenarios.values())
+    assert [s.name for s in full] == list(scenarios)
+    # Quick runs only the load the targets are stated at.
+    assert all(s.rhos == (m.TARGET_RHO,) for s in scenarios.values())
     assert [p.capacity for p in scenarios["heterogeneous"].providers] == [2, 4, 8, 16]
     assert [p.weight for p in scenarios["heterogeneous"].providers] == [2, 4, 8, 16]
     degrade = scenarios["degrading"].degrade
