@@ -110,7 +110,7 @@ async def test_a_refused_large_body_closes_and_a_small_one_keeps_the_connection(
 async def test_a_full_listener_refuses_at_accept(serve: Any) -> None:
     listener, port = await serve(connections_max=2)
     held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-    await eventually(lambda: listener.connections.open == 2, "two connections open")
+    await eventually(lambda: listener.connections.total == 2, "two connections open")
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     assert await _closed_within(reader, 5) <= 1.0
     await _close(writer)
@@ -124,7 +124,7 @@ async def test_a_full_listener_can_evict_the_oldest_connection_without_a_head(
 ) -> None:
     listener, port = await serve(connections_max=2, evict_unsettled=True, evictable_after_s=0)
     silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
-    await eventually(lambda: listener.connections.open == 2, "two connections open")
+    await eventually(lambda: listener.connections.total == 2, "two connections open")
     assert await _get(port) == 200  # the probe gets in at once
     assert listener.connections.evicted == 1
     assert await _closed_within(silent[0][0], 5) <= 1.0
@@ -135,10 +135,10 @@ async def test_a_full_listener_can_evict_the_oldest_connection_without_a_head(
 async def test_a_classified_connection_is_bounded_by_its_class(serve: Any) -> None:
     listener, port = await serve(class_limits={"peer": 1}, classify=lambda _t: "peer")
     _, writer = await asyncio.open_connection("127.0.0.1", port)
-    await eventually(lambda: listener.connections.by_class["peer"] == 1, "one peer open")
+    await eventually(lambda: listener.connections.held("peer") == 1, "one peer open")
     extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", port)
     assert await _closed_within(extra_reader, 5) <= 1.0
     await _close(extra_writer)
     await _close(writer)
-    await eventually(lambda: listener.connections.by_class["peer"] == 0, "no peer open")
+    await eventually(lambda: listener.connections.held("peer") == 0, "no peer open")
     assert await _get(port) == 200

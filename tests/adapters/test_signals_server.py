@@ -216,7 +216,7 @@ async def test_oversized_request_line_and_headers_are_refused_and_the_listener_s
     assert sample(registry, "grid_signals_requests_total", route="other", code="400") == 3
     async with session(signals_pki, "west") as s, s.get(url + "/v1/site/signals") as resp:
         assert resp.status == 200
-    assert server.book.peer <= 1
+    assert server.book.held("peer") <= 1
 
 
 async def test_a_slow_request_head_loses_its_connection(signals_pki: SignalsPki) -> None:
@@ -239,7 +239,7 @@ async def test_an_idle_keepalive_connection_is_closed(signals_pki: SignalsPki) -
         async with session(signals_pki, "west") as s:
             async with s.get(url + "/v1/site/signals") as resp:
                 assert resp.status == 200
-            await eventually(lambda: server.book.peer == 0, "the idle connection is closed")
+            await eventually(lambda: server.book.held("peer") == 0, "the idle connection is closed")
     finally:
         await server.stop()
 
@@ -266,7 +266,7 @@ async def test_300_peer_connections_are_capped_at_248_and_local_is_served_within
             held = await asyncio.gather(*(_hold(url, peer_ctx) for _ in range(batch, batch + 50)))
             writers += [w for w in held if w is not None]
         await eventually(lambda: server.book.pending == 0, "every handshake ended")
-        assert server.book.peer == 248
+        assert server.book.held("peer") == 248
         refused = sample(
             registry, "grid_signals_refused_connections_total", reason="peers_full"
         ) + sample(registry, "grid_signals_refused_connections_total", reason="full")
@@ -275,7 +275,7 @@ async def test_300_peer_connections_are_capped_at_248_and_local_is_served_within
         async with session(signals_pki, "east") as s, s.get(url + "/v1/site/signals") as resp:
             assert resp.status == 200
         assert time.monotonic() - started < 1.0
-        assert server.book.peer == 248
+        assert server.book.held("peer") == 248
     finally:
         for w in writers:
             w.close()
@@ -370,7 +370,7 @@ async def test_300_half_open_and_300_slow_handshakes_leave_local_served(
             ),
             "the flood filled the handshake bound",
         )
-        assert server.book.pending <= server.book.limits.handshakes_max
+        assert server.book.pending <= server.limits.handshakes_max
         for _ in range(5):
             started = time.monotonic()
             async with session(signals_pki, "east") as s, s.get(url + "/v1/site/signals") as r:

@@ -183,7 +183,7 @@ async def test_the_client_reconnects_after_the_gateway_closed_an_idle_connection
     try:
         first = await client.send(_records(1, 0))
         await eventually(
-            lambda: not harness.gateway.connections.open, "the idle keep-alive connection closed"
+            lambda: not harness.gateway.connections.total, "the idle keep-alive connection closed"
         )
         # The gateway's side closes first; the client's pooled connection learns of it when
         # its own event-loop callback runs. Sending before that would test the retry, not

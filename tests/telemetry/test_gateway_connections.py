@@ -91,8 +91,8 @@ async def test_a_kept_alive_connection_idle_past_the_bound_is_closed(start_gatew
         assert status_line.startswith(b"HTTP/1.1 200"), status_line
         await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
         await eventually(
-            lambda: harness.gateway.connections.open == 0,
-            "harness.gateway.connections.open == 0",
+            lambda: harness.gateway.connections.total == 0,
+            "harness.gateway.connections.total == 0",
             timeout_s=3.0,
         )
     finally:
@@ -120,15 +120,15 @@ async def test_idle_connections_never_pile_up_beyond_the_cap(start_gateway: Any)
     held = [await _tls(harness) for _ in range(3)]
     try:
         await eventually(
-            lambda: harness.gateway.connections.open == 3, "harness.gateway.connections.open == 3"
+            lambda: harness.gateway.connections.total == 3, "harness.gateway.connections.total == 3"
         )
         for _ in range(3):
             await _refused_at_once(harness)
-        assert harness.gateway.connections.open == 3
+        assert harness.gateway.connections.total == 3
         assert harness.gateway.connections.refused == 3
         await _close(held[0][1])
         await eventually(
-            lambda: harness.gateway.connections.open == 2, "harness.gateway.connections.open == 2"
+            lambda: harness.gateway.connections.total == 2, "harness.gateway.connections.total == 2"
         )
         status, _, _ = await harness.post("cn", "events", events(1).SerializeToString())
         assert status == 200
@@ -145,19 +145,19 @@ async def test_silent_tcp_connections_count_against_the_cap_from_accept(
     silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
     try:
         await eventually(
-            lambda: harness.gateway.connections.open == 2, "harness.gateway.connections.open == 2"
+            lambda: harness.gateway.connections.total == 2, "harness.gateway.connections.total == 2"
         )
         extra_reader, extra_writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             assert await _closed_after(extra_reader, 5.0) <= 2.0
         finally:
             await _close(extra_writer)
-        assert harness.gateway.connections.open == 2
+        assert harness.gateway.connections.total == 2
     finally:
         for _, writer in silent:
             await _close(writer)
     await eventually(
-        lambda: harness.gateway.connections.open == 0, "harness.gateway.connections.open == 0"
+        lambda: harness.gateway.connections.total == 0, "harness.gateway.connections.total == 0"
     )
 
 
@@ -167,8 +167,8 @@ async def test_idle_connections_are_reaped_so_the_cap_frees_up(start_gateway: An
     held = [await _tls(harness) for _ in range(2)]
     try:
         await eventually(
-            lambda: harness.gateway.connections.open == 0,
-            "harness.gateway.connections.open == 0",
+            lambda: harness.gateway.connections.total == 0,
+            "harness.gateway.connections.total == 0",
             timeout_s=3.0,
         )
         status, _, _ = await harness.post("cn", "events", events(1).SerializeToString())
@@ -194,6 +194,6 @@ async def test_a_failed_handshake_gives_its_slot_back(start_gateway: Any) -> Non
                 await asyncio.wait_for(reader.read(), 5.0)
             await _close(writer)
         await eventually(
-            lambda: harness.gateway.connections.open == 0, "harness.gateway.connections.open == 0"
+            lambda: harness.gateway.connections.total == 0, "harness.gateway.connections.total == 0"
         )
     assert harness.gateway.connections.refused == 0

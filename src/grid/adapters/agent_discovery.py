@@ -32,6 +32,7 @@ from grid.core.resources.agent_spec import (
     AgentCardSpec,
     ToolSpec,
 )
+from grid.errors import GridError, ProtocolError
 
 AGENT_CARD_PATH = "/.well-known/agent-card.json"
 """Where an A2A agent publishes its card (a2a-sdk's ``AGENT_CARD_WELL_KNOWN_PATH``)."""
@@ -55,17 +56,18 @@ class DiscoveryLimits:
 DEFAULT_LIMITS = DiscoveryLimits()
 
 
-class DiscoveryError(Exception):
+class DiscoveryError(GridError):
     """A discovery that failed; ``reason`` is the status reason (CamelCase, stable)."""
 
     def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
+        super().__init__(message, code=reason)
         self.reason = reason
-        self.message = message
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(ProtocolError):
+    """A discovery answer past its size or depth bound."""
+
+    code = "too_large"
 
 
 class _BoundedStream(httpx2.AsyncByteStream):

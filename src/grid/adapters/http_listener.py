@@ -10,8 +10,10 @@ gateway) is served by `HttpListener` under a `ListenerPolicy`:
 - an **idle timeout**: a kept-alive connection that sends no byte of a next
   request within ``idle_timeout_s`` of the previous answer is closed;
 - a **connection cap**: at most ``connections_max`` connections, counted from
-  TCP accept (`grid.adapters.connection_gate`), optionally split into classes
-  by a classifier hook (e.g. Local callers and peers) with a cap each.
+  TCP accept in the listener's `grid.core.edge.connections.ConnectionBook` (the
+  accept, handshake and classify path is `grid.adapters.edge_connection`),
+  optionally split into classes by a classifier hook (e.g. Local callers and
+  peers) with a cap each.
 
 A connection that misses a deadline is closed at once. So is a connection
 whose request was answered while its body was left unread (a refusal): the TCP
@@ -40,14 +42,15 @@ from typing import Any
 from aiohttp import http_exceptions, web
 from aiohttp.web_protocol import RequestHandler
 
-from grid.adapters.connection_gate import (
+from grid.adapters.edge_connection import (
     Admitted,
     Classifier,
-    ConnectionGate,
-    GuardedConnection,
-    HeapTrim,
+    Edge,
+    EdgeConnection,
     cancel_handshakes,
 )
+from grid.adapters.runtime_internals import HeapTrim, awaiting_head, heads_parsed
+from grid.core.edge.connections import BookCaps, ConnectionBook, Eviction
 
 log = logging.getLogger("grid.http")
 
@@ -116,6 +119,16 @@ class ListenerPolicy:
         if self.connections_max < 1:
             raise ValueError("a listener needs at least one connection slot")
 
+    def caps(self) -> BookCaps:
+        """The caps of this policy's connection book: one cap for every connection,
+        handshaking ones included, a cap per class, and the eviction rule."""
+        return BookCaps(
+            connections_max=self.connections_max,
+            class_caps=dict(self.class_limits),
+            eviction=Eviction.OLDEST_UNSETTLED if self.evict_unsettled else Eviction.NONE,
+            evictable_after_s=self.evictable_after_s,
+        )
+
 
 def plain_error(status: int, reason: str) -> web.StreamResponse:
     """The default answer to a refused request: the status and the stable reason."""
@@ -158,6 +171,7 @@ class PolicedRequestHandler(RequestHandler):
             access_log=None,  # type: ignore[arg-type]  # None turns the access log off
             **kwargs,
         )
+        self._clock = asyncio.get_running_loop()
         self._raw = admitted.raw
         self._settled: Callable[[], None] | None = admitted.settled
         self._first_head_due = admitted.first_head_due
@@ -170,16 +184,16 @@ class PolicedRequestHandler(RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Start serving, with the first head due by the deadline counted from accept."""
         super().connection_made(transport)
-        self._arm(max(0.0, self._first_head_due - self._loop.time()), "header_timeout")
+        self._arm(max(0.0, self._first_head_due - self._clock.time()), "header_timeout")
 
     def data_received(self, data: bytes) -> None:
         """Parse bytes; the first byte after an answer starts the next head's deadline."""
         if data and self._idle:
             self._idle = False
             self._arm(self._policy.header_read_timeout_s, "header_timeout")
-        heads = self._request_count
+        heads = heads_parsed(self)
         super().data_received(data)
-        if self._request_count != heads:  # a complete head (or a malformed one) arrived
+        if heads_parsed(self) != heads:  # a complete head (or a malformed one) arrived
             self._disarm()
             if self._settled is not None:
                 self._settled()
@@ -275,7 +289,7 @@ class PolicedRequestHandler(RequestHandler):
     def _arm(self, delay_s: float, reason: str) -> None:
         self._disarm()
         self._deadline_reason = reason
-        self._deadline = self._loop.call_later(delay_s, self._expire)
+        self._deadline = self._clock.call_later(delay_s, self._expire)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -284,8 +298,7 @@ class PolicedRequestHandler(RequestHandler):
 
     def _expire(self) -> None:
         self._deadline = None
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():  # still waiting for a request head
+        if awaiting_head(self):  # still waiting for a request head
             log.debug("connection closed", extra={"reason": self._deadline_reason})
             self.refuse_connection()
 
@@ -310,20 +323,20 @@ class HttpListener:
         self.app = app
         self.policy = policy or ListenerPolicy()
         self.ssl_context = ssl_context
-        self.connections = ConnectionGate(
-            self.policy.connections_max,
-            self.policy.class_limits,
-            evict_unsettled=self.policy.evict_unsettled,
-            evictable_after_s=self.policy.evictable_after_s,
-        )
+        self.connections = ConnectionBook(self.policy.caps())
         self._error_answer = error_answer
         self._auto_decompress = auto_decompress
         self._shutdown_timeout_s = shutdown_timeout_s
         """Seconds in-flight requests get at `stop` (the gateway's drain time)."""
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
-        self._handshakes: set[asyncio.Task[None]] = set()
-        self._trim = HeapTrim()
+        self._edge = Edge(
+            self.connections,
+            self.policy.header_read_timeout_s,
+            tls=ssl_context,
+            classify=self.policy.classify,
+            trim=HeapTrim(),
+        )
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on ``host:port`` (port 0 picks a free one); returns the bound address.
@@ -347,15 +360,7 @@ class HttpListener:
 
         try:
             self._server = await asyncio.get_running_loop().create_server(
-                lambda: GuardedConnection(
-                    inner,
-                    self.connections,
-                    tls=self.ssl_context,
-                    first_head_timeout_s=policy.header_read_timeout_s,
-                    handshakes=self._handshakes,
-                    classify=policy.classify,
-                    trim=self._trim,
-                ),
+                lambda: EdgeConnection(self._edge, inner),
                 host,
                 port,
                 reuse_address=True,
@@ -372,11 +377,12 @@ class HttpListener:
         """Stop accepting, finish in-flight requests (bounded), close every connection."""
         if self._server is not None:
             self._server.close()
-        await cancel_handshakes(self._handshakes)
+        await cancel_handshakes(self._edge.handshakes)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-        self._trim.cancel()
+        if self._edge.trim is not None:
+            self._edge.trim.cancel()

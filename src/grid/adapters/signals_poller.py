@@ -40,6 +40,7 @@ from grid.adapters.signals_client import (
 )
 from grid.core.routing.signals import SignalsDocument
 from grid.core.trust import PeerClass, TrustPolicy
+from grid.errors import GridError
 
 __all__ = ["PollOutcome", "Pulled", "SignalsPoller"]
 
@@ -58,7 +59,7 @@ KEEPALIVE_S = 30.0
 server's idle timeout, or the next poll meets a closed connection."""
 
 
-class UntrustedServer(aiohttp.ClientError):
+class UntrustedServer(aiohttp.ClientError, GridError):
     """The server's certificate is not an authorized peer's under the declared trust."""
 
 

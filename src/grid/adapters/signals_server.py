@@ -1,12 +1,15 @@
 """The mTLS signals server: ``GET /v1/site/signals`` (SPEC-DECISIONS §6) and its metrics.
 
-`SignalsServer` serves one aiohttp application on the connections of
-`grid.adapters.signals_listener`: every caller is classified from its
-certificate before a request is read, so each handler knows whether it talks
-to the site itself (Local) or to a peer. The server owns no signals: a
-`SignalsSource` hands it the current `Published` document of each scope, and
-the server answers with those exact bytes and their strong ``ETag``, or ``304``
-with no body when ``If-None-Match`` names it.
+`SignalsServer` serves one aiohttp application on the edge every listener
+shares (`grid.adapters.edge_connection`), under the signals listener's caps
+(`grid.core.signals.connections.ListenerLimits`): every caller is classified
+from its certificate before a request is read, so each handler knows whether it
+talks to the site itself (Local) or to a peer. A peer past the peer cap is
+closed at once; a certificate that is neither Local nor an authorized peer's is
+answered 403 ``{code: "unauthorized"}`` and closed, without reading the request.
+The server owns no signals: a `SignalsSource` hands it the current `Published`
+document of each scope, and the server answers with those exact bytes and their
+strong ``ETag``, or ``304`` with no body when ``If-None-Match`` names it.
 
 More routes (the ingest feedback POST, seed 000) are added with `route` before
 `start`; `connection_class` tells a handler who is calling. Every refusal is
@@ -25,6 +28,7 @@ connections by class, refused connections by reason.
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -32,17 +36,13 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from grid.adapters.connection_gate import Admitted
+from grid.adapters.edge_connection import Admitted, Edge, EdgeConnection, cancel_handshakes
 from grid.adapters.health_server import ClosedCounter
 from grid.adapters.http_listener import ListenerPolicy, PolicedRequestHandler
-from grid.adapters.signals_listener import (
-    ClassifiedConnection,
-    ListenerState,
-    cancel_tasks,
-)
+from grid.core.edge.connections import ConnectionBook, Refusal
 from grid.core.routing.signals import Published, SignalsScope, etag_matches, parse_scope
-from grid.core.signals.connections import ConnectionBook, ConnectionClass, ListenerLimits, Refusal
-from grid.core.trust import TrustPolicy
+from grid.core.signals.connections import ConnectionClass, ListenerLimits, connection_class
+from grid.core.trust import PeerClass, TrustPolicy
 from grid.errors import ValidationError
 
 SIGNALS_PATH = "/v1/site/signals"
@@ -67,9 +67,27 @@ _REFUSAL_CODES = {
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+REFUSAL_LABELS = {Refusal.CLASS_FULL: "peers_full"}
+"""Refused-connection labels that differ from the book's reason (only peers have a
+class cap here); every other label is the reason's value."""
 
-def _settled() -> None:
-    """Connections here are capped by class, never evicted, so settling changes nothing."""
+
+def refusal_bytes(status: int, reason: str, code: str, message: str) -> bytes:
+    """A complete ``Connection: close`` HTTP/1.1 response with a JSON ``{code, message}``."""
+    body = json.dumps({"code": code, "message": message}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+UNAUTHORIZED_RESPONSE = refusal_bytes(
+    403,
+    "Forbidden",
+    "unauthorized",
+    "the client certificate is neither this site's own nor an authorized peer's",
+)
 
 
 class SignalsSource(Protocol):
@@ -126,7 +144,7 @@ class SignalsServer:
         self.source = source
         self.ssl_context = ssl_context
         self.limits = limits or ListenerLimits()
-        self.book = ConnectionBook(self.limits)
+        self.book = ConnectionBook(self.limits.caps())
         self.requests = RequestMetrics(registry)
         self.connections = ClosedCounter(
             "grid_signals_connections_total",
@@ -142,30 +160,43 @@ class SignalsServer:
             registry=registry,
         )
         self.open_connections.labels(ConnectionClass.LOCAL.value).set_function(
-            lambda: self.book.local
+            lambda: self.book.held(ConnectionClass.LOCAL)
         )
         self.open_connections.labels(ConnectionClass.PEER.value).set_function(
-            lambda: self.book.peer
+            lambda: self.book.held(ConnectionClass.PEER)
         )
         self.refused = ClosedCounter(
             "grid_signals_refused_connections_total",
             "Signals listener connections refused, by reason (handshake: no valid certificate).",
             "reason",
-            [*(r.value for r in Refusal), "handshake"],
+            [*(REFUSAL_LABELS.get(r, r.value) for r in Refusal), "handshake"],
             registry,
         )
-        self._state = ListenerState(
-            book=self.book,
-            ssl_context=ssl_context,
-            trust=trust,
-            on_refused=lambda r: self.refused.inc(r.value if r is not None else "handshake"),
-            on_classified=lambda c: self.connections.inc(c.value),
+        self._trust = trust
+        self._edge = Edge(
+            self.book,
+            self.limits.header_timeout_s,
+            tls=ssl_context,
+            handshake_timeout_s=self.limits.handshake_timeout_s,
+            classify=self._classify,
+            unauthorized_answer=UNAUTHORIZED_RESPONSE,
+            on_refused=self._count_refusal,
+            on_classified=self.connections.inc,
         )
         self._routes: list[tuple[str, str, Handler]] = [("GET", SIGNALS_PATH, self._signals)]
         self._budgeted: set[Handler] = set()
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self.address: tuple[str, int] | None = None
+
+    def _classify(self, transport: asyncio.Transport) -> ConnectionClass | None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        return connection_class(self._trust().classify(der) if der else PeerClass.UNKNOWN)
+
+    def _count_refusal(self, refusal: Refusal | None) -> None:
+        label = "handshake" if refusal is None else REFUSAL_LABELS.get(refusal, refusal.value)
+        self.refused.inc(label)
 
     def route(self, method: str, path: str, handler: Handler) -> None:
         """Add a route before `start` (the ingest POST, for one); it runs within the budget."""
@@ -177,7 +208,8 @@ class SignalsServer:
     def connection_class(self, request: web.Request) -> ConnectionClass | None:
         """The class of the connection a request arrived on."""
         transport = request.transport
-        return self._state.classes.get(transport) if transport is not None else None
+        found = self._edge.classes.get(transport) if transport is not None else None
+        return ConnectionClass(found) if found is not None else None
 
     def app(self) -> web.Application:
         """The aiohttp application: the routes behind the budget-and-refusal middleware."""
@@ -242,9 +274,7 @@ class SignalsServer:
             connections_max=limits.connections_max,
         )
 
-        def handler(raw: asyncio.Transport, accepted_at: float) -> asyncio.Protocol:
-            # The first head is due a header deadline after accept, handshake included.
-            admitted = Admitted(raw, _settled, accepted_at + limits.header_timeout_s)
+        def handler(admitted: Admitted) -> asyncio.Protocol:
             return PolicedRequestHandler(
                 server,
                 admitted,
@@ -257,7 +287,7 @@ class SignalsServer:
 
         try:
             self._listener = await loop.create_server(
-                lambda: ClassifiedConnection(self._state, handler),
+                lambda: EdgeConnection(self._edge, handler),
                 host,
                 port,
                 reuse_address=True,
@@ -274,7 +304,7 @@ class SignalsServer:
         """Stop listening, end open connections, and cancel handshakes in progress."""
         if self._listener is not None:
             self._listener.close()
-        await cancel_tasks(self._state.tasks)
+        await cancel_handshakes(self._edge.handshakes)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

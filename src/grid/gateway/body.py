@@ -19,13 +19,19 @@ import asyncio
 
 from aiohttp import web
 
+from grid.errors import GridError
 
-class BodyTooLarge(Exception):
+
+class BodyTooLarge(GridError):
     """The body exceeds the size limit."""
 
+    code = "body_too_large"
 
-class BodyTooSlow(Exception):
+
+class BodyTooSlow(GridError):
     """The body fell behind its minimum rate or its deadline."""
+
+    code = "body_too_slow"
 
 
 async def read_body(

@@ -32,6 +32,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from grid import errors
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.identity import (
     KeySet,
@@ -49,12 +50,12 @@ KEYS_FILE_MAX_BYTES = 8 * 1024 * 1024
 """Largest keys file read (65,536 lines of about 100 bytes fit)."""
 
 
-class Refusal(Exception):
+class Refusal(errors.Refusal):
     """A request refused before routing: its status, code and the outcome it counts as."""
 
     def __init__(self, status: int, code: str, message: str, outcome: str) -> None:
-        super().__init__(code)
-        self.status, self.code, self.message, self.outcome = status, code, message, outcome
+        super().__init__(message, code=code)
+        self.status, self.outcome = status, outcome
 
 
 _UNAUTHENTICATED = Refusal(

@@ -192,7 +192,7 @@ class Gateway:
         m.gauge(
             "grid_gateway_connections_open",
             "Open public connections.",
-            lambda: float(self.public.connections.open),
+            lambda: float(self.public.connections.total),
         )
         m.gauge(
             "grid_gateway_connections_refused_total",

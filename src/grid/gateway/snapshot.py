@@ -33,7 +33,7 @@ from grid.core.routing.selection import (
     SelectionPolicy,
     derive_groups,
 )
-from grid.errors import GridError
+from grid.errors import GridError, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class Snapshot:
     """Per (kind, name): its candidates grouped and weighted for selection."""
 
 
-class SelectionFieldError(ValueError):
+class SelectionFieldError(ValidationError):
     """A selection field (§14) of the wrong type or out of range; the message names it."""
 
 
