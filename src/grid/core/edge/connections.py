@@ -212,12 +212,10 @@ class ConnectionBook:
         if held is None or held.name is not None:
             raise RuntimeError("classify without a pending connection")
         refused = self._class_refusal(name)
+        if refused is not None or name is None:
+            self._forget(key)
+            return self._refuse(refused or Refusal.UNAUTHORIZED)
         self._leave_pending(key, held.source)
-        if refused is not None:
-            del self._held[key]
-            self._unsettled.pop(key, None)
-            return self._refuse(refused)
-        assert name is not None
         held.name = name
         self._classes[name] = self.held(name) + 1
         return name
