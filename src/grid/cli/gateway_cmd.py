@@ -76,6 +76,13 @@ async def _serve(gateway: Gateway) -> None:
     help="Request header naming the tenant whose budget a request spends.",
 )
 @click.option(
+    "--mcp-path",
+    default="/mcp",
+    show_default=True,
+    envvar="GRID_GATEWAY_MCP_PATH",
+    help="Path where the public listener serves MCP (tool providers stay at their /mcp).",
+)
+@click.option(
     "--budgets",
     "budgets_file",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -102,6 +109,7 @@ def gateway_cmd(
     key: Path | None,
     ca: Path | None,
     tenant_header: str,
+    mcp_path: str,
     budgets_file: Path | None,
     otlp_endpoint: str | None,
     state_dir: Path | None,
@@ -120,11 +128,16 @@ def gateway_cmd(
         click.echo("error: --cert, --key and --ca are for poll mode; add --operator", err=True)
         sys.exit(2)
     configure_logs("info")
-    settings = GatewaySettings(
-        tenant_header=tenant_header,
-        budgets_file=str(budgets_file) if budgets_file is not None else None,
-        state_dir=str(state_dir) if state_dir is not None else None,
-    )
+    try:
+        settings = GatewaySettings(
+            tenant_header=tenant_header,
+            mcp_path=mcp_path,
+            budgets_file=str(budgets_file) if budgets_file is not None else None,
+            state_dir=str(state_dir) if state_dir is not None else None,
+        )
+    except ValueError as exc:
+        click.echo(f"error: --mcp-path: {exc}", err=True)
+        sys.exit(2)
     # Before the gateway is built: its listeners take the tracing middleware then.
     tracing = start_tracing(SERVICE_GATEWAY, otlp_endpoint, sample_ratio=GATEWAY_SAMPLE_RATIO)
     try:

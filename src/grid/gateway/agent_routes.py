@@ -1,8 +1,9 @@
 """The gateway's tool and agent routes (SPEC-DECISIONS §16): ``/mcp`` and ``/a2a/{agent}``.
 
-``POST /mcp`` speaks MCP streamable HTTP to the client, one JSON-RPC message per
-request. ``initialize`` (the handshake era, 2025-06-18; a ``server/discover``
-probe is answered "method not found", so the SDK's client falls back to it),
+``POST /mcp`` (the path is ``GatewaySettings.mcp_path``, ``--mcp-path``) speaks
+MCP streamable HTTP to the client, one JSON-RPC message per request.
+``initialize`` (the handshake era, 2025-06-18; a ``server/discover`` probe is
+answered "method not found", so the SDK's client falls back to it),
 ``ping`` and notifications are answered here. ``tools/list`` answers the union of
 the snapshot's ``mcp_tool`` candidates, each with the definition its first
 candidate's provider lists (name only when that provider cannot be read).
@@ -15,9 +16,14 @@ a malformed message or an unreachable provider is a JSON-RPC error, never a
 traceback.
 
 ``/a2a/{agent}/...`` relays any method to the selected ``a2a_agent`` candidate's
-cluster under ``/...``, as the proxy relays a model request.
+cluster under ``/...``, as the proxy relays a model request; an event-stream answer
+(``SendStreamingMessage``) passes through chunk by chunk. The agent card is the one
+answer changed on its way: its interface URLs are pointed back at the gateway
+(`grid.gateway.agent_card`), so an SDK client's later calls come through here too.
 
-Both go through the client's identity and budget check first (§15, §12).
+Both go through the client's identity and budget check first (§15, §12), and every
+relayed tool call and agent request (cards aside) is counted for its tenant
+(``grid_gateway_tenant_calls_total``, `grid.gateway.metering`): calls carry no tokens.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from aiohttp import web
 
 from grid import __version__
 from grid.core.metering.bounds import usage_bound
+from grid.gateway.agent_card import CARD_PATHS, CardRefused, read_card, rewrite_card
 from grid.gateway.redaction import Masker, secret_of
 from grid.gateway.snapshot import Candidate, Snapshot
 
@@ -39,7 +46,10 @@ if TYPE_CHECKING:
     from grid.gateway.proxy import Proxy
 
 MCP_PATH = "/mcp"
-"""Where a tool provider's cluster serves MCP (the SDK's default path)."""
+"""Where a tool provider's cluster serves MCP (the SDK's default path), and where the
+gateway serves it unless ``GatewaySettings.mcp_path`` says otherwise."""
+AGENT_PREFIX = "/a2a"
+"""The gateway's agent routes: ``/a2a/{agent}/...``."""
 TOOL_KIND = "mcp_tool"
 AGENT_KIND = "a2a_agent"
 HANDSHAKE_VERSION = "2025-06-18"
@@ -105,9 +115,10 @@ class AgentRoutes:
 
     def mount(self, app: web.Application) -> None:
         """Add the routes (before the proxy's catch-all)."""
-        app.router.add_post(MCP_PATH, self.mcp)
-        app.router.add_route("*", MCP_PATH, self._no_stream)
-        app.router.add_route("*", "/a2a/{agent}{tail:(/.*)?}", self.agent)
+        served = self.proxy.settings.mcp_path
+        app.router.add_post(served, self.mcp)
+        app.router.add_route("*", served, self._no_stream)
+        app.router.add_route("*", AGENT_PREFIX + "/{agent}{tail:(/.*)?}", self.agent)
 
     async def _no_stream(self, _request: web.Request) -> web.Response:
         return web.Response(status=405, headers={"Allow": "POST"})
@@ -175,6 +186,7 @@ class AgentRoutes:
             proxy.metrics.requests["upstream_unavailable"].inc()
             return rpc_error(ident, INTERNAL, "no provider of the tool could be reached")
         candidate, answer = response
+        proxy.meter.add_call(proxy.meter.label(tenant), candidate.cluster, TOOL_KIND)
         metered = (proxy.meter.label(tenant), candidate.cluster, usage_bound({}, len(body)))
         masker = Masker.of(secret_of(proxy._credential(candidate)))
         try:
@@ -320,7 +332,8 @@ class AgentRoutes:
     # -- /a2a/{agent} ----------------------------------------------------------
 
     async def agent(self, request: web.Request) -> web.StreamResponse:
-        """Relay one request to the selected ``a2a_agent`` candidate of ``{agent}``."""
+        """Relay one request to the selected ``a2a_agent`` candidate of ``{agent}``;
+        an agent card is read and pointed back at the gateway (`grid.gateway.agent_card`)."""
         name = request.match_info["agent"]
         tail = request.match_info.get("tail") or "/"
         proxy = self.proxy
@@ -338,6 +351,9 @@ class AgentRoutes:
             return refusal(404, "no_candidate", "no candidate admits new requests for this agent")
         target = tail + (f"?{request.query_string}" if request.query_string else "")
         base = proxy._outgoing_headers(request, name, snapshot)
+        card = request.method == "GET" and tail in CARD_PATHS
+        if card:  # always a whole card to rewrite, never a 304 for the agent's own
+            base = {k: v for k, v in base.items() if k.lower() != "if-none-match"}
         last = len(tries) - 1
         for index, candidate in enumerate(tries):
             answer = await proxy._attempt(request, target, body, base, candidate, index, last)
@@ -345,11 +361,34 @@ class AgentRoutes:
                 if index < last:
                     proxy.metrics.failovers.inc()
                 continue
-            metered = (proxy.meter.label(tenant), candidate.cluster, usage_bound({}, len(body)))
-            masker = Masker.of(secret_of(proxy._credential(candidate)))
             try:
+                if card and answer.status == 200:
+                    return await self._card(request, name, answer)
+                if not card:
+                    proxy.meter.add_call(proxy.meter.label(tenant), candidate.cluster, AGENT_KIND)
+                metered = (proxy.meter.label(tenant), candidate.cluster, usage_bound({}, len(body)))
+                masker = Masker.of(secret_of(proxy._credential(candidate)))
                 return await proxy._relay(request, answer, metered, False, masker)
             finally:
                 proxy.router.ended(candidate)
         proxy.metrics.requests["upstream_unavailable"].inc()
         return refusal(502, "upstream_unavailable", "no candidate could be reached")
+
+    async def _card(
+        self, request: web.Request, name: str, answer: aiohttp.ClientResponse
+    ) -> web.Response:
+        """The agent's card with its interfaces under the gateway's ``/a2a/{name}``."""
+        requests = self.proxy.metrics.requests
+        try:
+            card = await read_card(answer)
+        except CardRefused as refused:
+            requests["upstream_unavailable"].inc()
+            return refusal(502, refused.code, str(refused))
+        except (aiohttp.ClientError, TimeoutError):
+            requests["upstream_unavailable"].inc()
+            return refusal(502, "upstream_unavailable", "the agent's card broke off")
+        finally:
+            answer.release()
+        requests["routed"].inc()
+        base = f"{request.scheme}://{request.host}{AGENT_PREFIX}/{name}"
+        return web.json_response(rewrite_card(card, base))

@@ -2,9 +2,11 @@
 
 `TenantMeter` counts the tokens each answer used per tenant, cluster and
 direction and exports ``grid_gateway_tenant_tokens_total{tenant, cluster,
-direction}``. The tenant label is the request's tenant only for tenants the
-budget view names; every other request counts as ``other``, so the label set
-stays closed and a client cannot mint label values. Tenants compare
+direction}``. Tool calls and agent requests (§16) carry no tokens; each one relayed
+is counted in ``grid_gateway_tenant_calls_total{tenant, cluster, kind}``. The
+tenant label is the request's tenant only for tenants the budget view names;
+every other request counts as ``other``, so the label set stays closed and a
+client cannot mint label values. Tenants compare
 case-insensitively: ``ACME`` is charged to the policy's ``acme``
 (`canonical`).
 
@@ -56,6 +58,9 @@ BUDGETS_MAX_BYTES = 1024 * 1024
 COUNTERS_MAX = 65_536
 """Counter series kept at most (tenants x clusters x 2); beyond it usage counts as other."""
 
+CallKey = tuple[str, str, str]
+"""(tenant label, cluster, candidate kind) of one call counter."""
+
 
 class TenantMeter(Collector):
     """Per-tenant token counters and the exhausted-tenant set of the budget view."""
@@ -67,6 +72,8 @@ class TenantMeter(Collector):
         self._names: dict[str, str] = {}
         self.exhausted: frozenset[str] = frozenset()
         self.tokens: dict[CounterKey, int] = {}
+        self.calls: dict[CallKey, int] = {}
+        """Relayed tool calls and agent requests per (tenant label, cluster, kind)."""
         self.view_rejected = 0
         self.implausible: dict[str, int] = {}
         """Answers per cluster whose reported usage exceeded their bound."""
@@ -99,6 +106,13 @@ class TenantMeter(Collector):
             if key not in self.tokens and len(self.tokens) >= COUNTERS_MAX:
                 key = ("other", cluster, direction)
             self.tokens[key] = self.tokens.get(key, 0) + tokens
+
+    def add_call(self, tenant: str, cluster: str, kind: str) -> None:
+        """Count one relayed tool call or agent request (they carry no tokens)."""
+        key: CallKey = (tenant, cluster, kind)
+        if key not in self.calls and len(self.calls) >= COUNTERS_MAX:
+            key = ("other", cluster, kind)
+        self.calls[key] = self.calls.get(key, 0) + 1
 
     def add_answer(self, tenant: str, cluster: str, bound: UsageBound, usage: Usage) -> None:
         """Count an answer's tokens within its bound; an implausible one is clamped and counted."""
@@ -136,6 +150,15 @@ class TenantMeter(Collector):
         for cluster, count in sorted(self.implausible.items()):
             implausible.add_metric([cluster], count)
         yield implausible
+        calls = CounterMetricFamily(
+            "grid_gateway_tenant_calls",
+            "Tool calls and agent requests relayed, by tenant (budgetPolicy tenants, else "
+            "other), cluster and kind (mcp_tool, a2a_agent).",
+            labels=["tenant", "cluster", "kind"],
+        )
+        for (tenant, cluster, kind), count in sorted(self.calls.items()):
+            calls.add_metric([tenant, cluster, kind], count)
+        yield calls
 
     # -- the budget view --------------------------------------------------------
 
@@ -172,10 +195,11 @@ class TenantMeter(Collector):
         if self.state_path is None:
             return
         rows = [[t, c, d, v] for (t, c, d), v in sorted(self.tokens.items())]
+        calls = [[t, c, k, v] for (t, c, k), v in sorted(self.calls.items())]
         tmp = self.state_path.with_name(f".{self.state_path.name}.tmp")
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w") as fh:
-            json.dump({"tokens": rows}, fh)
+            json.dump({"tokens": rows, "calls": calls}, fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.state_path)
@@ -189,8 +213,12 @@ class TenantMeter(Collector):
             for tenant, cluster, direction, value in document["tokens"][:COUNTERS_MAX]:
                 if direction in DIRECTIONS and isinstance(value, int) and value >= 0:
                     self.tokens[(str(tenant), str(cluster), direction)] = value
-        except (UnreadableFile, DocumentError, KeyError, TypeError, ValueError):
+            for tenant, cluster, kind, value in document.get("calls", [])[:COUNTERS_MAX]:
+                if isinstance(value, int) and value >= 0:
+                    self.calls[(str(tenant), str(cluster), str(kind))] = value
+        except (UnreadableFile, DocumentError, KeyError, TypeError, ValueError, AttributeError):
             log.warning("the saved tenant counters do not load; starting from zero")
             self.tokens.clear()
+            self.calls.clear()
         with contextlib.suppress(OSError):
             self.state_path.unlink()

@@ -6,6 +6,7 @@ The listener limits (header deadline, idle keep-alive, connection cap) are a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from grid.adapters.http_listener import ListenerPolicy
@@ -28,6 +29,10 @@ one. A refused body is answered first, then up to 8 MiB or 2 s more of it is rea
 dropped behind a FIN, so an OpenAI client still uploading reads its 413. A proxy holds
 many client connections at once, hence the larger cap; clients of long generations keep
 connections alive between requests, hence the longer idle time."""
+
+
+_PLAIN_PATH = re.compile(r"^(/[A-Za-z0-9._~-]+)+$")
+_RESERVED = ("/v1/", "/v1", "/a2a")
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,9 @@ class GatewaySettings:
     """The replica label of feedback reports (diagnostic only, a DNS label)."""
     tenant_header: str = "x-grid-tenant"
     """The request header naming the tenant whose budget a request spends (§12)."""
+    mcp_path: str = "/mcp"
+    """Where the public listener serves MCP (§16), an absolute path of plain segments.
+    Tool providers are still reached at ``/mcp`` of their cluster (the SDK's default)."""
     budgets_file: str | None = None
     """The budget view (grid-budgets.json) to enforce; None means the file of that name
     beside the overlay file, and no budgets at all in inline mode."""
@@ -116,6 +124,14 @@ class GatewaySettings:
     usage_prompt_allowance_tokens: int = PROMPT_ALLOWANCE
     """Prompt tokens believed beyond the request body's bytes (template, images by URL)."""
     listener: ListenerPolicy = LISTENER_POLICY
+
+    def __post_init__(self) -> None:
+        path = self.mcp_path
+        dots = {".", ".."} & set(path.split("/"))
+        if not _PLAIN_PATH.match(path) or dots or path.startswith(_RESERVED):
+            raise ValueError(
+                "mcp_path must be an absolute path of plain segments outside /v1/ and /a2a/"
+            )
 
     @property
     def body_pace(self) -> tuple[float, float, float]:
