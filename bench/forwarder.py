@@ -2,7 +2,8 @@
 
 It forwards every request to one upstream over a pooled keep-alive session and
 relays the answer: whole for sized bodies, chunk by chunk for event streams. No
-routing, no header policy, no limits. Run: ``python bench/forwarder.py LISTEN_PORT UPSTREAM``.
+routing, no header policy, no limits. Run: ``python bench/forwarder.py LISTEN_PORT UPSTREAM``;
+it binds with ``SO_REUSEPORT``, so several of them can share one port (one per core).
 """
 
 from __future__ import annotations
@@ -42,4 +43,6 @@ def app(upstream: str) -> web.Application:
 
 
 if __name__ == "__main__":
-    web.run_app(app(sys.argv[2]), host="127.0.0.1", port=int(sys.argv[1]), print=None)
+    web.run_app(
+        app(sys.argv[2]), host="127.0.0.1", port=int(sys.argv[1]), print=None, reuse_port=True
+    )

@@ -20,6 +20,9 @@ in the same run, interleaved round by round, at concurrency 16 with keep-alive:
   so the SDK's span, batch and export work is paid;
 * ``gateway_traced_all``: the same with ``OTEL_TRACES_SAMPLER=parentbased_always_on``,
   every request traced: the SDK's full cost, reported beside the default;
+* ``gateway_workers_2``: the same gateway with ``--workers 2`` (the others run
+  ``--workers 1``), against ``forwarder_2``, two forwarder processes sharing one
+  port with ``SO_REUSEPORT`` (`benchkit.gateway_workers`);
 * ``litellm``: through LiteLLM's proxy routed to the same mock, only when
   ``make bench-deps`` installed it in ``.bench/litellm``.
 
@@ -32,7 +35,8 @@ for the gateway and the forwarder, ``added_p50_ratio_to_forwarder`` (target <=
 1.25), ``tracing_throughput_ratio`` (traced over untraced gateway, target >=
 0.90), ``tracing_all_throughput_ratio`` (every request traced),
 ``client_auth_throughput_ratio`` (apiKey over none, target >= 0.95) and
-``client_auth_added_p50_ms``,
+``client_auth_added_p50_ms``, ``workers_2_throughput_ratio_to_1`` (2 gateway
+workers over 1), ``workers_2_throughput_ratio_to_forwarder_2``,
 ``throughput_ratio_to_litellm`` when LiteLLM ran, and the added time to first
 byte of streams. ``--quick`` stays under a minute.
 """
@@ -63,6 +67,7 @@ from typing import Any  # noqa: E402
 
 import aiohttp  # noqa: E402
 
+from benchkit import gateway_workers  # noqa: E402
 from benchkit.procs import LITELLM, REPO, spawn  # noqa: E402
 from grid.adapters.tracing import GATEWAY_SAMPLE_RATIO  # noqa: E402
 from grid.core.identity import key_line  # noqa: E402
@@ -211,7 +216,7 @@ async def load(url: str, seconds: float, stream: bool, name: str) -> dict[str, A
             n = 0
             while time.perf_counter() < deadline:
                 headers = {"Authorization": f"Bearer {client_token(name)}"}
-                if name in ("gateway", "gateway_apikey"):
+                if name in ("gateway", "gateway_apikey", "gateway_workers_2"):
                     headers["x-grid-session"] = f"s{(w * 7 + n) % SESSIONS}"
                 n += 1
                 began = time.perf_counter()
@@ -365,6 +370,7 @@ def summarize(figures: dict[str, Any], quick: bool) -> dict[str, Any]:
         result["throughput_ratio_to_litellm"] = _median_ratio(
             figures, "gateway", "litellm", "rps", "paired_with_litellm"
         )
+    result.update(gateway_workers.summary(figures, _median_ratio))
     for row in figures.values():
         row.pop("rounds", None)  # the per-round rows fed the medians above
         row.pop("paired_with_litellm", None)
@@ -393,14 +399,14 @@ async def main_async(quick: bool) -> dict[str, Any]:
                "--service-time-ms", "0", "--capacity", "4096"], work / "mock.log"),
         spawn([py, "-P", str(REPO / "bench" / "forwarder.py"), str(fwd_port), upstream],
               work / "forwarder.log"),
-        spawn([py, "-m", "grid", "gateway", "--config",
+        spawn([py, "-m", "grid", "gateway", "--workers", "1", "--config",
                str(gateway_config(work, upstream, gw_port, admin_port))], work / "gateway.log"),
-        spawn([py, "-m", "grid", "gateway", "--config", str(traced_config),
+        spawn([py, "-m", "grid", "gateway", "--workers", "1", "--config", str(traced_config),
                "--otlp-endpoint", otlp], work / "gateway-traced.log"),
-        spawn([py, "-m", "grid", "gateway", "--config", str(all_config),
+        spawn([py, "-m", "grid", "gateway", "--workers", "1", "--config", str(all_config),
                "--otlp-endpoint", otlp], work / "gateway-traced-all.log",
               {"OTEL_TRACES_SAMPLER": "parentbased_always_on"}),
-        spawn([py, "-m", "grid", "gateway", "--config", str(key_config)],
+        spawn([py, "-m", "grid", "gateway", "--workers", "1", "--config", str(key_config)],
               work / "gateway-apikey.log"),
     ]  # fmt: skip
     targets = {
@@ -411,6 +417,13 @@ async def main_async(quick: bool) -> dict[str, Any]:
         "gateway_traced": f"http://127.0.0.1:{traced_port}/v1/chat/completions",
         "gateway_traced_all": f"http://127.0.0.1:{all_port}/v1/chat/completions",
     }
+    w2_port, w2_admin, fwd2_port = free_port(), free_port(), free_port()
+    w2_config = gateway_config(work / "workers-2", upstream, w2_port, w2_admin)
+    more, worker_targets = gateway_workers.spawn_targets(
+        work, upstream, w2_config, w2_port, fwd2_port
+    )
+    children += more
+    targets.update(worker_targets)
     lite: subprocess.Popen[bytes] | None = None
     skipped = ""
     if LITELLM.exists():

@@ -64,7 +64,12 @@ async def test_one_of_two_racing_candidates_wins_and_takes_over_only_after_expir
         leader, follower = (a, b) if won[0] else (b, a)
         assert emulator.lease_holders() == {"grid/grid-operator-east": leader.identity}
         assert not await follower.try_acquire_or_renew()  # first sight starts its clock
-        clock.now += 1.9
+        leader.check()
+        clock.now += 1.2
+        assert leader.is_leader  # within the 1.4 s renew deadline, but past the write
+        with pytest.raises(LeadershipLost):  # deadline 1.1 s: half the 0.6 s margin earlier
+            leader.check()
+        clock.now += 0.7
         assert not await follower.try_acquire_or_renew()
         assert leader.is_leader is False  # 1.9 s > renew deadline: it stopped leading
         with pytest.raises(LeadershipLost):

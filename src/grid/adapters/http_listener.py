@@ -319,7 +319,10 @@ class HttpListener:
         error_answer: ErrorAnswer = plain_error,
         auto_decompress: bool = True,
         shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
+        reuse_port: bool = False,
     ) -> None:
+        """``reuse_port`` binds with ``SO_REUSEPORT``, so processes of one user can
+        listen on the same port and the kernel spreads new connections among them."""
         self.app = app
         self.policy = policy or ListenerPolicy()
         self.ssl_context = ssl_context
@@ -328,6 +331,7 @@ class HttpListener:
         self._auto_decompress = auto_decompress
         self._shutdown_timeout_s = shutdown_timeout_s
         """Seconds in-flight requests get at `stop` (the gateway's drain time)."""
+        self._reuse_port = reuse_port
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._edge = Edge(
@@ -364,6 +368,7 @@ class HttpListener:
                 host,
                 port,
                 reuse_address=True,
+                reuse_port=self._reuse_port or None,
                 backlog=ACCEPT_BACKLOG,
             )
         except OSError:

@@ -7,12 +7,19 @@ exits 2 with the reason, before any listener opens. With ``--operator`` (and
 the site's ``--cert``, ``--key`` and the grid ``--ca``) the gateway runs in
 poll mode: it polls the operator's ``GET /v1/site/signals?scope=grid`` and
 ranks candidates by the §4 score within each admission/tier/freshness group.
+
+``--workers N`` runs N gateway processes sharing the public port
+(``SO_REUSEPORT``) under a supervisor that serves their summed admin endpoints
+and restarts a worker that exits (`grid.gateway.workers`); the default is one
+per usable core, at most one per public connection slot. ``--workers 1`` is the
+single process, with no supervisor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -24,12 +31,17 @@ from grid.gateway.server import Gateway
 from grid.gateway.settings import GatewaySettings
 from grid.gateway.signals_poll import SiteCredentials
 from grid.gateway.snapshot import OverlayRejected
+from grid.gateway.workers import Supervisor, WorkerFailed, worker_count
 from grid.operator.logs import configure as configure_logs
 
+WORKER_COMMAND = (sys.executable, "-m", "grid.cli.gateway_worker")
+"""How the supervisor starts one worker (`grid.cli.gateway_worker`)."""
 
-async def _serve(gateway: Gateway) -> None:
+
+async def _serve(gateway: Gateway | Supervisor) -> None:
     public, admin = await gateway.start()
-    click.echo(f"grid gateway serving on {public} (admin {admin})")
+    workers = len(gateway.slots) if isinstance(gateway, Supervisor) else 1
+    click.echo(f"grid gateway serving on {public} (admin {admin}, workers {workers})")
     stop = stop_event()
     try:
         await stop.wait()
@@ -102,6 +114,16 @@ async def _serve(gateway: Gateway) -> None:
     envvar="GRID_GATEWAY_STATE_DIR",
     help="Directory where a graceful stop saves the tenant token counters for the next start.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    envvar="GRID_GATEWAY_WORKERS",
+    help=(
+        "Gateway processes sharing the public port (SO_REUSEPORT), each with an equal share "
+        "of the connection cap, under a supervisor that sums their /metrics and restarts one "
+        "that exits. Default: the usable cores, at most the connection cap. 1: one process."
+    ),
+)
 def gateway_cmd(
     config_path: Path,
     operator: str | None,
@@ -113,6 +135,7 @@ def gateway_cmd(
     budgets_file: Path | None,
     otlp_endpoint: str | None,
     state_dir: Path | None,
+    workers: int | None,
 ) -> None:
     """Route OpenAI-compatible requests by the overlay, as praxis.yaml describes."""
     credentials = None
@@ -138,11 +161,17 @@ def gateway_cmd(
     except ValueError as exc:
         click.echo(f"error: --mcp-path: {exc}", err=True)
         sys.exit(2)
-    # Before the gateway is built: its listeners take the tracing middleware then.
-    tracing = start_tracing(SERVICE_GATEWAY, otlp_endpoint, sample_ratio=GATEWAY_SAMPLE_RATIO)
+    count = worker_count(workers, settings.listener.connections_max)
     try:
-        config = load_config(config_path, settings.config_max_bytes)
-        gateway = Gateway(config, settings, config_path, operator, credentials)
+        if count == 1:
+            _run(_single(config_path, settings, operator, credentials, otlp_endpoint))
+        else:
+            config = load_config(config_path, settings.config_max_bytes)
+            supervisor = Supervisor(
+                config, settings, config_path, WORKER_COMMAND, count,
+                operator=operator, credentials=credentials, otlp_endpoint=otlp_endpoint,
+            )  # fmt: skip
+            _run(lambda: asyncio.run(_serve(supervisor)))
     except ConfigError as exc:
         click.echo(f"error: {config_path}: {exc}", err=True)
         sys.exit(2)
@@ -151,17 +180,49 @@ def gateway_cmd(
             f"error: the overlay file does not verify ({exc.reason}); not starting", err=True
         )
         sys.exit(2)
+    except WorkerFailed as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        sys.exit(1 if exc.kind == "listen" else 2)
     except (OSError, ValueError) as exc:
         click.echo(f"error: cannot prepare the gateway: {type(exc).__name__}: {exc}", err=True)
         sys.exit(2)
+
+
+def _single(
+    config_path: Path,
+    settings: GatewaySettings,
+    operator: str | None,
+    credentials: SiteCredentials | None,
+    otlp_endpoint: str | None,
+) -> Callable[[], None]:
+    """The one-process gateway, built (config and overlay verified) and ready to run."""
+    # Before the gateway is built: its listeners take the tracing middleware then.
+    tracing = start_tracing(SERVICE_GATEWAY, otlp_endpoint, sample_ratio=GATEWAY_SAMPLE_RATIO)
     try:
-        asyncio.run(_serve(gateway))
+        config = load_config(config_path, settings.config_max_bytes)
+        gateway = Gateway(config, settings, config_path, operator, credentials)
+    except BaseException:
+        if tracing is not None:
+            tracing.shutdown()
+        raise
+
+    def run() -> None:
+        try:
+            asyncio.run(_serve(gateway))
+        finally:
+            if tracing is not None:
+                tracing.shutdown()
+
+    return run
+
+
+def _run(serve: Callable[[], None]) -> None:
+    """Serve until stopped; a listener that cannot bind exits 1."""
+    try:
+        serve()
     except OSError as exc:
         click.echo(f"error: cannot listen: {exc.strerror}", err=True)
         sys.exit(1)
-    finally:
-        if tracing is not None:
-            tracing.shutdown()
 
 
 def register(main: click.Group) -> None:

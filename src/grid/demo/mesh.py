@@ -294,7 +294,7 @@ class DemoMesh:
         plan = self.plan.sites[site]
         argv = self._grid(
             "gateway", "--config", str(plan.praxis), "--state-dir", str(plan.root / "gateway"),
-            *self._poll_flags(plan),
+            "--workers", "1", *self._poll_flags(plan),
         )  # fmt: skip
         name = f"gateway-{site}"
         await self._spawn(Child(name, argv, self._log(name), {}))

@@ -89,15 +89,8 @@ class Gateway:
         if operator is not None:
             if credentials is None:
                 raise ValueError("poll mode needs the site certificate, key and CA")
-            self._ingest = HttpIngestTransport(
-                operator, credentials.client_context(), self.settings.feedback.request_timeout_s
-            )
-            reporter = FeedbackReporter(
-                self._ingest,
-                replica=self.settings.feedback_replica,
-                settings=self.settings.feedback,
-            )
-            self.reports = IngestReports(reporter)
+            if self.settings.feedback_enabled:
+                self.reports = self._reporter(operator, credentials)
             self.signals = OperatorSignals(
                 operator,
                 credentials,
@@ -134,11 +127,22 @@ class Gateway:
             auto_decompress=False,
             shutdown_timeout_s=config.shutdown_timeout_s,
             ssl_context=server_context(config.client_auth),
+            reuse_port=self.settings.reuse_port,
         )
         self.admin = HttpListener(self._admin_app(), self.settings.listener)
         self.ready = False
         self._watch: asyncio.Task[None] | None = None
         self._register_gauges()
+
+    def _reporter(self, operator: str, credentials: SiteCredentials) -> IngestReports:
+        """The §7 ingest reporter of this process, over mTLS to ``operator``."""
+        self._ingest = HttpIngestTransport(
+            operator, credentials.client_context(), self.settings.feedback.request_timeout_s
+        )
+        reporter = FeedbackReporter(
+            self._ingest, replica=self.settings.feedback_replica, settings=self.settings.feedback
+        )
+        return IngestReports(reporter)
 
     def _budget_paths(self) -> tuple[Path | None, Path | None]:
         """The budget view to enforce and the counters' state file (either may be None)."""

@@ -88,6 +88,13 @@ class GatewaySettings:
     """The ingest-feedback reporter's retry limits (poll mode; `grid.gateway.feedback`)."""
     feedback_replica: str = "gateway"
     """The replica label of feedback reports (diagnostic only, a DNS label)."""
+    feedback_enabled: bool = True
+    """Whether this process reports its ingests (poll mode). Under ``--workers`` only the
+    first worker does: every worker ingests the same files and documents, and one
+    reporter per gateway keeps §7's evidence from being sent twice under two epochs."""
+    reuse_port: bool = False
+    """Bind the public listener with ``SO_REUSEPORT``: set in each ``--workers`` worker,
+    so they share the port and the kernel spreads new connections among them."""
     tenant_header: str = "x-grid-tenant"
     """The request header naming the tenant whose budget a request spends (§12)."""
     mcp_path: str = "/mcp"

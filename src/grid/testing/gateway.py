@@ -203,7 +203,13 @@ def render_praxis(
 
 
 async def spawn_gateway(config_path: Path, public: str, admin: str, *extra: str) -> GatewayProcess:
-    """Run ``grid gateway --config`` (plus ``extra`` flags) until its admin /ready answers 200."""
+    """Run ``grid gateway --config`` (plus ``extra`` flags) until its admin /ready answers 200.
+
+    One process unless ``extra`` names ``--workers``: tests of routing order, affinity
+    and counts need the one process that sees every request.
+    """
+    if "--workers" not in extra:
+        extra = ("--workers", "1", *extra)
     log = config_path.with_suffix(".log")
     with open(log, "wb") as out:
         process = await asyncio.create_subprocess_exec(

@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 import yaml
 
+from grid.adapters.kube.lease import LeadershipLost
 from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.port import EventType, Expired, WatchEvent
 from grid.errors import Conflict, GridError
@@ -232,6 +233,41 @@ async def test_a_phase_change_is_an_event_throttled_per_object(
     assert event["reason"] == "PhaseChanged"
     assert event["message"] == "phase unset -> Pending"
     assert event["metadata"]["namespace"] == "default"
+
+
+async def test_the_write_guard_fences_every_attempt_and_the_phase_event(
+    kube: KubernetesStore, emulator: KubeApiEmulator
+) -> None:
+    await kube.create(site("east"))
+    calls: list[int] = []
+
+    def lapses_after_first_attempt() -> None:
+        calls.append(emulator.requests)
+        if len(calls) > 2:  # the write's own check and its first attempt pass
+            raise LeadershipLost("not the leader")
+
+    kube.write_guard = lapses_after_first_attempt
+    emulator.fail_next(503)
+    before = len(emulator.writes)
+    with pytest.raises(LeadershipLost):
+        await kube.patch_status("GridSite", "east", {"phase": "Pending"})
+    # The first attempt reached the server (503); the retry was refused before it left.
+    assert len(calls) == 3 and calls[2] == calls[1] + 1
+    assert emulator.writes[before:] == []
+    kube.write_guard = None
+    await kube.create(site("west"))
+    fenced = 0
+
+    def refuse_events() -> None:
+        nonlocal fenced
+        fenced += 1
+        if fenced > 2:  # the patch's own check and attempt pass; the Event's does not
+            raise LeadershipLost("not the leader")
+
+    kube.write_guard = refuse_events
+    await kube.patch_status("GridSite", "west", {"phase": "Pending"})
+    assert emulator.objects_of("Event") == []
+    assert fenced == 3
 
 
 async def test_a_wrong_token_is_refused(emulator: KubeApiEmulator, tmp_path: Path) -> None:

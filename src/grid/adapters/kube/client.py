@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,16 +196,22 @@ class KubeClient:
         body: Obj | None = None,
         content_type: str = "application/json",
         secret: bool = False,
+        guard: Callable[[], None] | None = None,
     ) -> Obj:
         """Send one request and return the decoded JSON answer, retrying transient failures.
 
         ``what`` names the target in error messages (``GridSite 'east'``);
-        ``secret`` keeps the server's message out of them.
+        ``secret`` keeps the server's message out of them. ``guard`` runs right
+        before every attempt goes out and may raise to stop it (leader election
+        fences writes this way: a retry after a pause must not leave a replica
+        that no longer leads).
         """
         attempt = 0
         while True:
             retry_after = 0.0
             status = 0
+            if guard is not None:
+                guard()
             try:
                 response = await self._send(
                     method, path, query or {}, body, content_type, self.settings.request_timeout_s

@@ -9,11 +9,13 @@ expired Lease exactly one wins and the other sees 409.
 
 The leader renews every `LeaseSettings.retry_period_s`. Once
 `LeaseSettings.renew_deadline_s` have passed since its last successful renewal
-was sent, it is no longer the leader: `LeaseElector.hold` raises `LeadershipLost`
-and `LeaseElector.check` (the store's write guard) refuses every write from then
-on, even before the renewal loop runs again (say, after the process was
-paused). Because the renew deadline is shorter than the lease duration, an old
-leader stops writing before any candidate may take over.
+was sent, it is no longer the leader: `LeaseElector.hold` raises `LeadershipLost`.
+`LeaseElector.check` (the store's write guard, run right before every attempt of
+every write leaves) refuses writes half the margin earlier, even before the
+renewal loop runs again (say, after the process was paused). Because the renew
+deadline is shorter than the lease duration, an old leader stops writing before
+any candidate may take over, with time to spare for a write already past the
+guard.
 """
 
 from __future__ import annotations
@@ -95,9 +97,22 @@ class LeaseElector:
             return False
         return self._mono() - self._renewed_at < self.settings.renew_deadline_s
 
+    @property
+    def write_deadline_s(self) -> float:
+        """How long after its last renewal a leader may still start a write.
+
+        Half the margin between the renew deadline and the lease duration earlier
+        than the renew deadline: a write that passes the guard then has the other
+        half to reach the API server before any candidate may take the Lease over,
+        however the event loop is delayed between the check and the send.
+        """
+        margin = self.settings.lease_duration_s - self.settings.renew_deadline_s
+        return self.settings.renew_deadline_s - margin / 2
+
     def check(self) -> None:
-        """Raise `LeadershipLost` unless this replica leads now (the store's write guard)."""
-        if not self.is_leader:
+        """Raise `LeadershipLost` unless this replica may write now (the store's write guard)."""
+        renewed = self._renewed_at
+        if renewed is None or self._mono() - renewed >= self.write_deadline_s:
             raise LeadershipLost(f"not the leader of Lease {self.namespace}/{self.name}")
 
     def _spec(self, current: dict[str, Any] | None) -> dict[str, Any]:

@@ -129,6 +129,10 @@ class KubernetesStore:
         if self.write_guard is not None:
             self.write_guard()
 
+    async def _write(self, method: str, path: str, **options: Any) -> Obj:
+        """One write request, fenced again right before each attempt leaves."""
+        return await self.client.request(method, path, guard=self._check_write, **options)
+
     # -- reads ---------------------------------------------------------------
 
     async def get(self, kind: str, name: str, *, namespace: str | None = None) -> Obj:
@@ -180,7 +184,7 @@ class KubernetesStore:
         if info.namespaced:
             body["metadata"]["namespace"] = ns
         path = api_path(info.api_version, info.plural, ns or None)
-        created = await self.client.request(
+        created = await self._write(
             "POST",
             path,
             what=f"{info.kind} {name!r}",
@@ -208,7 +212,7 @@ class KubernetesStore:
         what = f"{info.kind} {name!r}"
         if info.kind in APPLY_KINDS:
             body.pop("status", None)
-            stored = await self.client.request(
+            stored = await self._write(
                 "PATCH",
                 path,
                 what=what,
@@ -217,7 +221,7 @@ class KubernetesStore:
                 content_type="application/apply-patch+yaml",
             )
         else:
-            stored = await self.client.request(
+            stored = await self._write(
                 "PUT",
                 path,
                 what=what,
@@ -247,7 +251,7 @@ class KubernetesStore:
         path = api_path(info.api_version, info.plural, ns or None, name, "status")
         with status_write_span(kind, name, status):
             stored = _clean(
-                await self.client.request(
+                await self._write(
                     "PATCH",
                     path,
                     what=f"{kind} {name!r}",
@@ -265,9 +269,7 @@ class KubernetesStore:
         self._check_write()
         info, ns = self._where(kind, namespace)
         path = api_path(info.api_version, info.plural, ns or None, name)
-        gone = await self.client.request(
-            "DELETE", path, what=f"{kind} {name!r}", secret=kind == "Secret"
-        )
+        gone = await self._write("DELETE", path, what=f"{kind} {name!r}", secret=kind == "Secret")
         self._phases.pop((kind, ns, name), None)
         return _clean(gone, info)
 
@@ -286,7 +288,7 @@ class KubernetesStore:
             return
         self._last_event[key] = now
         try:
-            await self.client.request(
+            await self._write(
                 "POST",
                 api_path("v1", "events", ns or self._event_ns),
                 what="Event",
