@@ -183,3 +183,41 @@ async def test_the_mcp_path_is_a_setting(tmp_path: Path) -> None:
                 assert resp.status == 404
     finally:
         await running.stop()
+
+
+def budget_view(path: Path, ratio: float) -> None:
+    view = {"network": "net", "budgets": [{"tenant_id": "acme", "spend_ratio": ratio}]}
+    path.write_text(json.dumps(view | {"generated_at": "2026-01-01T00:00:00Z"}))
+
+
+async def test_a_tenant_out_of_calls_is_refused_on_the_next_one(tmp_path: Path) -> None:
+    from grid.testing.poll import eventually
+
+    budget = 2
+    budgets = tmp_path / "grid-budgets.json"
+    budget_view(budgets, 0.0)
+    async with serve_agent("east") as address:
+        rendered, public, _admin = render_praxis(
+            overlay(agent("planner", "planner")), [upstream("planner", address)], tmp_path
+        )
+        path = tmp_path / "praxis.yaml"
+        path.write_text(rendered.text)
+        settings = GatewaySettings(budgets_file=str(budgets))
+        running = Gateway(load_config(path, 1 << 20), settings, path)
+        await running.start()
+        try:
+            base = f"http://{public}/a2a/planner"
+            for _ in range(budget):
+                await ask_agent(base, "go", headers={"x-grid-tenant": "acme"})
+            assert running.meter.calls[("acme", "planner", "a2a_agent")] == budget
+            budget_view(budgets, 1.0)  # what the operator writes once the calls are spent
+            await eventually(lambda: running.meter.is_exhausted("acme"), "the view is taken")
+            async with aiohttp.ClientSession() as http:
+                body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {}}
+                headers = {"x-grid-tenant": "acme"}
+                async with http.post(f"{base}/", json=body, headers=headers) as resp:
+                    assert resp.status == 429
+                    assert (await resp.json())["error"]["code"] == "budget_exhausted"
+            assert running.meter.calls[("acme", "planner", "a2a_agent")] == budget
+        finally:
+            await running.stop()
