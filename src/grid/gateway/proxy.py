@@ -330,7 +330,7 @@ class Proxy:
         if counter is not None:
             counter.inc()
         router = self.router
-        router.started(candidate)
+        started = router.started(candidate)
         try:
             response = await upstream.open().request(
                 request.method,
@@ -350,7 +350,7 @@ class Proxy:
         except BaseException:
             router.ended(candidate)
             raise
-        if router.answered(candidate, response.status):
+        if router.answered(candidate, response.status, started):
             request_trace.ejected(candidate)
         if response.status in _FAILOVER_STATUS and not final:
             response.release()

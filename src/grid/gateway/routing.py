@@ -7,10 +7,12 @@ gateways put on each provider) and the random source. The choice itself is
 session affinity first, then the mode's pick inside the active group, then
 failover targets, at most ``1 + failover_max`` of them.
 
-The proxy reports each attempt: `started` when it is sent, `answered` with
-the status (a 5xx counts against passive health, anything else clears it),
-`failed` for a failed connect, and `ended` when its answer is over, streams
-and errors included, so in-flight counts always come back down.
+The proxy reports each attempt: `started` when it is sent (it returns the
+attempt's start), `answered` with the status and that start (a 5xx counts
+against passive health, anything else clears it; the wait is a latency
+sample of the load estimate), `failed` for a failed connect, and `ended` when
+its answer is over, streams and errors included, so in-flight counts always
+come back down.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 
-from grid.core.routing.load import LoadBook
+from grid.core.routing.load import LoadBook, LoadSettings
 from grid.core.routing.passive_health import HealthSettings, PassiveHealth
 from grid.core.routing.selection import Turn, select
 from grid.gateway.metrics import GatewayMetrics, Tally
@@ -55,11 +57,13 @@ class Router:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         health: HealthSettings | None = None,
+        load: LoadSettings | None = None,
     ) -> None:
         self.limit = 1 + failover_max
         self.metrics = metrics
         self.health = PassiveHealth(clock, health)
-        self.loads = LoadBook()
+        self.loads = LoadBook(load)
+        self._clock = clock
         self._rng = rng or random.Random()
         loads = self.loads
 
@@ -94,21 +98,24 @@ class Router:
     def _in_flight(self, cluster: str) -> Tally:
         return self.metrics.in_flight.get(cluster, self._idle)
 
-    def started(self, candidate: Candidate) -> None:
-        """An attempt to ``candidate`` is being sent."""
-        self.loads.start(candidate.stable_id)
+    def started(self, candidate: Candidate) -> float:
+        """An attempt to ``candidate`` is being sent; returns its start for `answered`."""
         self._in_flight(candidate.cluster).value += 1
+        return self.loads.start(candidate.stable_id, self._clock())
 
     def ended(self, candidate: Candidate) -> None:
         """The attempt's answer is over (relayed, broken off or abandoned)."""
         self.loads.end(candidate.stable_id)
         self._in_flight(candidate.cluster).value -= 1
 
-    def answered(self, candidate: Candidate, status: int) -> bool:
-        """The cluster answered with ``status``: a 5xx counts as a failure.
+    def answered(self, candidate: Candidate, status: int, started: float | None = None) -> bool:
+        """The cluster answered with ``status``: a 5xx counts as a failure, and
+        anything else, given the attempt's ``started``, is a latency sample.
         True when that failure ejected the candidate."""
         if status >= 500:
             return self.failed(candidate)
+        if started is not None:
+            self.loads.answered(candidate.stable_id, started, self._clock())
         self.health.success(candidate.stable_id)
         return False
 

@@ -107,13 +107,13 @@ def test_the_load_book_adds_the_others_queue_never_below_zero() -> None:
     book.start("a")
     book.start("b")
     book.take_report({"a": 5, "b": 0})
-    assert book.estimate("a") == 2 + 3
-    assert book.estimate("b") == 1 + 0
+    assert book.queue("a") == 2 + 3
+    assert book.queue("b") == 1 + 0
     book.end("a")
     book.end("a")
     book.end("b")
     book.end("b")  # an extra end never goes negative
-    assert book.estimate("a") == 3 and book.estimate("b") == 0
+    assert book.queue("a") == 3 and book.queue("b") == 0
     assert book.in_flight == {}
     book.forget({"b"})
-    assert book.estimate("a") == 0
+    assert book.queue("a") == 0

@@ -1,37 +1,86 @@
 """The load estimate that ``leastLoaded`` compares (SPEC-DECISIONS §14).
 
-A candidate's estimate starts from this gateway's own requests in flight to
-it: counted when an attempt starts and uncounted when its answer ends
-(relayed, streamed to the end, broken off or failed). Where the gateway holds
-the provider's queue signals (under poll it pulls them), it adds the queue the
-other gateways put there: the reported waiting and running requests less this
-gateway's own in-flight count when the report was taken up, never below 0. So
-several gateways sharing providers see each other's load, seconds old, on top
-of their own, current.
+The estimate starts from the queue this gateway sees at a candidate: its own
+requests in flight there, counted when an attempt starts and uncounted when
+its answer ends (relayed, streamed to the end, broken off or failed). Where
+the gateway holds the provider's queue signals (under poll it pulls them), it
+adds the queue the other gateways put there: the reported waiting and running
+requests less this gateway's own in-flight count when the report was taken
+up, never below 0. So several gateways sharing providers see each other's
+load, seconds old, on top of their own, current.
 
-Pure and keyed by candidate ``stable_id``, so counts survive a snapshot swap.
+A queue of requests is not yet a wait: four requests at a provider that
+answers in a second cost more than four at one that answers in 0.3 s. So the
+estimate is the expected time of one more request there,
+``(queue + 1) x latency``, where ``latency`` is a peak-sensitive moving
+average of how long this gateway waited for the candidate's answers (the
+peak EWMA of Finagle and linkerd): a slower answer than the average moves it
+at once, faster ones pull it down with time constant ``decay_s``. A provider
+that slows down, or that other gateways load, shows it in its answers to
+this gateway before any report arrives. A candidate with no answer yet is
+costed at the mean of the averages this gateway holds (1 when it holds none),
+so it competes on its queue alone.
+
+Pure and keyed by candidate ``stable_id``, so the figures survive a snapshot
+swap; the clock is passed in.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Container, Mapping
+from dataclasses import dataclass
 
-__all__ = ["LoadBook"]
+from grid.errors import ValidationError
+
+__all__ = ["LoadBook", "LoadSettings"]
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How the latency average moves."""
+
+    decay_s: float = 5.0
+    """Time constant of the average: a sample ``decay_s`` after the last one
+    moves it by 63% of the way (a slower one moves it all the way at once)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.decay_s <= 3600:
+            raise ValidationError("must be in (0, 3600] seconds", path="decay_s")
 
 
 class LoadBook:
-    """In-flight counts per candidate, and the queue other gateways put there."""
+    """In-flight counts, the queue other gateways put there, and answer latencies."""
 
-    __slots__ = ("in_flight", "others")
+    __slots__ = ("_latency", "_sum", "in_flight", "others", "settings")
 
-    def __init__(self) -> None:
+    def __init__(self, settings: LoadSettings | None = None) -> None:
+        self.settings = settings or LoadSettings()
         self.in_flight: dict[str, int] = {}
         self.others: dict[str, float] = {}
+        self._latency: dict[str, tuple[float, float]] = {}
+        """Per candidate: (average seconds, monotonic time of the last sample)."""
+        self._sum = 0.0
+        """The sum of the averages: their mean costs a candidate never answered."""
 
-    def start(self, stable_id: str) -> None:
-        """An attempt to the candidate begins."""
+    def start(self, stable_id: str, now: float = 0.0) -> float:
+        """An attempt to the candidate begins; returns its start, for `answered`."""
         in_flight = self.in_flight
         in_flight[stable_id] = in_flight.get(stable_id, 0) + 1
+        return now
+
+    def answered(self, stable_id: str, started: float, now: float) -> None:
+        """The attempt begun at ``started`` got its answer at ``now``: one latency sample."""
+        sample = max(0.0, now - started)
+        held = self._latency.get(stable_id)
+        if held is None or sample >= held[0]:
+            average = sample  # the peak: a slower answer counts at once
+        else:
+            previous, at = held
+            keep = math.exp(-max(0.0, now - at) / self.settings.decay_s)
+            average = sample + (previous - sample) * keep
+        self._sum += average - (0.0 if held is None else held[0])
+        self._latency[stable_id] = (average, now)
 
     def end(self, stable_id: str) -> None:
         """An attempt's answer ended (or the attempt failed)."""
@@ -42,9 +91,21 @@ class LoadBook:
         else:
             in_flight.pop(stable_id, None)
 
-    def estimate(self, stable_id: str) -> float:
+    def queue(self, stable_id: str) -> float:
         """Own in-flight requests plus the others' reported queue."""
         return self.in_flight.get(stable_id, 0) + self.others.get(stable_id, 0.0)
+
+    def latency(self, stable_id: str) -> float:
+        """The candidate's latency average, or the cost of one never answered."""
+        held = self._latency.get(stable_id)
+        if held is not None:
+            return held[0]
+        count = len(self._latency)
+        return self._sum / count if count else 1.0
+
+    def estimate(self, stable_id: str) -> float:
+        """The expected time of one more request there: ``(queue + 1) x latency``."""
+        return (self.queue(stable_id) + 1.0) * self.latency(stable_id)
 
     def take_report(self, reported: Mapping[str, float]) -> None:
         """New reports of waiting+running requests per candidate replace the old ones.
@@ -58,5 +119,8 @@ class LoadBook:
         }
 
     def forget(self, keep: Container[str]) -> None:
-        """Drop reports of candidates no longer routed; in-flight counts end by themselves."""
+        """Drop reports and latencies of candidates no longer routed; in-flight counts
+        end by themselves."""
         self.others = {k: v for k, v in self.others.items() if k in keep}
+        self._latency = {k: v for k, v in self._latency.items() if k in keep}
+        self._sum = sum(a for a, _at in self._latency.values())
