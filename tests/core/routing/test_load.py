@@ -40,6 +40,23 @@ def test_the_estimate_is_the_time_of_one_more_request() -> None:
     assert book.latency("a") == pytest.approx(1.2)  # forgotten: costed at the mean of b
 
 
+def test_below_the_floor_the_queue_decides_not_a_slow_first_answer() -> None:
+    book = LoadBook()
+    for i in range(8):  # b answers in a millisecond, again and again
+        book.answered("b", book.start("b", float(i)), i + 0.001)
+        book.end("b")
+    book.answered("a", book.start("a", 9.0), 9.02)  # a's first answer set up a connection
+    book.end("a")
+    book.take_report({"b": 12})
+    assert book.estimate("a") < book.estimate("b")
+    assert LoadBook(LoadSettings(floor_s=0.0)).estimate("x") == 1.0
+    unfloored = LoadBook(LoadSettings(floor_s=0.0))
+    unfloored.answered("b", unfloored.start("b", 0.0), 0.001)
+    unfloored.answered("a", unfloored.start("a", 0.0), 0.02)
+    unfloored.take_report({"b": 12})
+    assert unfloored.estimate("a") > unfloored.estimate("b")  # what the floor prevents
+
+
 @given(
     st.lists(
         st.tuples(st.floats(0, 100), st.floats(0, 30)),  # (gap before the attempt, wait)
@@ -69,6 +86,8 @@ def test_the_average_stays_within_the_samples_and_never_below_the_last(
 def test_bad_settings_are_refused(decay_s: float) -> None:
     with pytest.raises(ValidationError):
         LoadSettings(decay_s=decay_s)
+    with pytest.raises(ValidationError):
+        LoadSettings(floor_s=decay_s - 1 if decay_s <= 0 else 61.0)
 
 
 class _Member:

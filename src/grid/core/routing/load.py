@@ -19,7 +19,9 @@ at once, faster ones pull it down with time constant ``decay_s``. A provider
 that slows down, or that other gateways load, shows it in its answers to
 this gateway before any report arrives. A candidate with no answer yet is
 costed at the mean of the averages this gateway holds (1 when it holds none),
-so it competes on its queue alone.
+so it competes on its queue alone. Latencies below ``floor_s`` count as the
+floor: at that scale they measure connection setup and scheduling, so the
+queue decides.
 
 Pure and keyed by candidate ``stable_id``, so the figures survive a snapshot
 swap; the clock is passed in.
@@ -44,9 +46,17 @@ class LoadSettings:
     """Time constant of the average: a sample ``decay_s`` after the last one
     moves it by 63% of the way (a slower one moves it all the way at once)."""
 
+    floor_s: float = 0.025
+    """The least latency the estimate charges. Answers faster than this differ by
+    connection setup and scheduling, not by provider speed, so below it the
+    queue alone decides: one slow first answer (a new connection) must not
+    outweigh a queue of twelve at a provider answering in a millisecond."""
+
     def __post_init__(self) -> None:
         if not 0 < self.decay_s <= 3600:
             raise ValidationError("must be in (0, 3600] seconds", path="decay_s")
+        if not 0 <= self.floor_s <= 60:
+            raise ValidationError("must be in [0, 60] seconds", path="floor_s")
 
 
 class LoadBook:
@@ -104,8 +114,10 @@ class LoadBook:
         return self._sum / count if count else 1.0
 
     def estimate(self, stable_id: str) -> float:
-        """The expected time of one more request there: ``(queue + 1) x latency``."""
-        return (self.queue(stable_id) + 1.0) * self.latency(stable_id)
+        """The expected time of one more request there: ``(queue + 1) x latency``,
+        the latency no less than ``floor_s``."""
+        latency = max(self.latency(stable_id), self.settings.floor_s)
+        return (self.queue(stable_id) + 1.0) * latency
 
     def take_report(self, reported: Mapping[str, float]) -> None:
         """New reports of waiting+running requests per candidate replace the old ones.
