@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from multidict import CIMultiDict
@@ -29,7 +30,7 @@ from grid.gateway.plan import (
     plan_request,
     routable,
 )
-from grid.gateway.snapshot import Candidate, snapshot_from_candidates
+from grid.gateway.snapshot import Candidate, SelectionFieldError, snapshot_from_candidates
 
 TOKEN_REF = ("token", "grid-system", "key")
 KEY_REF = ("key", "grid-system", "key")
@@ -226,3 +227,13 @@ def test_candidates_carry_the_cores_admission_and_tier() -> None:
         ("existing_only", "same_zone"),
         ("new_and_existing", None),
     ]
+
+
+def test_a_candidate_naming_no_known_admission_or_tier_is_refused() -> None:
+    base = {"kind": "inference_model", "name": "m", "site": "a", "cluster": "a"}
+    for extra, field_name in (
+        ({"admission_state": "sometimes"}, "admission_state"),
+        ({"selection_tier": "gold"}, "selection_tier"),
+    ):
+        with pytest.raises(SelectionFieldError, match=rf"candidates\[0\]\.{field_name}"):
+            snapshot_from_candidates([{**base, **extra}], None, "inline")
