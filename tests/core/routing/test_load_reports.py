@@ -57,7 +57,7 @@ def _p99(seed: int, settings: LoadSettings, duration_s: float = 60.0) -> float:
             next_report += 1.0
         book = books[gateway]
         if kind == 0:
-            (chosen,) = select(plan, None, 1, rng, (), lambda c: book.estimate(c.stable_id))
+            (chosen,) = select(plan, None, 1, rng, (), lambda c, b=book: b.estimate(c.stable_id))
             i = int(chosen.stable_id[1:])
             request = (gateway, i, arrived, book.start(chosen.stable_id, now))
             outstanding[i] += 1
