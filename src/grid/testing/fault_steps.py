@@ -30,8 +30,6 @@ async def _detect(check: Callable[[], Awaitable[bool]], within_s: float) -> floa
 async def partition(c: Campaign) -> FaultResult:
     """One site cut from the other two, then healed."""
     isolated = c.sites[1]
-    proxy = c.fm.proxy
-    assert proxy is not None
     n = len(c.sites)
 
     async def cut() -> bool:
@@ -39,12 +37,12 @@ async def partition(c: Campaign) -> FaultResult:
         return all(v == (0 if s == isolated else n - 2) for s, v in alive.items())
 
     async with c.traffic():
-        proxy.partition(isolated)
+        c.fm.partition(isolated)
         detect = await _detect(cut, c.timing.membership_bound_s)
         await c.change(isolated)  # made on the cut-off side
         await c.change(c.sites[0])  # and on the majority side
         await asyncio.sleep(c.timing.hold_s)  # the fault's duration, not a wait for a state
-    proxy.heal()
+    c.fm.heal()
     result = FaultResult(f"partition {isolated} from the rest", detect, None)
     await c.check(result, time.monotonic())
     return result
