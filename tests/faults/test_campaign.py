@@ -39,6 +39,8 @@ async def test_every_invariant_holds_after_every_fault(tmp_path: Path) -> None:
                 results = await run_faults(campaign, lambda r: print(r))
             finally:
                 await campaign.close()
+        spent = campaign.expected_cents()
+        assert spent > 0, "no site's spend reached a cent: the budget checks were vacuous"
         assert fm.signals_proxy is not None
         polls = fm.signals_proxy.piped
         print(f"signal polls piped between sites: {polls}")
