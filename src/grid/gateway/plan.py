@@ -23,7 +23,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from multidict import CIMultiDict, MultiMapping
+from multidict import CIMultiDict, CIMultiDictProxy, MultiMapping
 
 from grid.core.metering.bounds import UsageBound, usage_bound
 from grid.core.metering.usage import ask_for_usage, stream_refusal
@@ -78,12 +78,9 @@ def end_to_end(headers: MultiMapping[str], drop: Collection[str] = HOP_BY_HOP) -
     """``headers`` in order, repeats kept, without ``drop`` (lower-case names) and
     without the headers their ``Connection`` lists."""
     listed = connection_tokens(headers)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        lowered = name.lower()
-        if lowered not in drop and lowered not in listed:
-            out.add(name, value)
-    return out
+    if listed:
+        drop = {*drop, *listed}
+    return CIMultiDict([(n, v) for n, v in headers.items() if n.lower() not in drop])
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,16 +148,25 @@ class FailoverRule:
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One candidate's request: ``target`` under its cluster's base, with ``headers``
+    """One candidate's request: ``target`` under its cluster's base, with `headers`
     and, when it needs one, the credential read at send time. ``blocked`` names
     why it cannot be sent at all (its credential is not configured)."""
 
     candidate: Candidate
     index: int
     target: str
-    headers: CIMultiDict[str]
+    shared: MultiMapping[str]
+    """The headers every attempt of the request sends (not to be changed)."""
     credential: CredentialRef | None
     blocked: str | None = None
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        """The attempt's headers, a fresh copy each time: the shared ones and the
+        candidate's id (the sender adds the credential and the trace context)."""
+        headers = CIMultiDict(self.shared)
+        headers[CANDIDATE_HEADER] = self.candidate.stable_id
+        return headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +204,12 @@ class PlanRules:
     usage_limits: tuple[int, int]
     stripped: frozenset[str] = STRIPPED
     failover: FailoverRule = field(default_factory=FailoverRule)
+    refs: Mapping[tuple[str, str, str], CredentialRef] = field(init=False, repr=False)
+    """`credentials` as references, made once."""
+
+    def __post_init__(self) -> None:
+        refs = {key: CredentialRef.of(entry) for key, entry in self.credentials.items()}
+        object.__setattr__(self, "refs", refs)
 
     def invalid_model(self) -> Refusal:
         return Refusal(
@@ -245,15 +257,13 @@ def outgoing_headers(
 def attempt_of(
     candidate: Candidate, index: int, target: str, base: MultiMapping[str], rules: PlanRules
 ) -> Attempt:
-    """The attempt to ``candidate``: the shared headers plus its own id, and its credential."""
-    headers = CIMultiDict(base)
-    headers[CANDIDATE_HEADER] = candidate.stable_id
+    """The attempt to ``candidate`` with the ``base`` headers and its credential."""
     if candidate.credential is None:
-        return Attempt(candidate, index, target, headers, None)
-    entry = rules.credentials.get(candidate.credential)
-    if entry is None:
-        return Attempt(candidate, index, target, headers, None, "no_credential")
-    return Attempt(candidate, index, target, headers, CredentialRef.of(entry))
+        return Attempt(candidate, index, target, base, None)
+    ref = rules.refs.get(candidate.credential)
+    if ref is None:
+        return Attempt(candidate, index, target, base, None, "no_credential")
+    return Attempt(candidate, index, target, base, ref)
 
 
 def plan_request(
@@ -280,7 +290,7 @@ def plan_request(
         strip = ask_for_usage(document)
     if strip:
         body = json.dumps(document, separators=(",", ":")).encode()
-    base = outgoing_headers(headers, request.model, request_id, revision, rules)
-    attempts = tuple(attempt_of(c, i, target, base, rules) for i, c in enumerate(tries))
+    base = CIMultiDictProxy(outgoing_headers(headers, request.model, request_id, revision, rules))
+    attempts = tuple([attempt_of(c, i, target, base, rules) for i, c in enumerate(tries)])
     cap = usage_bound(document, len(body), *rules.usage_limits)
     return Plan(request.model, attempts, body, strip, cap, request.session, rules.failover)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict, MultiMapping
+from multidict import CIMultiDict, CIMultiDictProxy, MultiMapping
 from yarl import URL
 
 from grid.core.metering.bounds import UsageBound
@@ -86,6 +86,7 @@ from grid.gateway.upstream import Upstream
 SESSION_HEADER = "x-grid-session"
 Metered = tuple[str, str, UsageBound]
 """Whom an answer's usage is billed to: (tenant label, cluster, the answer's bound)."""
+_NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
 _LARGE_BODY = 1024 * 1024
 """Bodies this size and up are sent from a stream (aiohttp's threshold for raw bytes)."""
 
@@ -264,7 +265,7 @@ class Proxy:
 
     def _credential(self, candidate: Candidate) -> tuple[str, str] | bool | None:
         """The credential header, None when the candidate needs none, False when missing."""
-        attempt = attempt_of(candidate, 0, "", CIMultiDict(), self.rules)
+        attempt = attempt_of(candidate, 0, "", _NO_HEADERS, self.rules)
         if attempt.blocked is not None:
             return False
         if attempt.credential is None:
@@ -283,7 +284,9 @@ class Proxy:
         last: int,
     ) -> aiohttp.ClientResponse | None:
         """One attempt outside a plan (the agent routes'): the answer to relay, or None."""
-        attempt = attempt_of(candidate, index, target, CIMultiDict(base), self.rules)
+        attempt = attempt_of(
+            candidate, index, target, CIMultiDictProxy(CIMultiDict(base)), self.rules
+        )
         answered = await self._try(request, attempt, body, self.rules.failover, last)
         return None if answered is None else answered.response
 
@@ -292,7 +295,7 @@ class Proxy:
     ) -> _Answered | None:
         """One attempt, traced: the answer to relay, or None to go on to the next one."""
         candidate, index = attempt.candidate, attempt.index
-        headers = attempt.headers.copy()
+        headers = attempt.headers
         with request_trace.attempt(candidate, index, headers) as span:
             answer = await self._send(request, attempt, body, headers, rule, index == last)
             if isinstance(answer, str):

@@ -78,13 +78,12 @@ class Masker:
     def headers(self, headers: MultiMapping[str]) -> CIMultiDict[str]:
         """The headers, in order and repeats kept, without any whose value holds a
         spelling of the secret."""
-        if not self.forms:
+        forms = self.forms
+        if not forms:
             return CIMultiDict(headers)
-        out: CIMultiDict[str] = CIMultiDict()
-        for name, value in headers.items():
-            if not any(f in value.encode() for f in self.forms):
-                out.add(name, value)
-        return out
+        return CIMultiDict(
+            [(n, v) for n, v in headers.items() if not any(f in v.encode() for f in forms)]
+        )
 
 
 async def error_answer(
