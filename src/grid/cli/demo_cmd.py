@@ -78,6 +78,8 @@ async def _run(
         gateways = [a for a in map(mesh.gateway_address, mesh.plan.sites) if a is not None]
         if gateways:
             console.print(f"gateways: {', '.join(gateways)} (try the curl in the README)")
+            agents = mesh.plan.agent_description(gateways[0])
+            console.print(f"tools (MCP): {agents['mcp']}; agent (A2A): {agents['a2a']}")
         load = asyncio.create_task(drive([pp.port for pp in mesh.plan.providers], MODEL))
         routed = asyncio.create_task(
             send_traffic(gateways, traffic, (MODEL, API_MODEL), mesh.api_keys)

@@ -147,8 +147,7 @@ class DemoMesh:
             providers = [p.provider_doc(pp, interval=self.scrape_interval) for pp in site.providers]
             if site.name == first:
                 providers += p.third_party_docs(site.name)
-            if site.tools_port:
-                providers.append(p.tool_provider_doc(site, interval=self.scrape_interval))
+            providers += p.agent_docs(site, interval=self.scrape_interval)
             await self._fill_store(site.store, [network, *sites, *providers, *secrets])
 
     def _write_join_manifests(self, network: dict[str, Any], secrets: list[dict[str, Any]]) -> None:
@@ -244,10 +243,8 @@ class DemoMesh:
             await self._spawn(
                 Child(f"provider-{provider.name}", argv, self._log(provider.name), {})
             )
-        for site in self.plan.tool_sites:  # the demo's MCP server (§16)
-            argv = [sys.executable, "-m", "grid.demo.agent_servers", "--site", site.name,
-                    "--port", str(site.tools_port)]  # fmt: skip
-            await self._spawn(Child(site.tool_cluster, argv, self._log(site.tool_cluster), {}))
+        for name, argv in self.plan.agent_servers():  # the demo's MCP server and agent (§16)
+            await self._spawn(Child(name, argv, self._log(name), {}))
         for site in self.plan.sites.values():
             await self.start_operator(site.name)
         self._supervisor = asyncio.create_task(self._supervise(), name="demo-supervisor")
@@ -443,8 +440,7 @@ class DemoMesh:
         top = next((self.gateway_address(s) for s in self.plan.sites), None)
         described: dict[str, Any] = {"sites": sites, "ca": str(self.pki.ca), "gateway": top}
         described |= {"ui": self.ui_url, "api_keys": dict(self.api_keys)}
-        tools = {s.tool_cluster: f"127.0.0.1:{s.tools_port}" for s in self.plan.tool_sites}
-        described |= {"tools": tools, "mcp": top and f"http://{top}/mcp"}
+        described |= self.plan.agent_description(top)
         return described | ({"prometheus": self.prometheus_url} if self.prometheus_url else {})
 
     def gateway_address(self, site: str) -> str | None:

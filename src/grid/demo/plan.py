@@ -11,6 +11,9 @@ Each site's gateway reference enables ``consumerConfig`` on loopback ports of
 its own, with a cluster endpoint for every provider of the mesh (the two
 third-party providers are played by stand-in mock providers), so every site's
 operator renders a complete ``praxis.yaml`` that ``grid gateway`` runs. The
+first site also runs the demo's MCP server and the second its A2A agent
+``planner`` (§16), each declared by an agent resource in its own site's store
+and reached through every gateway at ``/mcp`` and ``/a2a/planner``. The
 gateways run ``clientAuth.mode: apiKey`` (§15): `demo_keys` makes one key per
 demo tenant, whose hash lines (`keys_file`) are the client keys Secret.
 """
@@ -21,6 +24,7 @@ import base64
 import random
 import secrets
 import socket
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,9 @@ MODEL = "llama-3.1-8b-instruct"
 API_MODEL = "gpt-4o-mini"
 """The model of the third-party API provider (played by a stand-in mock)."""
 CONSUMER_CONFIG_MAP = "praxis-consumer-config"
+AGENT_NAME = "planner"
+"""The demo A2A agent's name, `grid.demo.a2a_agent.AGENT_NAME` (repeated here so that
+planning a mesh does not import a2a-sdk); its AgentToAgentProvider and cluster too."""
 CLIENT_KEYS_SECRET = ("grid-demo-client-keys", "keys.yaml")
 """The Secret (name, key) holding the demo's client key hashes (``clientAuth: apiKey``)."""
 DEMO_BUDGETS = {"acme": 0.05, "globex": 50.0}
@@ -124,11 +131,18 @@ class SitePlan:
     """The mTLS signals listener's port (bound only under poll)."""
     tools_port: int = 0
     """The site's demo MCP server (`grid.demo.agent_servers`), 0 when it runs none."""
+    agent_port: int = 0
+    """The site's demo A2A agent (`grid.demo.a2a_agent`), 0 when it runs none."""
 
     @property
     def tool_cluster(self) -> str:
         """The AgentToolProvider (and cluster) of the site's MCP server."""
         return f"tools-{self.name}"
+
+    @property
+    def agent_cluster(self) -> str:
+        """The AgentToAgentProvider (and cluster) of the site's A2A agent: the agent's name."""
+        return AGENT_NAME
 
     @property
     def store(self) -> Path:
@@ -171,16 +185,50 @@ class MeshPlan:
         """The sites running a demo MCP server."""
         return [s for s in self.sites.values() if s.tools_port]
 
+    @property
+    def agent_sites(self) -> list[SitePlan]:
+        """The sites running the demo A2A agent."""
+        return [s for s in self.sites.values() if s.agent_port]
+
     def cluster_count(self) -> int:
         """How many clusters a complete praxis.yaml lists."""
-        return len(self.providers) + len(self.stand_ins) + len(self.tool_sites)
+        servers = len(self.tool_sites) + len(self.agent_sites)
+        return len(self.providers) + len(self.stand_ins) + servers
+
+    def agent_servers(self) -> list[tuple[str, list[str]]]:
+        """(child name, argv) of each demo MCP server and A2A agent (§16)."""
+        tools = [(s.tool_cluster, "agent_servers", s.name, s.tools_port) for s in self.tool_sites]
+        agents = [
+            (f"agent-{s.agent_cluster}", "a2a_agent", s.name, s.agent_port)
+            for s in self.agent_sites
+        ]
+        return [
+            (
+                name,
+                [sys.executable, "-m", f"grid.demo.{module}", "--site", site, "--port", str(port)],
+            )
+            for name, module, site, port in tools + agents
+        ]
+
+    def agent_description(self, gateway: str | None) -> dict[str, Any]:
+        """demo.json's ``tools`` and ``agents`` (each server's ``host:port`` by cluster), and
+        the ``mcp`` and ``a2a`` URLs of ``gateway`` (None without one)."""
+        tools = {s.tool_cluster: f"127.0.0.1:{s.tools_port}" for s in self.tool_sites}
+        agents = {s.agent_cluster: f"127.0.0.1:{s.agent_port}" for s in self.agent_sites}
+        return {
+            "tools": tools,
+            "mcp": gateway and f"http://{gateway}/mcp",
+            "agents": agents,
+            "a2a": gateway and f"http://{gateway}/a2a/{AGENT_NAME}",
+        }
 
 
 _PROFILES = ("steady", "bursty")
 
 
 def plan_mesh(root: Path, site_names: list[str]) -> MeshPlan:
-    """Choose ports and paths for ``site_names``; two mock providers at the first site."""
+    """Choose ports and paths for ``site_names``: two mock providers at the first site,
+    which also runs the MCP server, and the A2A agent at the second (none with one site)."""
     sites: dict[str, SitePlan] = {}
     pick_port = PortPicker()
     for i, name in enumerate(site_names):
@@ -197,6 +245,8 @@ def plan_mesh(root: Path, site_names: list[str]) -> MeshPlan:
     first = site_names[0] if site_names else ""
     if first:
         sites[first].tools_port = pick_port()
+    if len(site_names) > 1:
+        sites[site_names[1]].agent_port = pick_port()
     stand_ins = [
         ProviderPlan("bedrock-llama", first, pick_port(), "steady", capacity=8),
         ProviderPlan("openai", first, pick_port(), "steady", capacity=8),
@@ -234,13 +284,11 @@ def consumer_config(plan: MeshPlan, site: SitePlan, credential_base: Path) -> di
         }
         for p in [*plan.providers, *plan.stand_ins]
     ]
+    servers = [(s.tool_cluster, s.tools_port) for s in plan.tool_sites]
+    servers += [(s.agent_cluster, s.agent_port) for s in plan.agent_sites]
     endpoints += [
-        {
-            "cluster": s.tool_cluster,
-            "address": f"127.0.0.1:{s.tools_port}",
-            "transport": {"mode": "plaintext"},
-        }
-        for s in plan.tool_sites
+        {"cluster": cluster, "address": f"127.0.0.1:{port}", "transport": {"mode": "plaintext"}}
+        for cluster, port in servers
     ]
     return {
         "enabled": True,
@@ -372,6 +420,28 @@ def tool_provider_doc(site: SitePlan, *, interval: str) -> dict[str, Any]:
             "healthCheck": {"interval": interval, "timeout": interval},
         },
     }
+
+
+def agent_provider_doc(site: SitePlan, *, interval: str) -> dict[str, Any]:
+    """The AgentToAgentProvider of the site's demo agent: no card declared, so the operator
+    reads it from the agent's well-known path every ``interval``."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AgentToAgentProvider",
+        "metadata": _meta(site.agent_cluster, {SITE_LABEL: site.name}),
+        "spec": {
+            "gridNetworkRef": NETWORK,
+            "endpoint": f"http://127.0.0.1:{site.agent_port}",
+            "protocol": "a2a",
+            "healthCheck": {"interval": interval, "timeout": interval},
+        },
+    }
+
+
+def agent_docs(site: SitePlan, *, interval: str) -> list[dict[str, Any]]:
+    """The agent resources of the servers the site runs (§16)."""
+    docs = [tool_provider_doc(site, interval=interval)] if site.tools_port else []
+    return docs + ([agent_provider_doc(site, interval=interval)] if site.agent_port else [])
 
 
 def third_party_docs(site: str) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """The live view of ``grid demo``: each site's ranked candidates from its overlay file.
 
-The ``reqs`` column counts the requests each candidate's cluster received
+Models, MCP tools and A2A agents stand side by side, the ``kind`` column telling
+them apart (§16). The ``reqs`` column counts the requests each candidate's cluster received
 through any site's gateway, so traffic can be seen following the ranking.
 Below them, `budget_table` shows each policy tenant's spend and ratio as every
 site sees it (``status.budgetStatus``): a lower bound of the grid's spend that
@@ -42,7 +43,12 @@ _SHORT = {
 }
 
 
-_COLUMNS = ("rank", "model", "site", "cluster", "tier", "admission", "score", "fresh", "reqs")
+_KINDS = {"inference_model": "model", "mcp_tool": "tool", "a2a_agent": "agent"}
+"""What the ``kind`` column shows for each candidate kind (§16: tools and agents beside models)."""
+
+_COLUMNS = (
+    "rank", "kind", "name", "site", "cluster", "tier", "admission", "score", "fresh", "reqs",
+)  # fmt: skip
 
 
 def site_table(
@@ -69,6 +75,7 @@ def site_table(
         score = c.get("score")
         table.add_row(
             str(c.get("rank")),
+            _KINDS.get(str(c.get("kind")), str(c.get("kind"))),
             str(c.get("name")),
             str(c.get("site")),
             str(c.get("cluster")),

@@ -26,6 +26,7 @@ from grid.adapters.kube.lease import LeadershipLost, LeaseElector, LeaseSettings
 from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.url import pod_namespace
 from grid.core.address import parse_address
+from grid.operator.resilience import WriteSite
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings
 
@@ -92,6 +93,8 @@ class ElectedOperator:
             return
         self.operator = await Operator.prepared(self.settings, self.store)
         self.operator.health.role = "leader"
+        guard = self.operator.guard
+        self.elector.renewal_failed = lambda exc: guard.count(WriteSite.LEASE, exc)
         if self._stop.is_set():
             self.operator.stop()
         running = asyncio.create_task(self.operator.run(), name="operator")

@@ -50,6 +50,11 @@ class WriteSite(enum.StrEnum):
     NETWORK_STATUS = "network_status"
     SITE_STATUS = "site_status"
     PROVIDER_STATUS = "provider_status"
+    EVENT = "event"
+    """A phase-change Event (Kubernetes store): the API client retried it; only counted."""
+    LEASE = "lease"
+    """A Lease renewal (leader election): tried again every retry period until the
+    renew deadline, after which the replica stops leading by design."""
 
 
 class WriteFailed(GridError):
@@ -94,6 +99,15 @@ class WriteGuard:
                 self.failures.labels(site.value, reason.value)
         self.failing: dict[WriteSite, Failure] = {}
         """Each write site whose last write failed, and why (cleared by a success)."""
+
+    def count(self, site: WriteSite, exc: BaseException) -> None:
+        """Count a write that another layer already retried and gave up (an Event, a
+        Lease renewal): the same counter and log line as a write given up here."""
+        failure = classify(exc)
+        self.failures.labels(site.value, failure.reason.value).inc()
+        log.warning(
+            "store write failed", extra={"write": site.value, "reason": failure.reason.value}
+        )
 
     async def write(self, site: WriteSite, attempt_write: Callable[[], Awaitable[T]]) -> T:
         """``attempt_write()``, tried again while another try can pass; else `WriteFailed`."""

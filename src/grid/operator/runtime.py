@@ -39,6 +39,7 @@ from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from grid.adapters.health_server import HealthServer
+from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.port import Expired, ResourceStore
 from grid.adapters.store.url import pod_namespace
 from grid.adapters.swim_metrics import SwimCollector
@@ -70,7 +71,7 @@ from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.own_providers import HOSTED_KINDS, WATCHED_KINDS, OwnProviders
 from grid.operator.providers import ProviderController
-from grid.operator.resilience import RoundFailures, Supervisor, WriteGuard
+from grid.operator.resilience import RoundFailures, Supervisor, WriteGuard, WriteSite
 from grid.operator.round_gate import RoundGate, round_key, round_outcome, trust_deadline
 from grid.operator.settings import OperatorSettings
 from grid.operator.site_pki import SitePki, with_site_pki
@@ -123,6 +124,8 @@ class Operator:
         self.health = HealthServer(self.registry, ready=lambda: self.ready)
         self.ready = False
         self.guard = WriteGuard(self.registry)
+        if isinstance(store, KubernetesStore):
+            store.event_failed = lambda exc: self.guard.count(WriteSite.EVENT, exc)
         self.failures = RoundFailures(self.registry)
         self.supervisor = Supervisor(self.failures)
         self.served = ServedNetwork(store, settings.site, self.guard)

@@ -23,7 +23,9 @@ Every operator request is recorded as ``(verb, group, resource, namespace)`` in
 `KubeApiEmulator.audit`, which the RBAC test compares with the chart's ClusterRole.
 Faults for tests: `drop_watches` ends every open watch mid-stream,
 `pause_watches` refuses new ones with 503 until `resume_watches`, `compact`
-trims the event log, and `fail_next` answers the next requests with an error.
+trims the event log, `fail_next` answers the next requests with an error, and
+`fail_writes` makes every write to one resource fail (an HTTP status, a stall
+past the client's timeout, or a reset connection) until the rule is cleared.
 This module is the ``kmock`` replacement: kmock 0.8's emulator stores merged
 dicts with no resourceVersion, preconditions, status subresource, generation,
 apply or watch resumption, so each of these would have been an override of its
@@ -70,6 +72,26 @@ def _status(code: int, reason: str, message: str) -> Obj:
     }
 
 
+@dataclass
+class WriteRule:
+    """Every write to ``plural`` fails with ``fault`` while ``active``; ``hits`` counts them.
+
+    ``fault`` is an HTTP status ("403" … "503"; a 429 carries ``Retry-After: 0``),
+    "timeout" (the answer stalls until the rule is cleared, past any sane client
+    timeout) or "reset" (the connection is dropped without an answer).
+    """
+
+    plural: str
+    fault: str
+    active: bool = True
+    hits: int = 0
+    cleared: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def clear(self) -> None:
+        self.active = False
+        self.cleared.set()
+
+
 @dataclass(eq=False)
 class _Watcher:
     resource: Resource
@@ -98,6 +120,7 @@ class KubeApiEmulator(KubeState):
         """The resourceVersion of the last BOOKMARK sent, for tests to wait on."""
         self._watchers: set[_Watcher] = set()
         self._failures: list[int] = []
+        self.write_rules: list[WriteRule] = []
         self._watches_paused = False
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -149,6 +172,30 @@ class KubeApiEmulator(KubeState):
     def fail_next(self, *codes: int) -> None:
         """Answer the next requests (one per code) with that HTTP status."""
         self._failures.extend(codes)
+
+    def fail_writes(self, plural: str, fault: str) -> WriteRule:
+        """Fail every write to ``plural`` (``leases``, ``events``, …) with ``fault``."""
+        rule = WriteRule(plural, fault)
+        self.write_rules.append(rule)
+        return rule
+
+    async def _injected(self, request: web.Request, plural: str) -> web.StreamResponse | None:
+        rule = next((r for r in self.write_rules if r.active and r.plural == plural), None)
+        if rule is None:
+            return None
+        rule.hits += 1
+        if rule.fault == "timeout":
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(rule.cleared.wait(), 60)
+            raise ApiError(504, "Timeout", "injected stall")
+        if rule.fault == "reset":
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=500)
+        code = int(rule.fault)
+        headers = {"Retry-After": "0"} if code == 429 else None
+        body = _status(code, "InjectedFailure", f"injected failure {code}")
+        return web.json_response(body, status=code, headers=headers)
 
     def kubeconfig(self, *, namespace: str = "default") -> Obj:
         """A kubeconfig document that reaches this emulator with its bearer token."""
@@ -207,6 +254,9 @@ class KubeApiEmulator(KubeState):
             if agent.startswith(OPERATOR_AGENT):
                 self.audit[verb, resource.group, plural, namespace or ""] += 1
             if verb in ("create", "update", "patch", "delete"):
+                injected = await self._injected(request, resource.plural)
+                if injected is not None:
+                    return injected
                 self.writes.append((agent, verb, plural, self.lease_holders()))
             if watch:
                 if self._watches_paused:
@@ -375,7 +425,12 @@ class KubeApiEmulator(KubeState):
 
 
 async def connect_store(
-    emulator: KubeApiEmulator, directory: Path, *, agent: str = "", **options: Any
+    emulator: KubeApiEmulator,
+    directory: Path,
+    *,
+    agent: str = "",
+    request_timeout_s: float = 10.0,
+    **options: Any,
 ) -> Any:
     """A `KubernetesStore` on the emulator through a kubeconfig file, with fast retries.
 
@@ -386,7 +441,9 @@ async def connect_store(
 
     path = directory / f"kubeconfig-{uuid.uuid4().hex[:8]}.yaml"
     path.write_text(yaml.safe_dump(emulator.kubeconfig()))
-    settings = ClientSettings(backoff_base_s=0.01, backoff_cap_s=0.1, request_timeout_s=10.0)
+    settings = ClientSettings(
+        backoff_base_s=0.01, backoff_cap_s=0.1, request_timeout_s=request_timeout_s
+    )
     store = await KubernetesStore.connect(path, settings=settings, **options)
     if agent:
         store.client._api.user_agent = agent

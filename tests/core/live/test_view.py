@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,23 @@ def test_the_view_applies_the_render_rounds_stabilized_holds(tmp_path: Path) -> 
     held = admissions(frozenset({target}))
     # With a hold set the hysteresis alone decides: only the held pair is existing_only.
     assert held == {k: "existing_only" if k == target else "new_and_existing" for k in free}
+
+
+def test_tools_and_agents_stand_beside_the_models_each_with_its_kind() -> None:
+    inputs = _inputs(str(QUICKSTART))
+    explained = explain_all(inputs, "east", _signals(str(QUICKSTART / "signals.json")))
+    model = next(e for e in explained if e.rows and e.rows[0].kind == "inference_model")
+
+    def as_kind(kind: str, name: str) -> Any:
+        rows = tuple(dataclasses.replace(r, kind=kind, model=name) for r in model.rows)
+        return dataclasses.replace(model, model=name, rows=rows)
+
+    tool, agent = as_kind("mcp_tool", "aaa-search"), as_kind("a2a_agent", "aa-planner")
+    view = site_view(SiteInputs("east", AT, 0, explanations=[agent, tool, *explained]))
+    order = ["inference_model", "mcp_tool", "a2a_agent"]
+    shown = [(order.index(m["kind"]), m["model"]) for m in view["ranking"]["east"]]
+    assert shown == sorted(shown) and len(shown) == len(explained) + 2
+    assert {kind for kind, _ in shown} == {0, 1, 2}
+    for entry in view["ranking"]["east"]:
+        assert {c["kind"] for c in entry["candidates"]} <= {entry["kind"]}
+    json.dumps(view)

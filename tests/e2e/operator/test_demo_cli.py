@@ -72,10 +72,12 @@ def _alive(proc: Proc) -> bool:
 def _check_description(
     doc: dict[str, Any], pids: set[int], transport: str, prometheus: bool
 ) -> None:
-    keys = {"sites", "ca", "gateway", "ui", "api_keys", "tools", "mcp"}
+    keys = {"sites", "ca", "gateway", "ui", "api_keys", "tools", "mcp", "agents", "a2a"}
     assert set(doc) == keys | ({"prometheus"} if prometheus else set())
     assert doc["mcp"] == f"http://{doc['gateway']}/mcp"
     assert list(doc["tools"]) == ["tools-east"], "the demo's MCP server (§16)"
+    assert doc["a2a"] == f"http://{doc['gateway']}/a2a/planner"
+    assert list(doc["agents"]) == ["planner"], "the demo's A2A agent (§16)"
     assert set(doc["api_keys"]) == set(DEMO_BUDGETS), "one client key per demo tenant"
     assert re.match(r"^http://127\.0\.0\.1:\d{1,5}/ui/$", doc["ui"]), doc["ui"]
     assert set(doc["sites"]) == SITES

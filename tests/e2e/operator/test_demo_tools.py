@@ -1,6 +1,9 @@
-"""The demo's MCP server, end to end (§16): discovered by east's operator, offered to the
-mesh, and listed and called with the official SDK's client through each site's gateway.
-Killed, its tools leave the overlays within the health bound; restarted, they come back."""
+"""The demo's MCP server and A2A agent, end to end (§16). The MCP server runs at east: it is
+discovered by east's operator, offered to the mesh, and listed and called with the official
+SDK's client through each site's gateway; killed, its tools leave the overlays within the
+health bound, and restarted, they come back. The agent ``planner`` runs at west, and an
+a2a-sdk client reaches it through east's gateway; the demo's live view shows both beside
+the models."""
 
 from __future__ import annotations
 
@@ -9,10 +12,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx2
 import pytest
 
+from grid.demo.a2a_agent import plan_text
+from grid.demo.live import DemoLiveView, site_addresses
 from grid.demo.mesh import DemoMesh
+from grid.testing.agent_servers import ask_agent
 from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio]
@@ -50,6 +57,9 @@ async def test_the_demo_tools_are_listed_and_called_through_both_gateways(
         assert described["tools"] == {
             "tools-east": f"127.0.0.1:{mesh.plan.sites['east'].tools_port}"
         }
+        assert described["agents"] == {"planner": f"127.0.0.1:{mesh.plan.sites['west'].agent_port}"}
+        await the_planner_answers_through_easts_gateway(mesh, described["a2a"])
+        await the_live_view_shows_tools_and_agents_beside_models(mesh)
         both = {"search", "calculator"}
         for site in SITES:
 
@@ -79,3 +89,41 @@ async def test_the_demo_tools_are_listed_and_called_through_both_gateways(
         await eventually(back, "the restarted server's tools come back", timeout_s=SETTLE_S)
     finally:
         await mesh.stop()
+
+
+async def the_planner_answers_through_easts_gateway(mesh: DemoMesh, base: str) -> None:
+    """West's agent, gossiped to east, answers an a2a-sdk client at east's gateway."""
+    assert base == f"http://{mesh.gateway_address('east')}/a2a/planner"
+    headers = {"Authorization": f"Bearer {mesh.api_keys['globex']}"}
+
+    async def card_served() -> bool:
+        async with (
+            aiohttp.ClientSession(headers=headers) as http,
+            http.get(f"{base}/.well-known/agent-card.json") as resp,
+        ):
+            return resp.status == 200
+
+    await eventually(card_served, "east's gateway serves west's agent", timeout_s=SETTLE_S)
+    for streaming in (True, False):
+        card, answer = await ask_agent(base, "ship it", streaming=streaming, headers=headers)
+        assert [i.url for i in card.supported_interfaces] == [f"{base}/"]
+        assert answer == plan_text("ship it", "west")
+    async with aiohttp.ClientSession() as http, http.get(f"{base}/") as resp:
+        assert resp.status == 401, "no key, no agent"
+
+
+async def the_live_view_shows_tools_and_agents_beside_models(mesh: DemoMesh) -> None:
+    """The aggregated view lists, from each site, the model, the tools and the agent."""
+    view = DemoLiveView(site_addresses(mesh.describe()))
+    want = {"inference_model", "mcp_tool", "a2a_agent"}
+    async with aiohttp.ClientSession() as http:
+
+        async def every_kind() -> bool:
+            await view.poll_once(http)
+            ranking = view.current["ranking"]
+            kinds = {s: {m["kind"] for m in ranking.get(s, [])} for s in SITES}
+            return all(k == want for k in kinds.values())
+
+        await eventually(every_kind, "every kind in every site's view", timeout_s=SETTLE_S)
+    names = {(m["kind"], m["model"]) for m in view.current["ranking"]["east"]}
+    assert {("mcp_tool", "search"), ("mcp_tool", "calculator"), ("a2a_agent", "planner")} <= names

@@ -49,7 +49,7 @@ STALE_TTL_S = 10.0
 CONVERGE_TIMEOUT_S = 20.0
 OWN = {
     "east": {"vllm-east-a", "vllm-east-b", "bedrock-llama", "openai", "tools-east"},
-    "west": {"vllm-west"},
+    "west": {"vllm-west", "planner"},
     "central": {"vllm-central"},
 }
 EXPECTED_TIERS = {

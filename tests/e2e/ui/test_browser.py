@@ -12,6 +12,7 @@ console stays free of errors; and a screenshot lands under ``.grid/demo/``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import json
 import os
@@ -444,3 +445,35 @@ def test_screenshot_and_clean_console(demo: dict[str, Any], browser: Any) -> Non
     assert browser.save_screenshot(str(SCREENSHOT))
     assert SCREENSHOT.stat().st_size > 10_000
     assert _console_errors(browser) == []
+
+
+def test_tools_and_agents_stand_beside_the_models_under_their_kind(
+    browser: Any, serve_view: Callable[[dict[str, Any]], Any]
+) -> None:
+    """Each kind under its own heading, models first; every entry tagged with its kind."""
+    inputs = _inputs(str(QUICKSTART))
+    explained = explain_all(inputs, "east", _signals(str(QUICKSTART / "signals.json")))
+    model = next(e for e in explained if e.rows and e.rows[0].kind == "inference_model")
+    rows = tuple(dataclasses.replace(r, kind="a2a_agent", model="planner") for r in model.rows)
+    agent = dataclasses.replace(model, model="planner", rows=rows)
+    view = site_view(SiteInputs("east", AT, 0, explanations=[agent, *explained]))
+    with serve_view(view) as url:
+        _open(browser, url)
+        _wait(lambda: browser.find_elements("css selector", "#ranking .model"), "the ranking", 30)
+        shown = browser.execute_script(
+            """
+            return [...document.querySelectorAll('#ranking > *')].map((n) =>
+              n.classList.contains('kind') ? ['heading', n.dataset.kind, n.textContent]
+                : ['entry', n.dataset.kind, n.dataset.model,
+                   n.querySelector('.kind-tag').textContent]);
+            """
+        )
+        _leave(browser)
+    headings = [s[1:] for s in shown if s[0] == "heading"]
+    kinds = [m["kind"] for m in view["ranking"]["east"]]
+    assert [h[0] for h in headings] == list(dict.fromkeys(kinds))
+    assert headings[0][1] == "Models" and headings[-1] == ["a2a_agent", "Agents (A2A)"]
+    entries = [s[1:3] for s in shown if s[0] == "entry"]
+    assert entries == [[m["kind"], m["model"]] for m in view["ranking"]["east"]]
+    tags = {s[1]: s[3] for s in shown if s[0] == "entry"}
+    assert tags["a2a_agent"] == "A2A agent" and tags["inference_model"] == "model"

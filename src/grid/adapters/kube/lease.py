@@ -89,6 +89,9 @@ class LeaseElector:
         self._observed: tuple[Any, float] | None = None
         self._renewed_at: float | None = None
         """Monotonic time the last successful take/renew request was sent."""
+        self.renewal_failed: Callable[[BaseException], None] | None = None
+        """Called with each renewal that failed (the operator counts it); `hold`
+        tries again every retry period until the renew deadline."""
 
     @property
     def is_leader(self) -> bool:
@@ -177,6 +180,12 @@ class LeaseElector:
                     return
             await asyncio.sleep(self.settings.retry_period_s)
 
+    def _held_by_another(self) -> bool:
+        """Whether the Lease last read names another holder."""
+        if self._observed is None:
+            return False
+        return (self._observed[0].get("holderIdentity") or "") not in ("", self.identity)
+
     async def hold(self) -> None:
         """Renew until leadership is lost, then raise `LeadershipLost`; never returns."""
         while True:
@@ -190,10 +199,14 @@ class LeaseElector:
                     renewed = await self.try_acquire_or_renew()
             except (GridError, TimeoutError) as exc:
                 log.warning("lease renewal failed", extra={"reason": type(exc).__name__})
+                if self.renewal_failed is not None:
+                    self.renewal_failed(exc)
                 continue
-            if not renewed:
+            if not renewed and self._held_by_another():
                 self._renewed_at = None
                 break
+            # Not renewed but still ours (a 409 from a concurrent write): try again
+            # until the renew deadline, as client-go's renew loop does.
         self._renewed_at = None
         log.error("lost leadership", extra={"lease": self.name, "identity": self.identity})
         raise LeadershipLost(f"lost Lease {self.namespace}/{self.name}")

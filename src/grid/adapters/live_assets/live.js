@@ -5,6 +5,9 @@
   const SIGNALS = ["locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost"];
   const COLORS = { locality: "#4b7bd1", queue_depth: "#2e9d5b", kv_cache: "#8c5bd1",
     prefix_cache: "#17a2b8", latency: "#e0a21b", cost: "#c8412f" };
+  // Models, then tools and agents beside them (§16), each kind under its own heading.
+  const KINDS = { inference_model: "Models", mcp_tool: "Tools (MCP)", a2a_agent: "Agents (A2A)" };
+  const KIND_TAGS = { inference_model: "model", mcp_tool: "MCP tool", a2a_agent: "A2A agent" };
   const COMPACT_ABOVE = 6; // observers; more draw the membership as a matrix of squares
   const SVG = "http://www.w3.org/2000/svg";
   let view = null;
@@ -210,8 +213,23 @@
     fill("legend", ...SIGNALS.map((s) => el("span", {}, (() => {
       const i = el("i"); i.style.background = COLORS[s]; return i; })(), s)));
     const models = (observer && view.ranking[observer]) || [];
-    fill("ranking", ...models.map((m) => el("div", { class: "model", "data-model": m.model },
-      el("h3", {}, m.model + (m.scoring_enabled ? "" : " (scoring off)")),
+    const out = [];
+    for (const [i, m] of models.entries()) {
+      const kind = m.kind || "inference_model";
+      if (i === 0 || kind !== (models[i - 1].kind || "inference_model")) {
+        out.push(el("h3", { class: "kind", "data-kind": kind }, KINDS[kind] || kind));
+      }
+      out.push(rankedEntry(m, kind));
+    }
+    fill("ranking", ...out);
+    if (!models.length) fill("ranking", el("p", { class: "muted" }, "no candidates yet"));
+  }
+
+  // One model, tool or agent: its heading, whose scores, its selections and its groups.
+  function rankedEntry(m, kind) {
+    return el("div", { class: "model", "data-model": m.model, "data-kind": kind },
+      el("h3", {}, m.model + (m.scoring_enabled ? "" : " (scoring off)"),
+        el("span", { class: "tag kind-tag" }, KIND_TAGS[kind] || kind)),
       ...(m.scored_by === "gateway"
         ? [el("p", { class: "muted scored-by", "data-scored-by": "gateway" },
           "scored as the poll-mode gateway ranks: its order and its scores from the pulled signals")]
@@ -219,8 +237,7 @@
       el("p", { class: "muted selections", "data-selections": m.selections },
         m.selections + (m.selections === 1 ? " selection" : " selections") +
         " by this site's gateways in the last " + m.window_s + " s"),
-      ...groups(m))));
-    if (!models.length) fill("ranking", el("p", { class: "muted" }, "no candidates yet"));
+      ...groups(m));
   }
 
   // One row per cluster, one column per source (each site's gateways, then the demo's

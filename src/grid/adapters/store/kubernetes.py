@@ -104,6 +104,9 @@ class KubernetesStore:
         self.write_guard: Callable[[], None] | None = None
         """Called before every write; leader election sets it to refuse writes
         from a replica whose leadership has lapsed."""
+        self.event_failed: Callable[[GridError], None] | None = None
+        """Called with each phase Event the API client gave up writing (the operator
+        counts it); the status write it follows has landed regardless."""
 
     @classmethod
     async def connect(
@@ -296,6 +299,8 @@ class KubernetesStore:
             )
         except GridError as exc:
             log.warning("event not recorded", extra={"code": exc.code, "kind": info.kind})
+            if self.event_failed is not None:
+                self.event_failed(exc)
 
     # -- watch ---------------------------------------------------------------
 

@@ -20,6 +20,9 @@ gateways made of its (cluster, group) in the last minute
 all the model's candidates (None while they have none). The gateways count per
 cluster and group, not per model, so a cluster that serves two models in the
 same group shares one count between them.
+Tools and agents stand beside the models: each ranked entry carries its ``kind``
+(``inference_model``, ``mcp_tool`` or ``a2a_agent``, §16), models first, then
+tools, then agents, each by name.
 Credentials never enter a view: a candidate carries names and numbers only.
 """
 
@@ -35,7 +38,7 @@ from grid.core.routing.explain import ExplainRow, Explanation, explain_evaluated
 from grid.core.routing.render import RenderInputs, evaluate_network, select_network
 from grid.core.routing.signals import SignalsDocument
 from grid.core.swim.members import Member
-from grid.core.vocabulary import SIGNAL_NAMES
+from grid.core.vocabulary import SIGNAL_NAMES, CandidateKind
 
 View = dict[str, Any]
 """A live view: ``generated_at``, ``sites``, ``unreachable``, ``members``, ``activity``,
@@ -81,6 +84,7 @@ def candidate_view(
     breakdown = row.score_breakdown or {}
     return {
         "position": position,
+        "kind": row.kind,
         "provider": row.provider,
         "site": row.site,
         "cluster": row.cluster,
@@ -116,6 +120,7 @@ def ranking_view(
     total = sum(counts)
     return {
         "model": explanation.model,
+        "kind": _kind(explanation),
         "scoring_enabled": explanation.scoring_enabled,
         "scored_by": explanation.scored_by,
         "selections": total,
@@ -151,7 +156,7 @@ def site_view(inputs: SiteInputs) -> View:
         ],
         "ranking": {
             me: [
-                ranking_view(e, inputs.selections) for e in sorted(inputs.explanations, key=_model)
+                ranking_view(e, inputs.selections) for e in sorted(inputs.explanations, key=_order)
             ]
         },
         "traffic": {me: dict(sorted(inputs.traffic.items()))},
@@ -165,8 +170,18 @@ def site_view(inputs: SiteInputs) -> View:
     }
 
 
-def _model(explanation: Explanation) -> str:
-    return explanation.model
+_KIND_ORDER = {kind.value: i for i, kind in enumerate(CandidateKind)}
+
+
+def _kind(explanation: Explanation) -> str:
+    """The kind of an explanation's candidates (a model when it has none)."""
+    rows = explanation.rows
+    return rows[0].kind if rows else CandidateKind.INFERENCE_MODEL.value
+
+
+def _order(explanation: Explanation) -> tuple[int, str]:
+    """Models first, then tools, then agents, each by name."""
+    return _KIND_ORDER.get(_kind(explanation), len(_KIND_ORDER)), explanation.model
 
 
 def empty_view(generated_at: str, unreachable: Iterable[str] = ()) -> View:
