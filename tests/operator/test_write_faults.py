@@ -174,3 +174,43 @@ async def test_a_failing_write_site_is_reported_and_converges_once_cleared(
     finally:
         operator.stop()
         await asyncio.wait_for(task, 30)
+
+
+def _start_write(verb: str, kind: str, _name: str, body: Mapping[str, Any]) -> bool:
+    """The start's GridNetwork status write: the gridId and phase, before any round."""
+    return verb == "patch_status" and kind == "GridNetwork" and "gridId" in body
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_failing_start_write_is_tried_again_until_it_passes(
+    tmp_path: Path, store: CountingStore, fault: str
+) -> None:
+    mesh = await _seeded(tmp_path, store)
+    faulty = FaultyStore(store)
+    injected = WriteFault(fault, _start_write)
+    faulty.write_faults.append(injected)
+    settings = site_settings(
+        mesh, "east", store="memory:", render_interval_s=0.3, site_probe_interval_s=0.3
+    )
+    operator = Operator(settings, faulty)
+    task = asyncio.create_task(operator.run())
+    try:
+
+        async def retried() -> bool:
+            assert not task.done(), task
+            failed = operator.registry.get_sample_value(
+                "grid_operator_round_failures_total", {"loop": "start"}
+            )
+            return injected.hits >= 2 and (failed or 0.0) >= 2
+
+        await eventually(retried, f"the start write met {fault} twice", timeout_s=30)
+        injected.active = False
+
+        async def converged() -> bool:
+            assert not task.done(), task
+            return await _converged(store)
+
+        await eventually(converged, "the operator starts once the fault clears", timeout_s=30)
+    finally:
+        operator.stop()
+        await asyncio.wait_for(task, 30)

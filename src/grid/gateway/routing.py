@@ -131,7 +131,7 @@ class Router:
 
     def take_reports(self, reported: Mapping[str, float]) -> None:
         """Waiting+running requests reported per candidate (poll mode)."""
-        self.loads.take_report(reported)
+        self.loads.take_report(reported, self._clock())
 
     def swapped(self, snapshot: Snapshot) -> None:
         """A new snapshot: forget the health and reports of candidates that left it,

@@ -236,3 +236,23 @@ class Supervisor:
         await self.failures.sleep(self.failures.backoff.round_delay_s(in_a_row, unit, None))
         self.start(name, self._factories[name])
         return True, None
+
+
+async def retried_at_start(
+    step: Callable[[], Awaitable[T]], failures: RoundFailures, stopped: asyncio.Event
+) -> T:
+    """``step()`` of the operator's start, tried again with back-off while the store
+    fails (an API server down or throttling, RBAC being fixed), each failure counted
+    as a round failure of loop ``start``. A deliberate exit (`StartupError`) ends it,
+    and so does a stop (the last failure is raised)."""
+    in_a_row = 0
+    while True:
+        try:
+            return await step()
+        except StartupError:
+            raise
+        except WRITE_ERRORS as exc:
+            if stopped.is_set():
+                raise
+            in_a_row += 1
+            await failures.failed("start", exc, in_a_row)

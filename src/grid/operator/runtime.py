@@ -71,7 +71,13 @@ from grid.operator.output import OverlayWriter
 from grid.operator.overlay_loop import OverlayLoop, render_rounds
 from grid.operator.own_providers import HOSTED_KINDS, WATCHED_KINDS, OwnProviders
 from grid.operator.providers import ProviderController
-from grid.operator.resilience import RoundFailures, Supervisor, WriteGuard, WriteSite
+from grid.operator.resilience import (
+    RoundFailures,
+    Supervisor,
+    WriteGuard,
+    WriteSite,
+    retried_at_start,
+)
 from grid.operator.round_gate import RoundGate, round_key, round_outcome, trust_deadline
 from grid.operator.settings import OperatorSettings
 from grid.operator.site_pki import SitePki, with_site_pki
@@ -229,19 +235,13 @@ class Operator:
 
     async def run(self) -> None:
         """Start everything, serve until stopped, then shut down gracefully."""
-        network = await select_network(self.store, self.settings.network)
-        network = await self.served.initialize(network)
-        await self._refresh_trust()
-        self.served.mode = await self.signals.fix(network, int(time.time()))
+        network = await retried_at_start(self._network_at_start, self.failures, self._stop)
         if self.signals.transport is not None:
+            server = self.signals.transport.server
             self.feedback = wire_feedback(
-                self.signals.transport.server,
-                self.store,
-                network.name,
-                self.registry,
-                self.settings,
+                server, self.store, network.name, self.registry, self.settings
             )
-        await self.budget_meter.load()
+        await retried_at_start(self.budget_meter.load, self.failures, self._stop)
         await self._start_endpoints()
         await self._start_swim(network)
         await self.providers.start()
@@ -271,6 +271,13 @@ class Operator:
         await self._shutdown()
         if ended is not None:
             raise ended
+
+    async def _network_at_start(self) -> GridNetwork:
+        network = await select_network(self.store, self.settings.network)
+        network = await self.served.initialize(network)
+        await self._refresh_trust()
+        self.served.mode = await self.signals.fix(network, int(time.time()))
+        return network
 
     def stop(self) -> None:
         """Ask `run` to shut down gracefully (leave the mesh first)."""

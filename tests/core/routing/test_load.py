@@ -40,6 +40,41 @@ def test_the_estimate_is_the_time_of_one_more_request() -> None:
     assert book.latency("a") == pytest.approx(1.2)  # forgotten: costed at the mean of b
 
 
+def test_the_others_queue_is_an_average_of_the_reports() -> None:
+    book = LoadBook(LoadSettings(report_decay_s=10.0))
+    book.take_report({"a": 12, "b": 0}, now=100.0)  # the first report is taken whole
+    assert (book.queue("a"), book.queue("b")) == (12, 0)
+    book.take_report({"a": 0, "b": 12}, now=101.0)  # one second later: a tenth of the way
+    keep = math.exp(-1 / 10)
+    assert book.queue("a") == pytest.approx(12 * keep)
+    assert book.queue("b") == pytest.approx(12 * (1 - keep))
+    for second in range(102, 160):
+        book.take_report({"a": 0, "b": 12}, now=float(second))
+    assert book.queue("a") < 0.1 and book.queue("b") > 11.9  # a lasting queue comes through
+    book.take_report({"b": 3}, now=160.0)
+    assert book.queue("a") == 0  # no report: nothing added
+    whole = LoadBook(LoadSettings(report_decay_s=0.0))
+    whole.take_report({"a": 12}, now=0.0)
+    whole.take_report({"a": 2}, now=0.5)
+    assert whole.queue("a") == 2
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 30), st.floats(0, 50)), min_size=1, max_size=30),
+    st.floats(0, 600),
+)
+def test_the_average_of_the_reports_stays_within_them(
+    reports: list[tuple[float, float]], decay_s: float
+) -> None:
+    book = LoadBook(LoadSettings(report_decay_s=decay_s))
+    now, seen = 0.0, []
+    for gap, queued in reports:
+        now += gap
+        book.take_report({"a": queued}, now)
+        seen.append(queued)
+        assert min(seen) - 1e-9 <= book.queue("a") <= max(seen) + 1e-9
+
+
 def test_below_the_floor_the_queue_decides_not_a_slow_first_answer() -> None:
     book = LoadBook()
     for i in range(8):  # b answers in a millisecond, again and again

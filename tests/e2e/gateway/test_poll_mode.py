@@ -153,8 +153,18 @@ async def test_least_loaded_adds_the_queue_other_gateways_put_on_a_provider(
             # One request at a time: the gateway's own in-flight count is 0 for both,
             # so only the others' queue on a sends every request to b.
             assert {await _served_by(http, public) for _ in range(8)} == {"b"}
-            operator.document = _with_requests(_signals(2, a=0.2, b=0.2), a=0, b=12)
-            await eventually(lambda: polled(2), "the second document held")  # type: ignore[arg-type]
-            assert {await _served_by(http, public) for _ in range(8)} == {"a"}
+            # The queue moves from a to b. Each report moves the others' queue towards
+            # it (a 10 s average), so the traffic follows within a few reports.
+            sequence = 1
+
+            async def moved() -> bool:
+                nonlocal sequence
+                sequence += 1
+                operator.document = _with_requests(_signals(sequence, a=0.2, b=0.2), a=0, b=12)
+                await eventually(lambda: polled(sequence), f"document {sequence} held")  # type: ignore[arg-type]
+                return {await _served_by(http, public) for _ in range(8)} == {"a"}
+
+            await eventually(moved, "every request to a once b holds the queue", timeout_s=40)
+            assert sequence > 2  # not the first report after the move: it was averaged
     finally:
         await operator.stop()

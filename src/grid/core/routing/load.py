@@ -6,8 +6,12 @@ its answer ends (relayed, streamed to the end, broken off or failed). Where
 the gateway holds the provider's queue signals (under poll it pulls them), it
 adds the queue the other gateways put there: the reported waiting and running
 requests less this gateway's own in-flight count when the report was taken
-up, never below 0. So several gateways sharing providers see each other's
-load, seconds old, on top of their own, current.
+up, never below 0, averaged over reports with time constant
+``report_decay_s``. A report is seconds old, several service times at an
+inference provider: the queue it caught has drained and refilled since, so
+taken whole it sends every gateway away from the same provider, then onto it
+together. Averaged, it adds the load the other gateways keep putting on each
+provider, on top of this gateway's own, current.
 
 A queue of requests is not yet a wait: four requests at a provider that
 answers in a second cost more than four at one that answers in 0.3 s. So the
@@ -46,6 +50,9 @@ class LoadSettings:
     """Time constant of the average: a sample ``decay_s`` after the last one
     moves it by 63% of the way (a slower one moves it all the way at once)."""
 
+    report_decay_s: float = 10.0
+    """Time constant of the average of the others' reported queue (0: each report
+    taken whole). The first report of a candidate is taken whole."""
     floor_s: float = 0.025
     """The least latency the estimate charges. Answers faster than this differ by
     connection setup and scheduling, not by provider speed, so below it the
@@ -55,6 +62,8 @@ class LoadSettings:
     def __post_init__(self) -> None:
         if not 0 < self.decay_s <= 3600:
             raise ValidationError("must be in (0, 3600] seconds", path="decay_s")
+        if not 0 <= self.report_decay_s <= 3600:
+            raise ValidationError("must be in [0, 3600] seconds", path="report_decay_s")
         if not 0 <= self.floor_s <= 60:
             raise ValidationError("must be in [0, 60] seconds", path="floor_s")
 
@@ -62,7 +71,7 @@ class LoadSettings:
 class LoadBook:
     """In-flight counts, the queue other gateways put there, and answer latencies."""
 
-    __slots__ = ("_latency", "_sum", "in_flight", "others", "settings")
+    __slots__ = ("_latency", "_reported_at", "_sum", "in_flight", "others", "settings")
 
     def __init__(self, settings: LoadSettings | None = None) -> None:
         self.settings = settings or LoadSettings()
@@ -72,6 +81,8 @@ class LoadBook:
         """Per candidate: (average seconds, monotonic time of the last sample)."""
         self._sum = 0.0
         """The sum of the averages: their mean costs a candidate never answered."""
+        self._reported_at: float | None = None
+        """Monotonic time of the last report taken up."""
 
     def start(self, stable_id: str, now: float = 0.0) -> float:
         """An attempt to the candidate begins; returns its start, for `answered`."""
@@ -119,16 +130,23 @@ class LoadBook:
         latency = max(self.latency(stable_id), self.settings.floor_s)
         return (self.queue(stable_id) + 1.0) * latency
 
-    def take_report(self, reported: Mapping[str, float]) -> None:
-        """New reports of waiting+running requests per candidate replace the old ones.
+    def take_report(self, reported: Mapping[str, float], now: float = 0.0) -> None:
+        """New reports of waiting+running requests per candidate, taken up at ``now``:
+        each moves the others' queue of its candidate towards it (see ``report_decay_s``).
 
         A candidate without a report has no others' queue added.
         """
-        own = self.in_flight
-        self.others = {
-            stable_id: max(0.0, float(queued) - own.get(stable_id, 0))
-            for stable_id, queued in reported.items()
-        }
+        own, held = self.in_flight, self.others
+        decay = self.settings.report_decay_s
+        since = None if self._reported_at is None else max(0.0, now - self._reported_at)
+        keep = 0.0 if since is None or decay == 0 else math.exp(-since / decay)
+        self._reported_at = now
+        others = {}
+        for stable_id, queued in reported.items():
+            fresh = max(0.0, float(queued) - own.get(stable_id, 0))
+            before = held.get(stable_id)
+            others[stable_id] = fresh if before is None else fresh + (before - fresh) * keep
+        self.others = others
 
     def forget(self, keep: Container[str]) -> None:
         """Drop reports and latencies of candidates no longer routed; in-flight counts
