@@ -39,6 +39,15 @@ async def test_every_invariant_holds_after_every_fault(tmp_path: Path) -> None:
                 results = await run_faults(campaign, lambda r: print(r))
             finally:
                 await campaign.close()
+        spent = campaign.expected_cents()
+        assert spent > 0, "no site's spend reached a cent: the budget checks were vacuous"
+        assert fm.signals_proxy is not None
+        polls = fm.signals_proxy.piped
+        print(f"signal polls piped between sites: {polls}")
+        # Every site polled every other through the proxy, so a partition cut the polls too.
+        assert {pair for pair, n in polls.items() if n} == {
+            (a, b) for a in fm.sites for b in fm.sites if a != b
+        }
     finally:
         await fm.stop()
     assert len(results) == 8

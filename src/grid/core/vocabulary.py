@@ -63,6 +63,9 @@ class SelectionTier(StrEnum):
     SAME_ZONE = "same_zone"
     SAME_REGION = "same_region"
     CROSS_REGION = "cross_region"
+    UNKNOWN = "unknown"
+    """Upstream's tier when a site has no region; an overlay reader accepts it and
+    orders it after ``cross_region``. Grid's scoring never assigns it."""
 
 
 SIGNAL_NAMES = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict, MultiMapping
 
 from grid import __version__
 from grid.core.metering.bounds import usage_bound
@@ -177,8 +178,7 @@ class AgentRoutes:
             proxy.metrics.requests["no_candidate"].inc()
             return rpc_error(ident, INVALID_PARAMS, f"unknown tool: {name[:128]}")
         base = proxy._outgoing_headers(request, name, snapshot)
-        own = {"accept", "content-type", SESSION_HEADER.lower(), VERSION_HEADER.lower()}
-        base = {k: v for k, v in base.items() if k.lower() not in own}
+        base.popall(SESSION_HEADER, None)
         base.update({"Accept": ACCEPT, "Content-Type": "application/json"})
         base[VERSION_HEADER] = HANDSHAKE_VERSION
         response = await self._first_answer(request, body, base, tries, snapshot)
@@ -198,7 +198,7 @@ class AgentRoutes:
         self,
         request: web.Request,
         body: bytes,
-        base: dict[str, str],
+        base: MultiMapping[str],
         tries: list[Candidate],
         snapshot: Snapshot,
     ) -> tuple[Candidate, aiohttp.ClientResponse] | None:
@@ -210,7 +210,7 @@ class AgentRoutes:
                 session = await self._session(candidate, renew=fresh)
                 if session is False:
                     break
-                headers = dict(base)
+                headers = CIMultiDict(base)
                 if isinstance(session, str):
                     headers[SESSION_HEADER] = session
                 answer = await self.proxy._attempt(
@@ -353,7 +353,7 @@ class AgentRoutes:
         base = proxy._outgoing_headers(request, name, snapshot)
         card = request.method == "GET" and tail in CARD_PATHS
         if card:  # always a whole card to rewrite, never a 304 for the agent's own
-            base = {k: v for k, v in base.items() if k.lower() != "if-none-match"}
+            base.popall("If-None-Match", None)
         last = len(tries) - 1
         for index, candidate in enumerate(tries):
             answer = await proxy._attempt(request, target, body, base, candidate, index, last)

@@ -1,11 +1,13 @@
 """The public listener's handler: route one OpenAI-compatible request (§11).
 
-Per request: read the body (bounded), take the model from its JSON field,
-pick candidates from the current snapshot (`grid.gateway.routing`), and send
-the request to the first that answers. Connect failures, a missing
-credential, or a 502/503 before any byte reached the client move on to the
-next candidate; once the client has received bytes nothing is retried.
-Event streams are relayed chunk by chunk as they arrive.
+Per request: read the body (bounded), pick candidates from the current
+snapshot (`grid.gateway.routing`), and let the pure planner
+(`grid.gateway.plan`) turn the pieces into a refusal or a plan; `Proxy` then
+only carries the plan out: its attempts in order, each credential read from
+its reference as the attempt is sent, and the plan's failover rule (connect
+failures, a missing credential, or a 502/503 before any byte reached the
+client move on to the next attempt; once the client has received bytes
+nothing is retried). Event streams are relayed chunk by chunk as they arrive.
 
 Identity (§15): the ``client_auth`` filter (`grid.gateway.client_auth`) names
 the request's tenant first, or refuses it (401 ``unauthenticated``, 400
@@ -18,11 +20,13 @@ carry its usage chunk (``stream_options.include_usage``), which is removed
 again when the client did not ask for it.
 
 Outgoing requests lose the client's ``Authorization``, ``x-api-key``, tenant
-and ``x-ai-routing-*`` headers and the hop-by-hop ones, and ask for an
-unencoded answer (``Accept-Encoding: identity``, which metering reads); they gain the candidate's
-credential and the provider-hop headers ``x-ai-routing-candidate``,
+and ``x-ai-routing-*`` headers and the hop-by-hop ones (those ``Connection``
+lists included), and ask for an unencoded answer (``Accept-Encoding:
+identity``, which metering reads); they gain the candidate's credential and
+the provider-hop headers ``x-ai-routing-candidate``,
 ``x-ai-routing-request-id`` and, for an enveloped overlay,
-``x-ai-routing-revision``.
+``x-ai-routing-revision``. Headers stay multidicts both ways, so repeated
+ones (``Set-Cookie``) keep every value.
 """
 
 from __future__ import annotations
@@ -34,67 +38,54 @@ import json
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict, MultiMapping
 from yarl import URL
 
-from grid.core.metering.bounds import UsageBound, usage_bound
+from grid.core.metering.bounds import UsageBound
 from grid.core.metering.usage import (
     StreamUsage,
     answer_usage,
-    ask_for_usage,
     decoded_body,
-    stream_refusal,
 )
 from grid.gateway import request_trace
 from grid.gateway.affinity import AffinityTable
 from grid.gateway.agent_routes import AgentRoutes
 from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body, write_within
-from grid.gateway.client_auth import ClientAuth, Refusal
+from grid.gateway.client_auth import ClientAuth
+from grid.gateway.client_auth import Refusal as ClientRefusal
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
 from grid.gateway.metering import TenantMeter
 from grid.gateway.metrics import GatewayMetrics
 from grid.gateway.paths import routable_target
-from grid.gateway.redaction import Masker, error_answer, secret_of
+from grid.gateway.plan import (
+    NOT_FOUND,
+    STRIPPED,
+    UNREACHABLE,
+    Attempt,
+    FailoverRule,
+    Plan,
+    PlanRules,
+    Refusal,
+    attempt_of,
+    budget_refusal,
+    end_to_end,
+    outgoing_headers,
+    plan_request,
+    routable,
+)
+from grid.gateway.redaction import Masker, error_answer
 from grid.gateway.routing import KIND, Router
 from grid.gateway.settings import GatewaySettings
 from grid.gateway.snapshot import Candidate, Snapshot
 from grid.gateway.upstream import Upstream
 
 SESSION_HEADER = "x-grid-session"
-CANDIDATE_HEADER = "x-ai-routing-candidate"
-REQUEST_ID_HEADER = "x-ai-routing-request-id"
-REVISION_HEADER = "x-ai-routing-revision"
-
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
-_STRIPPED = _HOP_BY_HOP | {
-    "authorization",
-    "x-api-key",
-    CANDIDATE_HEADER,
-    REQUEST_ID_HEADER,
-    REVISION_HEADER,
-}
 Metered = tuple[str, str, UsageBound]
 """Whom an answer's usage is billed to: (tenant label, cluster, the answer's bound)."""
-_FAILOVER_STATUS = frozenset({502, 503})
 _LARGE_BODY = 1024 * 1024
 """Bodies this size and up are sent from a stream (aiohttp's threshold for raw bytes)."""
 
@@ -111,6 +102,8 @@ class _Answered:
     response: aiohttp.ClientResponse | None
     status: int
     outcome: str
+    secret: str | None = None
+    """The credential value sent, for masking what is relayed."""
 
 
 class Proxy:
@@ -126,22 +119,39 @@ class Proxy:
         meter: TenantMeter | None = None,
         client_auth: ClientAuth | None = None,
     ) -> None:
+        self.settings = settings
         self.config = config
         self.meter = meter or TenantMeter(None)
         self.client_auth = client_auth or ClientAuth(config.client_auth, settings.tenant_header)
-        self._stripped = _STRIPPED | {settings.tenant_header.lower(), "accept-encoding"}
-        self.settings = settings
         self._snapshot = snapshot
         self.upstreams = upstreams
         self.metrics = metrics
         self.affinity = AffinityTable(settings.affinity_ttl_s, settings.affinity_max)
         self.router = Router(settings.failover_max, metrics)
         self.credentials = CredentialFiles()
-        self._model_header = config.model_header
         # Request ids: a random per-process prefix and a counter, unique without a
         # syscall per request (they identify, they do not authenticate).
         self._id_prefix = f"{secrets.token_hex(8)}-"
         self._ids = itertools.count(1)
+
+    @property
+    def config(self) -> PraxisConfig:
+        """The running config; setting it (a praxis.yaml reload) renews `rules`."""
+        return self._config
+
+    @config.setter
+    def config(self, config: PraxisConfig) -> None:
+        self._config = config
+        settings = self.settings
+        self.rules = PlanRules(
+            model_field=config.model_field,
+            model_header=config.model_header,
+            model_max_chars=settings.model_max_chars,
+            session_max_chars=settings.session_max_chars,
+            credentials=config.credentials,
+            usage_limits=settings.usage_limits,
+            stripped=STRIPPED | {settings.tenant_header.lower()},
+        )
 
     def app(self) -> web.Application:
         """The public application: POST anything under /v1/, GET /v1/models, and the
@@ -158,75 +168,70 @@ class Proxy:
         data = [{"id": n, "object": "model", "owned_by": "grid"} for n in names]
         return web.json_response({"object": "list", "data": data})
 
+    def refuse(self, refusal: Refusal) -> web.Response:
+        """The refusal's answer, counted under its outcome."""
+        self.metrics.requests[refusal.outcome].inc()
+        return error(refusal.status, refusal.code, refusal.message)
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        """Route one request."""
-        requests = self.metrics.requests
+        """Route one request: plan it (`grid.gateway.plan`), then carry the plan out."""
         target = routable_target(request.raw_path)
         if request.method != "POST" or target is None:
-            requests["not_found"].inc()
-            return error(404, "not_found", "only POST requests under /v1/ are routed")
+            return self.refuse(NOT_FOUND)
         admitted = await self.admit(request)
         if isinstance(admitted, web.Response):
             return admitted
         tenant, body = admitted
-        document = self._document(body)
-        model = self._model(document)
-        if model is None:
-            requests["bad_request"].inc()
-            return error(
-                400,
-                "invalid_model",
-                f"the body must be a JSON object with a non-blank '{self.config.model_field}' "
-                f"of at most {self.settings.model_max_chars} characters",
-            )
+        rules = self.rules
+        parsed = routable(self._document(body), request.headers.get(SESSION_HEADER), rules)
+        if isinstance(parsed, Refusal):
+            return self.refuse(parsed)
         snapshot = self._snapshot()
-        session = request.headers.get(SESSION_HEADER)
-        if session is not None and (not session or len(session) > self.settings.session_max_chars):
-            session = None
+        session = parsed.session
         bound = self.affinity.get(session) if session is not None else None
-        tries = self.router.attempts(snapshot, model, bound)
-        if not tries:
-            requests["no_candidate"].inc()
-            return error(404, "no_candidate", "no candidate admits new requests for this model")
-        assert isinstance(document, dict)
-        if (problem := stream_refusal(document)) is not None:
-            requests["bad_request"].inc()
-            return error(400, "invalid_stream", problem)
-        strip = ask_for_usage(document)
-        if strip:
-            body = json.dumps(document, separators=(",", ":")).encode()
-        usage_cap = usage_bound(document, len(body), *self.settings.usage_limits)
-        base = self._outgoing_headers(request, model, snapshot)
-        request_trace.routed(model, tenant, snapshot, tries[0])
-        last = len(tries) - 1
-        for index, candidate in enumerate(tries):
-            response = await self._attempt(request, target, body, base, candidate, index, last)
-            if response is None:
-                if index < last:
+        tries = self.router.attempts(snapshot, parsed.model, bound)
+        plan = plan_request(
+            request.headers, target, body, parsed, tries, rules, self._request_id(),
+            snapshot.revision,
+        )  # fmt: skip
+        if isinstance(plan, Refusal):
+            return self.refuse(plan)
+        request_trace.routed(plan.model, tenant, snapshot, plan.attempts[0].candidate)
+        return await self.execute(request, plan, tenant)
+
+    async def execute(
+        self, request: web.Request, plan: Plan, tenant: str | None
+    ) -> web.StreamResponse:
+        """The plan's attempts in order until one answers; that answer is relayed."""
+        last = len(plan.attempts) - 1
+        for attempt in plan.attempts:
+            answered = await self._try(request, attempt, plan.body, plan.failover, last)
+            if answered is None:
+                if attempt.index < last:
                     self.metrics.failovers.inc()
                 continue
-            if session is not None:
-                self.affinity.bind(session, candidate.stable_id)
-            metered = (self.meter.label(tenant), candidate.cluster, usage_cap)
-            masker = Masker.of(secret_of(self._credential(candidate)))
+            response, candidate = answered.response, attempt.candidate
+            assert response is not None
+            if plan.session is not None:
+                self.affinity.bind(plan.session, candidate.stable_id)
+            metered = (self.meter.label(tenant), candidate.cluster, plan.usage_cap)
             try:
-                return await self._relay(request, response, metered, strip, masker)
+                masker = Masker.of(answered.secret)
+                return await self._relay(request, response, metered, plan.strip_usage, masker)
             finally:
                 self.router.ended(candidate)
-        requests["upstream_unavailable"].inc()
-        return error(502, "upstream_unavailable", "no candidate could be reached")
+        return self.refuse(UNREACHABLE)
 
     async def admit(self, request: web.Request) -> tuple[str | None, bytes] | web.Response:
         """The request's tenant and body, or its refusal (identity, budget, body bounds)."""
         requests = self.metrics.requests
         try:
             tenant = self.meter.canonical(self.client_auth.tenant(request))
-        except Refusal as refused:
+        except ClientRefusal as refused:
             requests[refused.outcome].inc()
             return error(refused.status, refused.code, refused.message)
-        if self.meter.is_exhausted(tenant):
-            requests["budget_exhausted"].inc()
-            return error(429, "budget_exhausted", "the tenant's budget is spent")
+        if (spent := budget_refusal(self.meter.is_exhausted(tenant))) is not None:
+            return self.refuse(spent)
         limit = self.settings.body_max_bytes
         try:
             return tenant, await read_body(request, limit, *self.settings.body_pace)
@@ -246,57 +251,50 @@ class Proxy:
         except (ValueError, RecursionError):
             return None
 
-    def _model(self, document: object) -> str | None:
-        if not isinstance(document, dict):
-            return None
-        model = document.get(self.config.model_field)
-        if not isinstance(model, str) or not model.strip():
-            return None
-        return model if len(model) <= self.settings.model_max_chars else None
+    def _request_id(self) -> str:
+        return f"{self._id_prefix}{next(self._ids):x}"
 
     def _outgoing_headers(
-        self, request: web.Request, model: str, snapshot: Snapshot
-    ) -> dict[str, str]:
-        stripped = self._stripped
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in stripped}
-        # Always: an encoded answer could not be metered, and aiohttp would otherwise
-        # ask for gzip on behalf of a client that never asked for it.
-        headers["Accept-Encoding"] = "identity"
-        headers[self._model_header] = model
-        headers[REQUEST_ID_HEADER] = f"{self._id_prefix}{next(self._ids):x}"
-        if snapshot.revision is not None:
-            headers[REVISION_HEADER] = snapshot.revision
-        return headers
+        self, request: web.Request, name: str, snapshot: Snapshot
+    ) -> CIMultiDict[str]:
+        """The headers every attempt for ``name`` shares (the agent routes' too)."""
+        return outgoing_headers(
+            request.headers, name, self._request_id(), snapshot.revision, self.rules
+        )
 
     def _credential(self, candidate: Candidate) -> tuple[str, str] | bool | None:
         """The credential header, None when the candidate needs none, False when missing."""
-        if candidate.credential is None:
+        attempt = attempt_of(candidate, 0, "", CIMultiDict(), self.rules)
+        if attempt.blocked is not None:
+            return False
+        if attempt.credential is None:
             return None
-        entry = self.config.credentials.get(candidate.credential)
-        if entry is None:
-            return False
-        value = self.credentials.value(entry.file)
-        if value is None:
-            return False
-        if entry.strategy == "bearer_token":
-            return ("Authorization", f"Bearer {value}")
-        return ("x-api-key", value)
+        value = self.credentials.value(attempt.credential.file)
+        return False if value is None else attempt.credential.inject(value)
 
     async def _attempt(
         self,
         request: web.Request,
         target: str,
         body: bytes,
-        base: dict[str, str],
+        base: MultiMapping[str] | Mapping[str, str],
         candidate: Candidate,
         index: int,
         last: int,
     ) -> aiohttp.ClientResponse | None:
-        """One attempt, traced: the answer to relay, or None to try the next candidate."""
-        headers = dict(base)
-        headers[CANDIDATE_HEADER] = candidate.stable_id
+        """One attempt outside a plan (the agent routes'): the answer to relay, or None."""
+        attempt = attempt_of(candidate, index, target, CIMultiDict(base), self.rules)
+        answered = await self._try(request, attempt, body, self.rules.failover, last)
+        return None if answered is None else answered.response
+
+    async def _try(
+        self, request: web.Request, attempt: Attempt, body: bytes, rule: FailoverRule, last: int
+    ) -> _Answered | None:
+        """One attempt, traced: the answer to relay, or None to go on to the next one."""
+        candidate, index = attempt.candidate, attempt.index
+        headers = attempt.headers.copy()
         with request_trace.attempt(candidate, index, headers) as span:
-            answer = await self._send(request, target, body, headers, candidate, index == last)
+            answer = await self._send(request, attempt, body, headers, rule, index == last)
             if isinstance(answer, str):
                 request_trace.attempt_ended(span, answer)
             else:
@@ -307,25 +305,30 @@ class Proxy:
                     candidate, answer if isinstance(answer, str) else answer.outcome
                 )
             return None
-        return answer.response
+        return answer
 
     async def _send(
         self,
         request: web.Request,
-        target: str,
+        attempt: Attempt,
         body: bytes,
-        headers: dict[str, str],
-        candidate: Candidate,
+        headers: CIMultiDict[str],
+        rule: FailoverRule,
         final: bool,
     ) -> _Answered | str:
-        """Send one attempt: how the cluster answered, or why nothing was answered
-        (``no_credential``, ``connect_failed``)."""
+        """Send one attempt, its credential read now: how the cluster answered, or why
+        nothing was answered (``no_credential``, ``connect_failed``)."""
+        candidate = attempt.candidate
         upstream = self.upstreams.get(candidate.cluster)
-        credential = self._credential(candidate)
-        if upstream is None or credential is False:
+        if upstream is None or attempt.blocked is not None:
             return "no_credential"
-        if isinstance(credential, tuple):
-            headers[credential[0]] = credential[1]
+        secret = None
+        if attempt.credential is not None:
+            secret = self.credentials.value(attempt.credential.file)
+            if secret is None:
+                return "no_credential"
+            name, value = attempt.credential.inject(secret)
+            headers[name] = value
         counter = self.metrics.upstream.get(candidate.cluster)
         if counter is not None:
             counter.inc()
@@ -335,7 +338,7 @@ class Proxy:
             response = await upstream.open().request(
                 request.method,
                 # Already normalised and encoded (`routable_target`): sent as it is.
-                URL(upstream.next_base() + target, encoded=True),
+                URL(upstream.next_base() + attempt.target, encoded=True),
                 # aiohttp warns on large raw bytes; a fresh stream per attempt is fine.
                 data=body if len(body) < _LARGE_BODY else io.BytesIO(body),
                 headers=headers,
@@ -352,11 +355,11 @@ class Proxy:
             raise
         if router.answered(candidate, response.status, started):
             request_trace.ejected(candidate)
-        if response.status in _FAILOVER_STATUS and not final:
+        if rule.on_status(response.status, final):
             response.release()
             router.ended(candidate)
             return _Answered(None, response.status, "failover_status")
-        return _Answered(response, response.status, "ok")
+        return _Answered(response, response.status, "ok", secret)
 
     async def _relay(
         self,
@@ -366,8 +369,7 @@ class Proxy:
         strip: bool,
         masker: Masker,
     ) -> web.StreamResponse:
-        headers = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP}
-        headers = masker.headers(headers)
+        headers = masker.headers(end_to_end(response.headers))
         length = response.content_length
         streaming = response.headers.get("Content-Type", "").startswith("text/event-stream")
         requests = self.metrics.requests
@@ -415,7 +417,7 @@ class Proxy:
         self,
         request: web.Request,
         response: aiohttp.ClientResponse,
-        headers: dict[str, Any],
+        headers: CIMultiDict[str],
         usage: StreamUsage | None,
     ) -> web.StreamResponse:
         out = web.StreamResponse(status=response.status, headers=headers)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict, MultiMapping
 
 MASK = b"[redacted]"
 
@@ -75,23 +75,27 @@ class Masker:
                         break
         return data
 
-    def headers(self, headers: Mapping[str, str]) -> dict[str, str]:
-        """The headers without any whose value holds a spelling of the secret."""
+    def headers(self, headers: MultiMapping[str]) -> CIMultiDict[str]:
+        """The headers, in order and repeats kept, without any whose value holds a
+        spelling of the secret."""
         if not self.forms:
-            return dict(headers)
-        return {k: v for k, v in headers.items() if not any(f in v.encode() for f in self.forms)}
+            return CIMultiDict(headers)
+        out: CIMultiDict[str] = CIMultiDict()
+        for name, value in headers.items():
+            if not any(f in value.encode() for f in self.forms):
+                out.add(name, value)
+        return out
 
 
 async def error_answer(
-    response: aiohttp.ClientResponse, headers: Mapping[str, str], masker: Masker, limit: int
+    response: aiohttp.ClientResponse, headers: MultiMapping[str], masker: Masker, limit: int
 ) -> web.Response:
     """The client's copy of a cluster's error answer: bounded, decoded, masked."""
     body, decoded = await _error_body(response, masker, limit)
     out = masker.headers(headers)
     if decoded:
-        out = {k: v for k, v in out.items() if k.lower() != "content-encoding"}
+        out.popall("Content-Encoding", None)
     if body is UNRELAYABLE:
-        out = {k: v for k, v in out.items() if k.lower() != "content-type"}
         out["Content-Type"] = "application/json"
     return web.Response(status=response.status, body=body, headers=out)
 

@@ -33,13 +33,22 @@ from grid.core.routing.selection import (
     SelectionPolicy,
     derive_groups,
 )
+from grid.core.vocabulary import AdmissionState, SelectionTier
 from grid.errors import GridError, ValidationError
 
 log = logging.getLogger(__name__)
 
-NEW_AND_EXISTING = "new_and_existing"
-EXISTING_ONLY = "existing_only"
-NONE = ADMISSION_NONE
+NEW_AND_EXISTING = AdmissionState.NEW_AND_EXISTING
+EXISTING_ONLY = AdmissionState.EXISTING_ONLY
+_ADMISSIONS = {
+    "new_and_existing": AdmissionState.NEW_AND_EXISTING,
+    "existing_only": AdmissionState.EXISTING_ONLY,
+    ADMISSION_NONE: AdmissionState.EXCLUDED,
+}
+"""The overlay's ``admission_state`` names: upstream's ``none`` is the core's excluded
+(serves no request, not even a bound session)."""
+_ADMISSION_NAMES = {state: name for name, state in _ADMISSIONS.items()}
+_TIERS = {tier.value: tier for tier in SelectionTier}
 _DERIVE = -1
 """``selection_group`` of a candidate whose overlay names none: derived in `snapshot_of`."""
 
@@ -54,10 +63,10 @@ class Candidate:
     cluster: str
     fresh: bool
     stable_id: str
-    admission: str
+    admission: AdmissionState
     credential: tuple[str, str, str] | None
     """(secret name, namespace, key) of its credential reference, if any."""
-    tier: str | None = None
+    tier: SelectionTier | None = None
     """The overlay's ``selection_tier``; inline candidates carry none."""
     selection_group: int = 0
     """Its selection group (§14): from the overlay, else derived by `snapshot_of`."""
@@ -73,8 +82,8 @@ class Candidate:
             "cluster": self.cluster,
             "fresh": self.fresh,
             "stable_id": self.stable_id,
-            "admission_state": self.admission,
-            "selection_tier": self.tier,
+            "admission_state": _ADMISSION_NAMES[self.admission],
+            "selection_tier": None if self.tier is None else self.tier.value,
             "selection_group": self.selection_group,
             "traffic_weight": self.traffic_weight,
             "capacity_weight": self.capacity_weight,
@@ -137,6 +146,7 @@ def _candidate(raw: Mapping[str, Any], where: str = "candidate") -> Candidate:
     if isinstance(credential, dict):
         secret = secret_ref_of(credential) or {}
         ref = (str(secret.get("name")), str(secret.get("namespace")), str(secret.get("key")))
+    admission, tier = states_of(raw, where)
     return Candidate(
         kind=kind,
         name=name,
@@ -144,11 +154,27 @@ def _candidate(raw: Mapping[str, Any], where: str = "candidate") -> Candidate:
         cluster=cluster,
         fresh=bool(raw.get("fresh", True)),
         stable_id=stable_id_of(raw),
-        admission=str(raw.get("admission_state") or NEW_AND_EXISTING),
+        admission=admission,
         credential=ref,
-        tier=str(raw["selection_tier"]) if raw.get("selection_tier") else None,
+        tier=tier,
         **selection_fields(raw, where),
     )
+
+
+def states_of(raw: Mapping[str, Any], where: str) -> tuple[AdmissionState, SelectionTier | None]:
+    """A candidate's ``admission_state`` (absent: ``new_and_existing``) and
+    ``selection_tier`` (absent: none) as the core's enums."""
+    admission = _ADMISSIONS.get(str(raw.get("admission_state") or NEW_AND_EXISTING))
+    if admission is None:
+        raise SelectionFieldError(
+            f"{where}.admission_state must be new_and_existing, existing_only or none"
+        )
+    tier = None
+    if raw.get("selection_tier"):
+        tier = _TIERS.get(str(raw["selection_tier"]))
+        if tier is None:
+            raise SelectionFieldError(f"{where}.selection_tier is not a known tier")
+    return admission, tier
 
 
 GroupKey = Callable[[Candidate], Hashable]

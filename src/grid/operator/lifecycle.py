@@ -131,10 +131,12 @@ class SignalLifecycle:
             raise StartupError(verdict)
 
     def lane_labels(self) -> dict[str, str]:
-        """Metadata-lane labels this transport adds: the signals port when one is bound."""
+        """Metadata-lane labels this transport adds: the signals port when one is bound
+        (``--signals-advertise-port`` when set, else the bound port)."""
         if self.transport is None or self.transport.server.address is None:
             return {}
-        return {SIGNALS_PORT_LABEL: str(self.transport.server.address[1])}
+        port = self.settings.signals_advertise_port or self.transport.server.address[1]
+        return {SIGNALS_PORT_LABEL: str(port)}
 
     def poll_targets(self, members: Iterable[Member], replica: GridState) -> dict[str, str]:
         """Every alive member at its SWIM host and its advertised signals port."""

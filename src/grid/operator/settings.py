@@ -188,6 +188,15 @@ class OperatorSettings(BaseModel):
             "a free one; the bound port is advertised to peers)."
         ),
     )
+    signals_advertise_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description=(
+            "The signals port peers are told to poll, when it is not the bound one (a "
+            "Service, NAT or proxy in between); absent means the bound port."
+        ),
+    )
     signals_poll_interval_s: float = Field(
         2.0,
         ge=0.05,

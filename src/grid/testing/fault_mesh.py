@@ -4,10 +4,11 @@ The mesh runs under poll (so each gateway reports ingest feedback to its
 operator) with every site's SWIM traffic crossing the proxy: each operator
 binds its real SWIM port but advertises its proxy port
 (``GRID_SWIM_ADVERTISE_ADDR``), and the GridNetwork's seeds in every store name
-proxy ports. Cross-site signal polls go to the signals port a site advertises
-in its metadata lane, which is its bound port, so they do not cross the proxy:
-a partition reaches them through membership (a site polls only the members it
-sees alive).
+proxy ports. Cross-site signal polls cross a second proxy of the same core:
+each operator advertises a proxy port in its metadata lane
+(``GRID_SIGNALS_ADVERTISE_PORT``) that pipes to its real signals listener, so a
+partition cuts the polls as it cuts SWIM (its gateway still polls it
+directly, on the same site).
 
 Every InferenceProvider of the mesh is given the same price, so what a client
 saw answered 200 prices exactly without knowing which cluster served it.
@@ -64,6 +65,8 @@ class FaultMesh:
         self.seed = seed
         self.core = FaultCore(random.Random(seed))
         self.proxy: FaultProxy | None = None
+        self.signals_proxy: FaultProxy | None = None
+        """The proxy in front of every site's signals listener (cross-site polls)."""
         self._locks: dict[str, sqlite3.Connection] = {}
 
     @property
@@ -80,22 +83,34 @@ class FaultMesh:
         taken = {port for s in mesh.plan.sites.values() for port in _site_ports(s)}
         taken |= {pp.port for pp in [*mesh.plan.providers, *mesh.plan.stand_ins]}
         picker = p.PortPicker()
-        listen: dict[str, int] = {}
-        for site in mesh.plan.sites:
+
+        def free() -> int:
             port = picker()
             while port in taken:
                 port = picker()
-            listen[site] = port
+            taken.add(port)
+            return port
+
+        listen = {site: free() for site in mesh.plan.sites}
+        signals = {site: free() for site in mesh.plan.sites}
         real = {name: s.swim_port for name, s in mesh.plan.sites.items()}
         self.proxy = await FaultProxy(self.core, real, listen, self._tcp_origin).start()
+        real_signals = {name: s.signals_port for name, s in mesh.plan.sites.items()}
+        self.signals_proxy = await FaultProxy(
+            self.core, real_signals, signals, self._tcp_origin
+        ).start()
         seeds = [self.proxy.address(s) for s in mesh.plan.sites]
         for name, plan in mesh.plan.sites.items():
             await _rewrite_store(plan.store, seeds)
+            env = {
+                "GRID_SWIM_ADVERTISE_ADDR": self.proxy.address(name),
+                "GRID_SIGNALS_ADVERTISE_PORT": str(signals[name]),
+            }
             child = Child(
                 f"operator-{name}",
                 mesh.operator_argv(plan),
                 mesh.root / "logs" / f"operator-{name}.log",
-                {"GRID_SWIM_ADVERTISE_ADDR": self.proxy.address(name)},
+                env,
             )
             mesh.children[child.name] = child
         await mesh.start()
@@ -105,8 +120,19 @@ class FaultMesh:
         for site in list(self._locks):
             self.unlock_store(site)
         await self.mesh.stop()
-        if self.proxy is not None:
-            await self.proxy.stop()
+        for proxy in (self.proxy, self.signals_proxy):
+            if proxy is not None:
+                await proxy.stop()
+
+    def partition(self, isolated: str) -> None:
+        """Cut ``isolated`` from every other site: SWIM, push-pull and signal polls."""
+        for proxy in (self.proxy, self.signals_proxy):
+            assert proxy is not None
+            proxy.partition(isolated)
+
+    def heal(self) -> None:
+        """Remove every partition."""
+        self.core.heal()
 
     def _tcp_origin(self, source_port: int, proxy_port: int) -> str | None:
         pids = {}

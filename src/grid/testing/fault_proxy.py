@@ -150,6 +150,8 @@ class FaultProxy:
         self._servers: list[asyncio.Server] = []
         self._pipes: set[_Pipe] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.piped: dict[tuple[str, str], int] = {}
+        """Connections piped, per (source site, destination site)."""
 
     def address(self, site: str) -> str:
         """The ``host:port`` that stands for ``site``."""
@@ -231,6 +233,7 @@ class FaultProxy:
         except OSError:
             writer.transport.abort()
             return
+        self.piped[src, dst] = self.piped.get((src, dst), 0) + 1
         pipe = _Pipe(src, dst, (writer, up_writer))
         self._pipes.add(pipe)
         tasks = [

@@ -8,6 +8,7 @@ hands the result to `Campaign.check` for the invariants.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 
@@ -30,8 +31,6 @@ async def _detect(check: Callable[[], Awaitable[bool]], within_s: float) -> floa
 async def partition(c: Campaign) -> FaultResult:
     """One site cut from the other two, then healed."""
     isolated = c.sites[1]
-    proxy = c.fm.proxy
-    assert proxy is not None
     n = len(c.sites)
 
     async def cut() -> bool:
@@ -39,12 +38,12 @@ async def partition(c: Campaign) -> FaultResult:
         return all(v == (0 if s == isolated else n - 2) for s, v in alive.items())
 
     async with c.traffic():
-        proxy.partition(isolated)
+        c.fm.partition(isolated)
         detect = await _detect(cut, c.timing.membership_bound_s)
         await c.change(isolated)  # made on the cut-off side
         await c.change(c.sites[0])  # and on the majority side
         await asyncio.sleep(c.timing.hold_s)  # the fault's duration, not a wait for a state
-    proxy.heal()
+    c.fm.heal()
     result = FaultResult(f"partition {isolated} from the rest", detect, None)
     await c.check(result, time.monotonic())
     return result
@@ -111,12 +110,18 @@ async def store_fails(c: Campaign) -> FaultResult:
     site = c.sites[1]
     op = c.fm.mesh.children[f"operator-{site}"]
     restarts = op.restarts
+    before = await _write_trouble(c, site)
+
+    async def seen() -> bool:
+        trouble = await _write_trouble(c, site)
+        return await _not_ready(c, site, restarts) or (trouble or 0.0) > (before or 0.0)
+
     async with c.traffic():
         await c.fm.lock_store(site)
         try:
             start = time.monotonic()
             await c.change(c.sites[0])
-            detect = await _detect(lambda: _not_ready(c, site, restarts), c.timing.store_window_s)
+            detect = await _detect(seen, c.timing.store_window_s)
             remaining = c.timing.store_window_s - (time.monotonic() - start)
             await asyncio.sleep(max(0.0, remaining))  # the fault's duration
         finally:
@@ -125,7 +130,10 @@ async def store_fails(c: Campaign) -> FaultResult:
     if op.restarts > restarts:
         result.notes.append(f"operator {site} exited {op.restarts - restarts}x and was restarted")
     if detect is None:
-        result.notes.append("no outside sign of the failing store (readyz stayed 200)")
+        result.notes.append(
+            "no outside sign of the failing store (readyz stayed 200, no write or round "
+            "failure counted)"
+        )
     await c.check(result, time.monotonic())
     return result
 
@@ -161,6 +169,26 @@ async def _gateway_ready(c: Campaign, site: str) -> bool:
             return resp.status == 200
     except (aiohttp.ClientError, OSError):
         return False
+
+
+TROUBLE = re.compile(
+    r"^grid_operator_(?:write_retries|write_failures|round_failures)_total\{[^}]*\} ([0-9.e+]+)$",
+    re.M,
+)
+"""The operator's counters of store writes tried again or given up, and failed rounds."""
+
+
+async def _write_trouble(c: Campaign, site: str) -> float | None:
+    """The sum of the operator's write and round failure counters (None: unreachable)."""
+    port = c.fm.mesh.plan.sites[site].metrics_port
+    try:
+        async with c.http.get(
+            f"http://127.0.0.1:{port}/metrics", timeout=aiohttp.ClientTimeout(total=1)
+        ) as resp:
+            text = await resp.text()
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return None
+    return sum(float(v) for v in TROUBLE.findall(text))
 
 
 async def _not_ready(c: Campaign, site: str, restarts: int) -> bool:
