@@ -8,13 +8,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from grid.adapters.signals_poller import PollOutcome, SignalsPoller
+from grid.adapters.signals_poller import KEEPALIVE_S, PollOutcome, SignalsPoller
 from grid.adapters.signals_server import SignalsServer
 from grid.adapters.tls_probe import client_context, server_context
 from grid.core.routing.scoring import SignalValues
 from grid.core.routing.signals import ProviderSignals, Published, SignalsFeed, SignalsScope
+from grid.core.signals.connections import ListenerLimits
 from grid.core.trust import TrustPolicy, fingerprint_der
 from grid.core.vocabulary import BackendKind
+from grid.testing.poll import eventually
 
 from .conftest import SignalsPki
 
@@ -43,7 +45,9 @@ def trust_of(pki: SignalsPki, local: str, peer: str) -> TrustPolicy:
 class Peer:
     """West serving its signals; east polls it."""
 
-    def __init__(self, pki: SignalsPki, served_as: str = "west") -> None:
+    def __init__(
+        self, pki: SignalsPki, served_as: str = "west", limits: ListenerLimits | None = None
+    ) -> None:
         self.source = OneFeed(served_as)
         self.registry = CollectorRegistry()
         leaf = pki.leaves["west"]
@@ -53,7 +57,15 @@ class Peer:
             server_context(pki.ca, leaf.cert, leaf.key),
             lambda: trust,
             self.registry,
+            limits,
         )
+
+    def served(self) -> float | None:
+        """Connections the server classified as a peer's: each one a TLS handshake."""
+        return self.registry.get_sample_value("grid_signals_connections_total", {"class": "peer"})
+
+    def open(self) -> float | None:
+        return self.registry.get_sample_value("grid_signals_open_connections", {"class": "peer"})
 
     async def start(self) -> str:
         host, port = await self.server.start("127.0.0.1", 0)
@@ -88,6 +100,37 @@ async def test_polls_reuse_one_connection_and_send_the_etag(
         served = peer.registry.get_sample_value("grid_signals_connections_total", {"class": "peer"})
         assert served == 1  # keep-alive: three polls, one handshake
         assert poller.polls.value("ok") == 2 and poller.polls.value("not_modified") == 1
+    finally:
+        await peer.server.stop()
+
+
+async def test_ten_polls_make_one_connection_and_one_handshake(
+    signals_pki: SignalsPki, poller: SignalsPoller
+) -> None:
+    peer = Peer(signals_pki)
+    peer.source.feed.update([entry("west", 0.5)], T0)
+    address = await peer.start()
+    try:
+        outcomes = [await poller.poll("west", address) for _ in range(10)]
+        assert outcomes == [PollOutcome.OK] + [PollOutcome.NOT_MODIFIED] * 9
+        assert peer.served() == 1
+        assert ListenerLimits().idle_timeout_s > KEEPALIVE_S  # the client lets go first
+    finally:
+        await peer.server.stop()
+
+
+async def test_after_the_server_closes_an_idle_connection_the_next_poll_reconnects(
+    signals_pki: SignalsPki, poller: SignalsPoller
+) -> None:
+    peer = Peer(signals_pki, limits=ListenerLimits(idle_timeout_s=0.2))
+    peer.source.feed.update([entry("west", 0.5)], T0)
+    address = await peer.start()
+    try:
+        assert await poller.poll("west", address) is PollOutcome.OK
+        await eventually(lambda: peer.open() == 0, "the idle connection closed by the server")
+        assert await poller.poll("west", address) is PollOutcome.NOT_MODIFIED
+        assert peer.served() == 2
+        assert poller.polls.value("error") == 0
     finally:
         await peer.server.stop()
 

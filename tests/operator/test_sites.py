@@ -328,3 +328,33 @@ async def test_the_probe_fills_public_cert_pem_and_last_probe_time(
     for _ in range(3):
         await round_(controller, store)
     assert store.calls["patch_status", "GridSite"] == writes
+
+
+async def test_an_active_sites_probes_resume_one_session_until_the_site_is_gone(
+    store: Any, pki: Any, egress: tuple[EgressListener, str]
+) -> None:
+    """Each round still probes, but only the first probe makes a full handshake; a
+    deleted GridSite's session is dropped."""
+    from prometheus_client import CollectorRegistry
+
+    from grid.operator.sites import SiteMetrics
+
+    registry = CollectorRegistry()
+    east = pki.sites["east"]
+    controller = SiteController(
+        store, "east", client_context(pki.ca, east.cert, east.key), metrics=SiteMetrics(registry)
+    )
+    await add_site(store, egress[1], pki.sites["west"].fingerprint)
+    assert (await walk_to_active(controller, store))[-1] is SitePhase.ACTIVE
+    for _ in range(8):
+        assert (await round_(controller, store)).phase is SitePhase.ACTIVE
+
+    def handshakes(kind: str) -> float | None:
+        return registry.get_sample_value("grid_site_probe_handshakes_total", {"handshake": kind})
+
+    # Nine probes (the round out of Connecting, then eight while Active): one full.
+    assert (handshakes("full"), handshakes("resumed")) == (1.0, 8.0)
+    assert len(controller.sessions) == 1
+    await store.delete("GridSite", "west")
+    await controller.reconcile([], ALIVE)
+    assert len(controller.sessions) == 0

@@ -92,8 +92,12 @@ class _BoundedStream(httpx2.AsyncByteStream):
 class _BoundedTransport(httpx2.AsyncBaseTransport):
     """The default transport, with every response body bounded."""
 
-    def __init__(self, limit: int, verify: ssl.SSLContext | bool) -> None:
-        self._inner = httpx2.AsyncHTTPTransport(verify=verify)
+    def __init__(
+        self, limit: int, verify: ssl.SSLContext | bool, keepalive_s: float | None = None
+    ) -> None:
+        self._inner = httpx2.AsyncHTTPTransport(
+            verify=verify, limits=httpx2.Limits(keepalive_expiry=keepalive_s or 5.0)
+        )
         self._limit = limit
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -116,24 +120,57 @@ class _BoundedTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+class McpConnections(httpx2.AsyncBaseTransport):
+    """One MCP server's connection pool, kept across discoveries.
+
+    Each discovery builds its own client (its credential header with it) over
+    this transport; the client's end leaves the pool open, and the owner closes
+    it (`close`) when the provider goes. Idle connections are kept for
+    ``keepalive_s``.
+    """
+
+    def __init__(
+        self,
+        tls: ssl.SSLContext | None,
+        keepalive_s: float,
+        limits: DiscoveryLimits = DEFAULT_LIMITS,
+    ) -> None:
+        verify = tls if tls is not None else True
+        self._inner = _BoundedTransport(limits.body_bytes_max, verify, keepalive_s)
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Kept open when a discovery's client closes."""
+
+    async def close(self) -> None:
+        """Close the pooled connections."""
+        await self._inner.aclose()
+
+
 async def list_mcp_tools(
     endpoint: str,
     headers: Mapping[str, str],
     tls: ssl.SSLContext | None,
     limits: DiscoveryLimits = DEFAULT_LIMITS,
+    connections: McpConnections | None = None,
 ) -> list[ToolSpec]:
     """Every tool the MCP server at ``endpoint`` lists, or `DiscoveryError`.
 
     The caller bounds the time (``asyncio.timeout``); this bounds the bytes.
+    ``connections`` is the server's kept pool (its bounds are its own); without
+    one the connections close with the discovery.
     """
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    client = httpx2.AsyncClient(
-        headers=dict(headers),
-        transport=_BoundedTransport(limits.body_bytes_max, tls if tls is not None else True),
-        timeout=httpx2.Timeout(30.0),
-    )
+    pool: httpx2.AsyncBaseTransport
+    if connections is not None:
+        pool = connections
+    else:
+        pool = _BoundedTransport(limits.body_bytes_max, tls if tls is not None else True)
+    client = httpx2.AsyncClient(headers=dict(headers), transport=pool, timeout=httpx2.Timeout(30.0))
     try:
         async with client:
             transport = streamable_http_client(endpoint, http_client=client)

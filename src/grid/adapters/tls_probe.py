@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from grid.adapters.tls_sessions import TICKET_WAIT_S, TlsSessions, handshake
 from grid.core.address import parse_address
 from grid.core.trust import fingerprint_der
 from grid.errors import ValidationError
@@ -90,6 +92,8 @@ class ProbeResult:
     outcome: ProbeOutcome = ProbeOutcome.VERIFIED
     duration_s: float = 0.0
     """Wall time the probe took, connect and handshake together."""
+    resumed: bool = False
+    """The handshake resumed the session of an earlier probe (no certificates sent)."""
 
 
 def _tls_outcome(exc: ssl.SSLError) -> ProbeOutcome:
@@ -115,24 +119,27 @@ def server_context(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
 
 async def _connect(
     address: str, timeout_s: float
-) -> tuple[asyncio.StreamWriter | None, ProbeResult | None]:
+) -> tuple[asyncio.StreamReader | None, asyncio.StreamWriter | None, ProbeResult | None]:
     """A TCP connection to ``host:port`` within ``timeout_s``, or the failed result."""
     start = time.monotonic()
     try:
         host, port = parse_address(address)
     except ValidationError as exc:
-        return None, ProbeResult(
-            False, error=type(exc).__name__, outcome=ProbeOutcome.ADDRESS_MISSING
+        return (
+            None,
+            None,
+            ProbeResult(False, error=type(exc).__name__, outcome=ProbeOutcome.ADDRESS_MISSING),
         )
     try:
         async with asyncio.timeout(timeout_s):
-            _reader, writer = await asyncio.open_connection(host, port)
+            reader, writer = await asyncio.open_connection(host, port)
     except (OSError, TimeoutError) as exc:
         timed_out = isinstance(exc, TimeoutError)
         outcome = ProbeOutcome.CONNECT_TIMEOUT if timed_out else ProbeOutcome.CONNECTION_FAILED
         spent = time.monotonic() - start
-        return None, ProbeResult(False, error=type(exc).__name__, outcome=outcome, duration_s=spent)
-    return writer, None
+        failed = ProbeResult(False, error=type(exc).__name__, outcome=outcome, duration_s=spent)
+        return None, None, failed
+    return reader, writer, None
 
 
 async def _close(writer: asyncio.StreamWriter, timeout_s: float) -> None:
@@ -150,7 +157,7 @@ async def tcp_probe(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> ProbeRe
     It proves reachability and nothing about identity, so it never makes a site Active.
     """
     start = time.monotonic()
-    writer, failed = await _connect(address, timeout_s)
+    _reader, writer, failed = await _connect(address, timeout_s)
     if writer is None:
         assert failed is not None
         return ProbeResult(
@@ -176,22 +183,51 @@ async def probe(
     ctx: ssl.SSLContext,
     server_name: str | None = None,
     timeout_s: float = PROBE_TIMEOUT_S,
+    sessions: TlsSessions | None = None,
+    pins: Collection[str] = (),
 ) -> ProbeResult:
     """Connect to ``host:port``, complete mTLS, and report the peer leaf fingerprint.
 
-    ``timeout_s`` bounds the connect and the handshake together.
+    ``timeout_s`` bounds the connect and the handshake together. With
+    ``sessions`` the handshake offers the session of this target's last probe
+    (`grid.adapters.tls_sessions`), and the session it yields is kept only when
+    the leaf is one of ``pins``; any other end drops the target's session. A
+    resumed session reports the leaf of its full handshake, so when that leaf is
+    no longer pinned the probe makes a full handshake at once, to judge the leaf
+    the peer presents now.
     """
     start = time.monotonic()
-    writer, failed = await _connect(address, timeout_s)
-    if writer is None:
-        assert failed is not None
+    result = await _probe_once(address, ctx, server_name, timeout_s, sessions, pins)
+    if result.resumed and result.fingerprint not in pins:
+        remaining = max(0.001, timeout_s - (time.monotonic() - start))
+        result = await _probe_once(address, ctx, server_name, remaining, sessions, pins)
+    return result
+
+
+async def _probe_once(
+    address: str,
+    ctx: ssl.SSLContext,
+    server_name: str | None,
+    timeout_s: float,
+    sessions: TlsSessions | None,
+    pins: Collection[str],
+) -> ProbeResult:
+    start = time.monotonic()
+    key = session_key(address, server_name)
+    reader, writer, failed = await _connect(address, timeout_s)
+    if failed is not None:
+        if sessions is not None:
+            sessions.drop(key)
         return failed
+    assert reader is not None and writer is not None
     host = parse_address(address)[0]
+    client, kept = None, False
+    offered = sessions.offer(key) if sessions is not None else None
     try:
         try:
             remaining = max(0.001, timeout_s - (time.monotonic() - start))
             async with asyncio.timeout(remaining):
-                await writer.start_tls(ctx, server_hostname=server_name or host)
+                client = await handshake(reader, writer, ctx, server_name or host, offered)
         except TimeoutError as exc:
             return _failed(exc, ProbeOutcome.HANDSHAKE_TIMEOUT, start)
         except ssl.SSLError as exc:
@@ -199,14 +235,32 @@ async def probe(
         except OSError as exc:
             return _failed(exc, ProbeOutcome.CONNECTION_FAILED, start)
         spent = time.monotonic() - start
-        ssl_obj = writer.get_extra_info("ssl_object")
-        der = ssl_obj.getpeercert(binary_form=True) if ssl_obj is not None else None
+        der = client.obj.getpeercert(binary_form=True)
         if not der:
             return ProbeResult(True, duration_s=spent)
         pem = ssl.DER_cert_to_PEM_cert(der)
-        return ProbeResult(True, fingerprint_der(der), pem=pem, duration_s=spent)
+        resumed = client.obj.session_reused
+        result = ProbeResult(True, fingerprint_der(der), pem=pem, duration_s=spent, resumed=resumed)
+        if sessions is not None and result.fingerprint in pins:
+            resumable = None
+            if sessions.awaits_ticket(key):
+                wait_s = min(TICKET_WAIT_S, max(0.0, timeout_s - spent))
+                resumable = await client.ticket(wait_s, offered)
+            sessions.keep(key, client.obj, resumable)
+            kept = True
+        return result
     finally:
-        await _close(writer, timeout_s)
+        if sessions is not None and not kept:
+            sessions.drop(key)
+        if client is not None:
+            await client.close(timeout_s)
+        else:
+            await _close(writer, timeout_s)
+
+
+def session_key(address: str, server_name: str | None) -> tuple[str, str | None]:
+    """The key under which `probe` keeps the session of ``address`` and ``server_name``."""
+    return (address, server_name)
 
 
 def _failed(exc: BaseException, outcome: ProbeOutcome, start: float) -> ProbeResult:

@@ -30,7 +30,13 @@ from typing import Any
 
 import aiohttp
 
-from grid.adapters.agent_discovery import DiscoveryError, list_mcp_tools, read_agent_card
+from grid.adapters.agent_discovery import (
+    DiscoveryError,
+    McpConnections,
+    list_mcp_tools,
+    read_agent_card,
+)
+from grid.adapters.probe_sessions import PROBE_KEEPALIVE_S, probe_session
 from grid.adapters.provider_tls import provider_ssl_context, secret_bytes
 from grid.adapters.store.objects import merge_patch
 from grid.adapters.store.port import ResourceStore
@@ -81,7 +87,20 @@ class AgentState:
     message: str | None = None
     credential_ok: bool = True
     tls: ssl.SSLContext | None = None
+    session: aiohttp.ClientSession | None = field(default=None, repr=False)
+    """The kept-alive session of the agent card reads, opened by the first one."""
+    mcp: McpConnections | None = field(default=None, repr=False)
+    """The kept connections of the MCP discoveries, opened by the first one."""
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    async def close(self) -> None:
+        """Close the kept connections (the provider is gone, or its spec changed)."""
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+        if self.mcp is not None:
+            await self.mcp.close()
+            self.mcp = None
 
 
 class AgentController:
@@ -100,7 +119,6 @@ class AgentController:
         self._discover = discover or self._http_discover
         self._rng = rng or random.Random()
         self._states: dict[tuple[str, str], AgentState] = {}
-        self._session: aiohttp.ClientSession | None = None
 
     def sync(self, providers: list[AgentProvider]) -> None:
         """One loop per provider, on its latest spec; stopped providers stop offering."""
@@ -127,7 +145,7 @@ class AgentController:
             state.task.cancel()
 
     async def stop(self) -> None:
-        """Stop every loop and close the HTTP session.
+        """Stop every loop (each closes its provider's connections).
 
         A loop whose cancellation a client library took for an error of its own
         is cancelled again, once a second, for at most `STOP_TRIES` seconds.
@@ -143,8 +161,6 @@ class AgentController:
                 task.cancel()
         if tasks:
             log.warning("agent checks did not stop", extra={"count": len(tasks)})
-        if self._session is not None:
-            await self._session.close()
 
     def states(self) -> list[AgentState]:
         """Every hosted provider's state, by kind and name."""
@@ -174,7 +190,10 @@ class AgentController:
         state = self._states[key]
         check = state.provider.spec.health_check
         job = Job("health", parse_duration(check.interval), parse_duration(check.timeout))
-        await run_every(job, lambda: self._run(key, job.timeout_s), self._rng)
+        try:
+            await run_every(job, lambda: self._run(key, job.timeout_s), self._rng)
+        finally:
+            await state.close()
 
     async def _run(self, key: tuple[str, str], timeout_s: float) -> None:
         state = self._states.get(key)
@@ -258,8 +277,15 @@ class AgentController:
     async def _http_discover(
         self, provider: AgentProvider, headers: Mapping[str, str], tls: ssl.SSLContext | None
     ) -> Found:
+        """Discover over the provider's kept connections; the credential goes with each
+        discovery's requests only, never into what is kept."""
+        state = self._states.get((provider.kind, provider.name))
+        if state is None:
+            raise DiscoveryError("Unreachable", "the provider is no longer hosted")
         if isinstance(provider, AgentToolProvider):
-            return await list_mcp_tools(provider.spec.endpoint, headers, tls)
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        return await read_agent_card(self._session, provider.spec.endpoint, headers, tls)
+            if state.mcp is None:
+                state.mcp = McpConnections(tls, PROBE_KEEPALIVE_S)
+            return await list_mcp_tools(provider.spec.endpoint, headers, tls, connections=state.mcp)
+        if state.session is None:
+            state.session = probe_session()
+        return await read_agent_card(state.session, provider.spec.endpoint, headers, tls)

@@ -16,7 +16,12 @@ their pace. After each job, once every declared check has run once, it:
   from routing; Unavailable, or failing before ever passing, drops it.
 
 The provider's endpoint is only contacted when it declares a health check or a
-metrics config, so third-party APIs without them are never probed.
+metrics config, so third-party APIs without them are never probed. Each
+provider's checks share one pooled session (`grid.adapters.probe_sessions`),
+and its health check and scrape one TLS context when they declare the same
+``tls``, so they reuse one kept-alive connection instead of a connect and a TLS
+handshake per check; the session closes when the provider's loop ends (the
+provider is deleted or its spec changed) and at `ProviderController.stop`.
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ import aiohttp
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
+from grid.adapters.probe_sessions import probe_session
 from grid.adapters.provider_tls import provider_ssl_context
 from grid.adapters.scrape import ProviderScraper, ScrapeError, check_health
 from grid.adapters.store.port import ResourceStore
-from grid.adapters.tracing import OUTCOME, client_trace_configs, outcome_span
+from grid.adapters.tracing import OUTCOME, outcome_span
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import InferenceProvider
 from grid.core.resources.lifecycle import ProviderObservation, next_provider_phase
@@ -78,7 +84,10 @@ class ProviderState:
     last_good: tuple[float, RecordSignals] | None = None
     """The last successful scrape's time and signals (for staleMetricsSeconds)."""
     tls: dict[str, ssl.SSLContext] = field(default_factory=dict)
-    """TLS contexts of ``healthCheck.tls`` and ``metricsConfig.tls``, built once."""
+    """TLS contexts of ``healthCheck.tls`` and ``metricsConfig.tls``, built once, keyed
+    by the declaration: the same ``tls`` twice is one context, so one connection pool."""
+    session: aiohttp.ClientSession | None = field(default=None, repr=False)
+    """The pooled session of this provider's HTTP checks, opened by the first one."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -110,7 +119,6 @@ class ProviderController:
         self._on_record = on_record
         self._refresh_s = refresh_s
         self._states: dict[str, ProviderState] = {}
-        self._session: aiohttp.ClientSession | None = None
         self._health = health or self._http_health
         self._scrape = scrape or self._http_scrape
         self._rng = rng or random.Random()
@@ -128,8 +136,7 @@ class ProviderController:
         return state.provider if state is not None else None
 
     async def start(self) -> None:
-        """Open the HTTP session the checks share (traced, with traceparent, when on)."""
-        self._session = aiohttp.ClientSession(trace_configs=client_trace_configs())
+        """Nothing to open up front: each provider's checks open their own session."""
 
     def sync(self, providers: list[InferenceProvider]) -> None:
         """Start, restart or stop loops so there is one per provider, on its latest spec."""
@@ -154,23 +161,31 @@ class ProviderController:
             state.task.cancel()
 
     async def stop(self) -> None:
-        """Stop every loop, wait for them to end, and close the session."""
+        """Stop every loop and wait for them to end (each closes its session)."""
         tasks = [s.task for s in self._states.values() if s.task is not None]
         for name in list(self._states):
             self._stop(name)
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
 
     async def _loop(self, name: str) -> None:
-        """Run the provider's jobs side by side until cancelled."""
+        """Run the provider's jobs side by side until cancelled, then close its session."""
         state = self._states.get(name)
         if state is None:
             return
         jobs = provider_jobs(state.provider, self._refresh_s, self.metrics_default_s)
-        async with asyncio.TaskGroup() as group:
-            for job in jobs:
-                group.create_task(run_every(job, self._job(name, job), self._rng))
+        try:
+            async with asyncio.TaskGroup() as group:
+                for job in jobs:
+                    group.create_task(run_every(job, self._job(name, job), self._rng))
+        finally:
+            if state.session is not None:
+                await state.session.close()
+                state.session = None
+
+    def _session_of(self, state: ProviderState) -> aiohttp.ClientSession:
+        if state.session is None:
+            state.session = probe_session()
+        return state.session
 
     def _job(self, name: str, job: Job) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
@@ -191,32 +206,34 @@ class ProviderController:
         return run
 
     async def _http_health(self, state: ProviderState) -> bool:
-        assert self._session is not None
         spec = state.provider.spec
         health = spec.health_check
-        tls = await self._tls(state, "health", health.tls if health else None)
-        result = await check_health(self._session, spec.endpoint or "", health, tls)
+        tls = await self._tls(state, health.tls if health else None)
+        result = await check_health(self._session_of(state), spec.endpoint or "", health, tls)
         return result.healthy
 
     async def _http_scrape(self, state: ProviderState) -> ScrapedSignals:
-        assert self._session is not None
         spec = state.provider.spec
         if state.scraper is None:
             metrics = spec.metrics_config
             assert metrics is not None
-            tls = await self._tls(state, "metrics", metrics.tls)
-            state.scraper = ProviderScraper(self._session, spec.endpoint or "", metrics, tls)
+            tls = await self._tls(state, metrics.tls)
+            session = self._session_of(state)
+            state.scraper = ProviderScraper(session, spec.endpoint or "", metrics, tls)
         return await state.scraper.scrape()
 
-    async def _tls(
-        self, state: ProviderState, use: str, tls: ProviderTls | None
-    ) -> ssl.SSLContext | None:
-        """The TLS context of ``use`` (health or metrics), built from the store once."""
+    async def _tls(self, state: ProviderState, tls: ProviderTls | None) -> ssl.SSLContext | None:
+        """The TLS context of a ``tls`` declaration, built from the store once.
+
+        aiohttp pools connections per context, so health and metrics declaring the
+        same ``tls`` share one context and their checks one connection.
+        """
         if tls is None:
             return None
-        if use not in state.tls:
-            state.tls[use] = await provider_ssl_context(self._store, tls)
-        return state.tls[use]
+        key = tls.model_dump_json()
+        if key not in state.tls:
+            state.tls[key] = await provider_ssl_context(self._store, tls)
+        return state.tls[key]
 
     async def _run_health(self, state: ProviderState, timeout_s: float) -> None:
         attributes = {"grid.provider": state.provider.name}

@@ -47,8 +47,10 @@ from grid.adapters.tls_probe import (
     ProbeOutcome,
     ProbeResult,
     probe,
+    session_key,
     tcp_probe,
 )
+from grid.adapters.tls_sessions import TlsSessions
 from grid.core.resources import GridSite
 from grid.core.resources.discovery import discovery_enabled, member_of
 from grid.core.resources.lifecycle import Probe, SiteObservation, departed, next_site_phase
@@ -100,6 +102,14 @@ class SiteMetrics:
             "Duration of one gateway egress probe (connect and handshake).",
             registry=registry,
         )
+        self.handshakes = Counter(
+            "grid_site_probe_handshakes",
+            "Completed egress probe handshakes: full, or resuming an earlier probe's session.",
+            ["handshake"],
+            registry=registry,
+        )
+        for kind in ("full", "resumed"):
+            self.handshakes.labels(kind)
         self.transitions = Counter(
             "grid_site_phase_transition",
             "GridSite phase or reason changes written, by the phases and the new reason.",
@@ -107,10 +117,12 @@ class SiteMetrics:
             registry=registry,
         )
 
-    def probed(self, outcome: ProbeOutcome, tls_mode: str, duration_s: float) -> None:
+    def probed(self, result: ProbeResult, tls_mode: str) -> None:
         """Count one probe (``tls_mode``: the GridSite's ``Mutual`` or ``Plaintext``)."""
-        self.probes.labels(outcome.value, tls_mode).inc()
-        self.probe_seconds.observe(duration_s)
+        self.probes.labels(result.outcome.value, tls_mode).inc()
+        self.probe_seconds.observe(result.duration_s)
+        if result.fingerprint is not None:
+            self.handshakes.labels("resumed" if result.resumed else "full").inc()
 
 
 class SiteController:
@@ -138,6 +150,8 @@ class SiteController:
         """Each site's phase, keyed by its member's site name."""
         self._probed: dict[str, tuple[str, str | None]] = {}
         """Per site, the last egress probe's time and the leaf PEM it was shown."""
+        self.sessions = TlsSessions()
+        """The TLS session of each egress whose last probe passed, resumed by the next."""
 
     async def reconcile(
         self,
@@ -177,6 +191,7 @@ class SiteController:
             self.phases[name] = phase
         for gone in set(self.phases) - {member_of(s) for s in sites}:
             del self.phases[gone]
+        self.sessions.retain(_egress_key(s) for s in sites)
         return changed
 
     def _departed(self, member: str, state: MemberState | None, ttl: float | None) -> bool:
@@ -187,19 +202,22 @@ class SiteController:
         egress = site.spec.egress
         mode = egress.tls.mode if egress is not None and egress.tls is not None else "Mutual"
         if egress is None or not egress.address:
-            self._count(ProbeOutcome.ADDRESS_MISSING, mode, 0.0)
+            self._count(ProbeOutcome.ADDRESS_MISSING, mode)
             return Probe.NOT_RUN
         if mode == "Plaintext":
             result = await tcp_probe(egress.address, self._probe_timeout_s)
             self._record(site, result, mode)
             return Probe.IDENTITY_UNVERIFIED if result.reachable else Probe.UNREACHABLE
         if self._tls is None:
-            self._count(ProbeOutcome.TRUST_MATERIAL_MISSING, mode, 0.0)
+            self._count(ProbeOutcome.TRUST_MATERIAL_MISSING, mode)
             return Probe.NOT_RUN
         server_name = egress.tls.server_name if egress.tls else None
-        result = await probe(egress.address, self._tls, server_name, self._probe_timeout_s)
         # A site matches any of its pins (certFingerprint and canonicalFingerprints).
-        matched = result.fingerprint in site.spec.accepted_fingerprints
+        pins = site.spec.accepted_fingerprints
+        result = await probe(
+            egress.address, self._tls, server_name, self._probe_timeout_s, self.sessions, pins
+        )
+        matched = result.fingerprint in pins
         if result.reachable and not matched:
             result = dataclasses.replace(result, outcome=ProbeOutcome.PIN_MISMATCH)
         self._record(site, result, mode)
@@ -210,11 +228,13 @@ class SiteController:
     def _record(self, site: GridSite, result: ProbeResult, mode: str) -> None:
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         self._probed[site.name] = (now, result.pem)
-        self._count(result.outcome, mode, result.duration_s)
+        self._count(result, mode)
 
-    def _count(self, outcome: ProbeOutcome, mode: str, duration_s: float) -> None:
+    def _count(self, result: ProbeOutcome | ProbeResult, mode: str) -> None:
+        if isinstance(result, ProbeOutcome):
+            result = ProbeResult(False, outcome=result)
         if self._metrics is not None:
-            self._metrics.probed(outcome, mode, duration_s)
+            self._metrics.probed(result, mode)
 
     async def _reconcile_one(
         self,
@@ -272,6 +292,14 @@ class SiteController:
                     lambda: self._store.patch_status("GridSite", site.name, patch),
                 )
         return phase
+
+
+def _egress_key(site: GridSite) -> tuple[str, str | None] | None:
+    """The key the site's egress session is kept under (None: no egress address)."""
+    egress = site.spec.egress
+    if egress is None or not egress.address:
+        return None
+    return session_key(egress.address, egress.tls.server_name if egress.tls else None)
 
 
 def _offered(status: GridSiteStatus | None) -> dict[str, Any] | None:
