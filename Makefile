@@ -106,16 +106,18 @@ contracts: $(STAMP)
 # Two shards side by side, one per core: the longest end-to-end tests (real processes, mostly
 # waiting on timers: the fault campaign, the operator meshes, the gateways) and the rest (mostly
 # CPU, with the shorter end-to-end directories). Each has its own temporary directory; the
-# end-to-end shard's output is printed when both are done. PYTEST_ARGS runs one pytest instead.
+# end-to-end shard's output is printed when both are done. Each shard draws the loopback ports of
+# the processes it starts from its own range, so the two never pick the same one.
+# PYTEST_ARGS runs one pytest instead.
 E2E_PATHS = $(wildcard tests/faults tests/e2e/operator tests/e2e/gateway tests/e2e/test_*.py)
 pytest: $(STAMP)
 ifdef PYTEST_ARGS
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 else
 	@base=$$(mktemp -d /tmp/grid-pytest.XXXXXX); \
-	$(BIN)/python -m pytest -q -p no:cacheprovider --basetemp=$$base/e2e $(E2E_PATHS) \
-	  >$$base/e2e.log 2>&1 & e2e=$$!; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider --basetemp=$$base/rest \
+	GRID_DEMO_PORT_RANGE=20000-26000 $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  --basetemp=$$base/e2e $(E2E_PATHS) >$$base/e2e.log 2>&1 & e2e=$$!; \
+	GRID_DEMO_PORT_RANGE=26000-32000 $(BIN)/python -m pytest -q -p no:cacheprovider --basetemp=$$base/rest \
 	  $(addprefix --ignore=,$(E2E_PATHS)); rest=$$?; \
 	wait $$e2e; e2e_rc=$$?; echo "== $(E2E_PATHS)"; cat $$base/e2e.log; rm -rf $$base; \
 	echo "pytest: rest exit $$rest, end-to-end exit $$e2e_rc"; \

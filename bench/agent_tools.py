@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from grid.core.overlay.ids import stable_id
-from grid.demo.plan import free_port
+from grid.demo.ports import free_port
 from grid.testing.gateway import Upstream, overlay, render_praxis, spawn_gateway
 from grid.testing.poll import eventually
 

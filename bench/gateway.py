@@ -75,7 +75,7 @@ from grid.core.overlay import Provenance, Scope, build_envelope, format_timestam
 from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_config  # noqa: E402
 from grid.core.overlay.ids import stable_id  # noqa: E402
 from grid.core.resources.network_spec import ConsumerSpec  # noqa: E402
-from grid.demo.plan import free_port  # noqa: E402
+from grid.demo.ports import free_port  # noqa: E402
 from grid.testing.otlp import OtlpReceiver  # noqa: E402
 
 MODEL = "bench-model"

@@ -24,6 +24,7 @@ import aiohttp
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.mesh import DemoMesh
+from grid.demo.ports import free_port
 from grid.errors import NotFound
 
 from .routing_model import ProviderSpec
@@ -45,7 +46,7 @@ _DEMO_ONLY = ("bedrock-llama", "openai")
 
 def _port(taken: set[int]) -> int:
     while True:
-        port = p.free_port()
+        port = free_port()
         if port not in taken:
             taken.add(port)
             return port

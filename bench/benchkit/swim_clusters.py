@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from grid.core.swim.config import SwimConfig
-from grid.demo.plan import PortPicker
+from grid.demo.ports import PortPicker
 
 BATCH = 16
 """Members started at once (after the first)."""

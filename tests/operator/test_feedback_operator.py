@@ -22,7 +22,8 @@ from grid.adapters.tls_probe import client_context
 from grid.cli.operator_cmd import operator_cmd
 from grid.core.signals.feedback import Report, report_headers
 from grid.demo.mesh import DemoMesh
-from grid.demo.plan import NETWORK, free_port
+from grid.demo.plan import NETWORK
+from grid.demo.ports import free_port
 from grid.operator.runtime import Operator
 from grid.operator.startup import StartupError
 from grid.testing.poll import eventually

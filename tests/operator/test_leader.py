@@ -19,7 +19,7 @@ import yaml
 
 from grid.adapters.kube.client import ClientSettings, KubeClient, load_configuration
 from grid.adapters.kube.lease import LeadershipLost, LeaseElector, LeaseSettings
-from grid.demo.plan import PortPicker
+from grid.demo.ports import PortPicker
 from grid.testing.kube_api import KubeApiEmulator, connect_store
 from grid.testing.poll import eventually
 

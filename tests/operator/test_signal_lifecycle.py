@@ -24,7 +24,8 @@ from grid.adapters.tls_probe import client_context
 from grid.core.trust import fingerprint_pem
 from grid.demo.mesh import DemoMesh
 from grid.demo.pki import DevCA
-from grid.demo.plan import NETWORK, free_port
+from grid.demo.plan import NETWORK
+from grid.demo.ports import free_port
 from grid.errors import Conflict
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grid.demo.plan import PortPicker
+from grid.demo.ports import PortPicker
 from grid.testing.fault_proxy import HOST, FaultCore, FaultProxy
 from grid.testing.poll import eventually
 from grid.testing.proc_sockets import tcp_owner

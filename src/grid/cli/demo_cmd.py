@@ -26,6 +26,7 @@ from grid.demo.live import DemoLiveView, site_addresses
 from grid.demo.load import drive
 from grid.demo.mesh import DemoMesh
 from grid.demo.plan import API_MODEL, MODEL, NETWORK
+from grid.demo.ports import port_range
 from grid.demo.prometheus import (
     LocalPrometheus,
     PrometheusUnavailable,
@@ -163,6 +164,10 @@ def demo_cmd(
 ) -> None:
     """Run a live local mesh: operators, mock providers and a live ranked table."""
     names = [*DEFAULT_SITES, *(f"site-{i}" for i in range(4, 10))][:site_count]
+    try:
+        port_range()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     try:
         asyncio.run(_run(root, names, duration, traffic, signal_transport, Console(), prometheus))
     except TimeoutError as exc:

@@ -21,9 +21,7 @@ demo tenant, whose hash lines (`keys_file`) are the client keys Secret.
 from __future__ import annotations
 
 import base64
-import random
 import secrets
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import Any
 from grid.core.identity import key_line
 from grid.core.resources import API_VERSION, AUTO_DISCOVER_LABEL, SITE_LABEL
 from grid.core.resources.discovery import AUTO_DISCOVER_SITES
+from grid.demo.ports import PortPicker
 from grid.gateway.config import ConfigError, load_config
 from grid.gateway.settings import GatewaySettings
 
@@ -55,45 +54,6 @@ SITE_GEOGRAPHY: dict[str, tuple[str, str]] = {
     "central": ("us-east-1", "us-east-1b"),
 }
 """Region and zone of the well-known demo sites; further sites get generated ones."""
-
-
-PORT_RANGE = (20000, 32000)
-"""Where demo ports are drawn: below Linux's default ephemeral range (32768-60999),
-so the many outgoing connections of a running mesh (scrapes, probes, push-pull)
-can never be handed a port the plan reserved for a listener."""
-
-
-class PortPicker:
-    """Hands out distinct loopback ports, each free for both TCP and UDP when drawn."""
-
-    def __init__(self, rng: random.Random | None = None) -> None:
-        self._rng = rng or random.Random()
-        self._taken: set[int] = set()
-
-    def __call__(self) -> int:
-        """A port not handed out before and bindable right now."""
-        for _ in range(256):
-            port = self._rng.randrange(*PORT_RANGE)
-            if port not in self._taken and _bindable(port):
-                self._taken.add(port)
-                return port
-        raise OSError("no free port for both UDP and TCP on 127.0.0.1")
-
-
-def _bindable(port: int) -> bool:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-            tcp.bind(("127.0.0.1", port))
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-                udp.bind(("127.0.0.1", port))
-    except OSError:
-        return False
-    return True
-
-
-def free_port() -> int:
-    """One port free for both UDP and TCP on 127.0.0.1 at the time of asking."""
-    return PortPicker()()
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from grid.demo.plan import free_port
+from grid.demo.ports import free_port
 from grid.errors import GridError
 
 RULES_PATH = Path("deploy") / "prometheus" / "grid-rules.yaml"

@@ -40,6 +40,7 @@ import aiohttp
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.mesh import Child, DemoMesh
+from grid.demo.ports import PortPicker
 from grid.testing.fault_proxy import FaultCore, FaultProxy
 from grid.testing.proc_sockets import tcp_owner
 
@@ -82,7 +83,7 @@ class FaultMesh:
         await mesh.prepare()
         taken = {port for s in mesh.plan.sites.values() for port in _site_ports(s)}
         taken |= {pp.port for pp in [*mesh.plan.providers, *mesh.plan.stand_ins]}
-        picker = p.PortPicker()
+        picker = PortPicker()
 
         def free() -> int:
             port = picker()

@@ -29,7 +29,7 @@ from grid.core.overlay.consumer import RenderedConsumerConfig, render_consumer_c
 from grid.core.overlay.ids import stable_id
 from grid.core.resources.network_spec import ConsumerSpec
 from grid.demo.pki import DevCA
-from grid.demo.plan import free_port
+from grid.demo.ports import free_port
 from grid.testing.poll import eventually
 
 MODEL = "llama"

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from grid.demo.plan import free_port
+from grid.demo.ports import free_port
 
 START_TIMEOUT_S = 10.0
 """How long `NatsServer.start` waits for the server to accept connections."""

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from grid.demo.plan import free_port
+from grid.demo.ports import free_port
 from grid.testing.gateway import (
     MODEL,
     GatewayProcess,

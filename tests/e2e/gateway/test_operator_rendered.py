@@ -21,7 +21,7 @@ import pytest
 from grid.core.resources import API_VERSION, SITE_LABEL, GridNetwork, GridSite, InferenceProvider
 from grid.core.resources.secret import Secret
 from grid.core.routing.render import RenderInputs, render
-from grid.demo.plan import free_port
+from grid.demo.ports import free_port
 from grid.operator.output import ConsumerConfigWriter, OverlayWriter
 from grid.testing.gateway import GatewayProcess, Upstream
 from grid.testing.store import InMemoryStore

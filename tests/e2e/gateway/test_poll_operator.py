@@ -16,7 +16,7 @@ import yaml
 
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo.mesh import DemoMesh
-from grid.demo.plan import free_port
+from grid.demo.ports import free_port
 from grid.testing.gateway import GatewayProcess, spawn_gateway
 from grid.testing.poll import eventually
 

@@ -36,7 +36,8 @@ import yaml
 
 from grid.core.overlay import canonical_digest
 from grid.demo.mesh import DemoMesh
-from grid.demo.plan import API_MODEL, MODEL, free_port
+from grid.demo.plan import API_MODEL, MODEL
+from grid.demo.ports import free_port
 from grid.testing.gateway import GatewayProcess, Upstream, spawn_gateway
 from grid.testing.otlp import OtlpReceiver, ReceivedSpan, draw_tree
 from grid.testing.poll import eventually

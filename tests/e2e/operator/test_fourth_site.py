@@ -26,7 +26,8 @@ import pytest
 from grid.adapters.store.sqlite import SqliteStore
 from grid.core.trust import contains_private_key, fingerprint_pem
 from grid.demo.mesh import DemoMesh
-from grid.demo.plan import NETWORK, free_port
+from grid.demo.plan import NETWORK
+from grid.demo.ports import free_port
 from grid.errors import Conflict
 from grid.testing.poll import eventually
 

@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.mesh import DemoMesh
-from grid.demo.plan import free_port
+from grid.demo.ports import free_port
 from grid.testing.poll import eventually
 
 pytestmark = [pytest.mark.e2e]
