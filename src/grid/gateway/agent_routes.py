@@ -39,6 +39,7 @@ import aiohttp
 from aiohttp import web
 
 from grid import __version__
+from grid.core.vocabulary import CandidateKind
 from grid.gateway.agent_card import CARD_PATHS, CardRefused, read_card, rewrite_card
 from grid.gateway.plan import UNREACHABLE, Attempt, Plan, Refusal, plan_call
 from grid.gateway.snapshot import Candidate
@@ -51,8 +52,8 @@ MCP_PATH = "/mcp"
 gateway serves it unless ``GatewaySettings.mcp_path`` says otherwise."""
 AGENT_PREFIX = "/a2a"
 """The gateway's agent routes: ``/a2a/{agent}/...``."""
-TOOL_KIND = "mcp_tool"
-AGENT_KIND = "a2a_agent"
+TOOL_KIND = CandidateKind.MCP_TOOL
+AGENT_KIND = CandidateKind.A2A_AGENT
 HANDSHAKE_VERSION = "2025-06-18"
 """The MCP protocol version the gateway speaks to clients and providers."""
 SESSION_HEADER = "Mcp-Session-Id"
