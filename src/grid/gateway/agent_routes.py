@@ -76,11 +76,15 @@ _MCP_HEADERS = {
     "Content-Type": "application/json",
     VERSION_HEADER: HANDSHAKE_VERSION,
 }
-"""What every relayed tool call sends its provider, whatever the client sent."""
+"""What every message to a tool provider carries, whatever the client sent."""
 NO_TOOL = Refusal(404, "no_candidate", "no candidate serves this tool", "no_candidate")
 """Counted as the proxy counts it; the client reads a JSON-RPC error instead."""
 NO_AGENT = Refusal(
     404, "no_candidate", "no candidate admits new requests for this agent", "no_candidate"
+)
+NOT_PLAIN = Refusal(404, "not_found", "an agent path is plain segments only", "not_found")
+CARD_BROKE_OFF = Refusal(
+    502, "upstream_unavailable", "the agent's card broke off", "upstream_unavailable"
 )
 _TAIL = re.compile(r"^(/[A-Za-z0-9._~-]+)*/?$")
 """An agent path the gateway relays: plain segments only (no escapes, no dot segments)."""
@@ -90,11 +94,6 @@ def rpc_error(ident: object, code: int, message: str, status: int = 200) -> web.
     """A JSON-RPC error answer."""
     body = {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
     return web.json_response(body, status=status)
-
-
-def refusal(status: int, code: str, message: str) -> web.Response:
-    """The gateway's own refusal, ``{error: {code, message}}`` (as the proxy's)."""
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
 
 
 def rpc_result(ident: object, result: dict[str, Any]) -> web.Response:
@@ -288,8 +287,7 @@ class AgentRoutes:
         credential = proxy.credential(candidate)
         if upstream is None or credential is False:
             return None
-        headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
-        headers[VERSION_HEADER] = HANDSHAKE_VERSION
+        headers = dict(_MCP_HEADERS)
         if isinstance(credential, tuple):
             headers[credential[0]] = credential[1]
         if session is not None:
@@ -358,8 +356,7 @@ class AgentRoutes:
         tail = request.match_info.get("tail") or "/"
         proxy = self.proxy
         if not _TAIL.match(tail) or "%" in request.raw_path.split("?", 1)[0]:
-            proxy.metrics.requests["not_found"].inc()
-            return refusal(404, "not_found", "an agent path is plain segments only")
+            return proxy.refuse(NOT_PLAIN)
         admitted = await self._admit(request)
         if isinstance(admitted, web.Response):
             return admitted
@@ -389,17 +386,15 @@ class AgentRoutes:
         self, request: web.Request, name: str, answer: aiohttp.ClientResponse
     ) -> web.Response:
         """The agent's card with its interfaces under the gateway's ``/a2a/{name}``."""
-        requests = self.proxy.metrics.requests
+        proxy = self.proxy
         try:
             card = await read_card(answer)
         except CardRefused as refused:
-            requests["upstream_unavailable"].inc()
-            return refusal(502, refused.code, str(refused))
+            return proxy.refuse(Refusal(502, refused.code, str(refused), UNREACHABLE.outcome))
         except (aiohttp.ClientError, TimeoutError):
-            requests["upstream_unavailable"].inc()
-            return refusal(502, "upstream_unavailable", "the agent's card broke off")
+            return proxy.refuse(CARD_BROKE_OFF)
         finally:
             answer.release()
-        requests["routed"].inc()
+        proxy.metrics.requests["routed"].inc()
         base = f"{request.scheme}://{request.host}{AGENT_PREFIX}/{name}"
         return web.json_response(rewrite_card(card, base))
