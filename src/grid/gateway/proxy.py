@@ -54,8 +54,7 @@ from grid.gateway import request_trace
 from grid.gateway.affinity import AffinityTable
 from grid.gateway.agent_routes import AgentRoutes
 from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body, write_within
-from grid.gateway.client_auth import ClientAuth
-from grid.gateway.client_auth import Refusal as ClientRefusal
+from grid.gateway.client_auth import ClientAuth, Refused
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
 from grid.gateway.metering import TenantMeter
@@ -93,6 +92,18 @@ _LARGE_BODY = 1024 * 1024
 def error(status: int, code: str, message: str) -> web.Response:
     """The gateway's own refusal: ``{error: {code, message}}``."""
     return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+
+BODY_TIMEOUT = Refusal(
+    408, "body_timeout", "the body did not arrive at the minimum rate", "body_timeout"
+)
+ENCODED_STREAM = Refusal(
+    502, "upstream_unavailable", "the cluster's stream is encoded", "upstream_unavailable"
+)
+"""Asked for identity; an encoded stream's usage could not be read."""
+BROKE_OFF = Refusal(
+    502, "upstream_unavailable", "the cluster's answer broke off", "upstream_unavailable"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,25 +258,23 @@ class Proxy:
 
     async def admit(self, request: web.Request) -> tuple[str | None, bytes] | web.Response:
         """The request's tenant and body, or its refusal (identity, budget, body bounds)."""
-        requests = self.metrics.requests
         try:
             tenant = self.meter.canonical(self.client_auth.tenant(request))
-        except ClientRefusal as refused:
-            requests[refused.outcome].inc()
-            return error(refused.status, refused.code, refused.message)
+        except Refused as refused:
+            return self.refuse(refused.refusal)
         if (spent := budget_refusal(self.meter.is_exhausted(tenant))) is not None:
             return self.refuse(spent)
         limit = self.settings.body_max_bytes
         try:
             return tenant, await read_body(request, limit, *self.settings.body_pace)
         except BodyTooSlow:
-            requests["body_timeout"].inc()
-            slow = error(408, "body_timeout", "the body did not arrive at the minimum rate")
+            slow = self.refuse(BODY_TIMEOUT)
             slow.force_close()
             return slow
         except BodyTooLarge:
-            requests["too_large"].inc()
-            return error(413, "body_too_large", f"the body exceeds {limit} bytes")
+            return self.refuse(
+                Refusal(413, "body_too_large", f"the body exceeds {limit} bytes", "too_large")
+            )
 
     @staticmethod
     def _document(body: bytes) -> object:
@@ -381,25 +390,21 @@ class Proxy:
         encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
         try:
             if streaming and encoding not in ("", "identity"):
-                # Asked for identity; an encoded stream's usage could not be read.
-                requests["upstream_unavailable"].inc()
-                return error(502, "upstream_unavailable", "the cluster's stream is encoded")
+                return self.refuse(ENCODED_STREAM)
             if response.status >= 400:  # an error body may echo the credential
                 try:
                     answer = await error_answer(
                         response, headers, masker, self.settings.error_body_max_bytes
                     )
                 except (aiohttp.ClientError, TimeoutError):
-                    requests["upstream_unavailable"].inc()
-                    return error(502, "upstream_unavailable", "the cluster's answer broke off")
+                    return self.refuse(BROKE_OFF)
                 requests["routed"].inc()
                 return answer
             if not streaming and length is not None and length <= self.settings.buffer_max_bytes:
                 try:
                     data = await response.read()
                 except (aiohttp.ClientError, TimeoutError):
-                    requests["upstream_unavailable"].inc()
-                    return error(502, "upstream_unavailable", "the cluster's answer broke off")
+                    return self.refuse(BROKE_OFF)
                 requests["routed"].inc()
                 self._meter_answer(
                     decoded_body(data, encoding, self.settings.buffer_max_bytes), metered
