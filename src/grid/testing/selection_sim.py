@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from grid.core.routing.load import LoadBook, LoadSettings
 from grid.core.routing.selection import RANDOM, ModelPlan, SelectionPolicy, select
+from grid.core.vocabulary import AdmissionState
 
 __all__ = ["STRATEGIES", "Degrade", "Model", "SimMember", "p99", "simulate"]
 
@@ -37,7 +38,7 @@ class SimMember:
 
     stable_id: str
     capacity_weight: int = 1
-    admission: str = "new_and_existing"
+    admission: AdmissionState = AdmissionState.NEW_AND_EXISTING
     selection_group: int = 0
     traffic_weight: int = 1
 
