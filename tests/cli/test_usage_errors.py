@@ -123,3 +123,12 @@ def test_operator_refuses_a_site_that_is_no_object_name(site: str) -> None:
     assert result.exit_code == 2
     assert "Invalid value for '--site': must be a Kubernetes object name" in result.stderr
     assert "pydantic" not in result.output and "validation error" not in result.output
+
+
+@pytest.mark.parametrize("operator", ["operator", "operator:", ":8443", "operator:99999", "a:b"])
+def test_gateway_refuses_an_operator_that_is_no_address(operator: str, tmp_path: Path) -> None:
+    pems = {flag: str(tmp_path / f"{flag[2:]}.pem") for flag in ("--cert", "--key", "--ca")}
+    args = ["gateway", "--config", str(tmp_path / "praxis.yaml"), "--operator", operator]
+    result = CliRunner().invoke(main, [*args, *(p for f, v in pems.items() for p in (f, v))])
+    assert result.exit_code == 2
+    assert "--operator must be HOST:PORT" in result.stderr

@@ -27,6 +27,7 @@ from grid.gateway.plan import (
     Routable,
     connection_tokens,
     end_to_end,
+    plan_call,
     plan_request,
     routable,
 )
@@ -237,3 +238,34 @@ def test_a_candidate_naming_no_known_admission_or_tier_is_refused() -> None:
     ):
         with pytest.raises(SelectionFieldError, match=rf"candidates\[0\]\.{field_name}"):
             snapshot_from_candidates([{**base, **extra}], None, "inline")
+
+
+UNSERVED = Refusal(404, "no_candidate", "no candidate serves this tool", "no_candidate")
+
+
+@given(with_connection(), st.lists(st.sampled_from([None, TOKEN_REF, KEY_REF]), max_size=3))
+def test_a_tool_call_is_planned_as_a_model_request_is(
+    drawn: tuple[CIMultiDict[str], set[str]], refs: list[tuple[str, str, str] | None]
+) -> None:
+    client, listed = drawn
+    client.add("Mcp-Session-Id", "the-clients")
+    client.add("Accept", "text/plain")
+    chosen = [candidate(i, r) for i, r in enumerate(refs)]
+    plan = plan_call(
+        client, "/mcp", b'{"id": 1}', "tool", chosen, RULES, "r-1", None,
+        unserved=UNSERVED, drop=("Mcp-Session-Id",), extra={"Accept": "application/json"},
+    )  # fmt: skip
+    if not chosen:
+        assert plan is UNSERVED
+        return
+    assert isinstance(plan, Plan)
+    assert plan.body == b'{"id": 1}' and not plan.strip_usage and plan.session is None
+    assert [a.candidate for a in plan.attempts] == chosen
+    for attempt in plan.attempts:
+        sent = attempt.headers
+        assert sent.getall("Accept") == ["application/json"]
+        assert "Mcp-Session-Id" not in sent and sent.getall("X-Model") == ["tool"]
+        assert not ({n.lower() for n in sent} & (HOP_BY_HOP | listed - {"accept", "x-model"}))
+        held = attempt.with_header("Mcp-Session-Id", "the-gateways")
+        assert held.headers.getall("Mcp-Session-Id") == ["the-gateways"]
+        assert "Mcp-Session-Id" not in attempt.headers

@@ -10,10 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grid.core.routing.selection import (
-    ADMISSION_NONE,
     DETERMINISTIC,
-    EXISTING_ONLY,
-    NEW_AND_EXISTING,
     RANDOM,
     ROUND_ROBIN,
     WEIGHTED_RANDOM,
@@ -22,8 +19,12 @@ from grid.core.routing.selection import (
     Turn,
     select,
 )
+from grid.core.vocabulary import AdmissionState
 
-ADMISSIONS = (NEW_AND_EXISTING, EXISTING_ONLY, ADMISSION_NONE)
+NEW_AND_EXISTING = AdmissionState.NEW_AND_EXISTING
+EXISTING_ONLY = AdmissionState.EXISTING_ONLY
+EXCLUDED = AdmissionState.EXCLUDED
+ADMISSIONS = (NEW_AND_EXISTING, EXISTING_ONLY, EXCLUDED)
 POLICIES = (
     SelectionPolicy(DETERMINISTIC),
     SelectionPolicy(ROUND_ROBIN),
@@ -36,7 +37,7 @@ POLICIES = (
 @dataclass(frozen=True)
 class Cand:
     stable_id: str
-    admission: str
+    admission: AdmissionState
     selection_group: int
     traffic_weight: int = 1
     capacity_weight: int = 1
@@ -121,7 +122,7 @@ def test_affinity_comes_first_while_its_candidate_still_serves(
         assert bound not in tries or (
             bound.stable_id in ejected and bound.admission == NEW_AND_EXISTING
         )
-    assert all(c.admission != ADMISSION_NONE for c in tries)
+    assert all(c.admission != EXCLUDED for c in tries)
     assert all(c.admission == NEW_AND_EXISTING for c in tries[1:])
 
 

@@ -26,6 +26,8 @@ import click
 
 from grid.adapters.stop_signals import stop_event
 from grid.adapters.tracing import GATEWAY_SAMPLE_RATIO, SERVICE_GATEWAY, start_tracing
+from grid.core.address import parse_address
+from grid.errors import ValidationError
 from grid.gateway.config import ConfigError, load_config
 from grid.gateway.server import Gateway
 from grid.gateway.settings import GatewaySettings
@@ -143,7 +145,9 @@ def gateway_cmd(
         if cert is None or key is None or ca is None:
             click.echo("error: --operator needs --cert, --key and --ca", err=True)
             sys.exit(2)
-        if ":" not in operator or not operator.rsplit(":", 1)[1].isdigit():
+        try:
+            parse_address(operator)
+        except ValidationError:
             click.echo("error: --operator must be HOST:PORT", err=True)
             sys.exit(2)
         credentials = SiteCredentials(cert, key, ca)

@@ -26,6 +26,7 @@ from grid.core.resources.manifest import Manifests
 from grid.core.routing.explain import ExplainRow, Explanation, explain
 from grid.core.routing.render import AGENT_CAPABILITIES, RenderInputs, render
 from grid.core.routing.signals import SignalsDocument, parse_signals
+from grid.core.vocabulary import CandidateKind
 from grid.errors import ValidationError
 
 SIGNALS_FILE_BYTES_MAX = 16 * 1024 * 1024
@@ -144,7 +145,9 @@ def _what(capability: str | None) -> str:
 def _where(row: ExplainRow) -> str:
     """``provider@site``, naming the tool or agent of a candidate that is no model."""
     where = f"{row.provider}@{row.site}"
-    return where if row.kind == "inference_model" else f"{where} ({row.kind} {row.model})"
+    return (
+        where if row.kind == CandidateKind.INFERENCE_MODEL else f"{where} ({row.kind} {row.model})"
+    )
 
 
 def _table(result: Explanation) -> Table:

@@ -48,12 +48,36 @@ class CandidateKind(StrEnum):
     """An agent reached over A2A (§16)."""
 
 
+KIND_NOUNS: dict[str, str] = {
+    CandidateKind.INFERENCE_MODEL.value: "model",
+    CandidateKind.MCP_TOOL.value: "tool",
+    CandidateKind.A2A_AGENT.value: "agent",
+}
+"""The word a message or a table uses for each candidate kind."""
+
+
 class AdmissionState(StrEnum):
     """Whether a candidate may take new sessions, only existing ones, or none."""
 
     NEW_AND_EXISTING = "new_and_existing"
     EXISTING_ONLY = "existing_only"
     EXCLUDED = "excluded"
+
+
+ADMISSION_NONE = "none"
+"""Upstream's overlay ``admission_state`` for `AdmissionState.EXCLUDED`: a candidate that
+serves no request, not even a bound session. Grid never writes it (an excluded candidate
+leaves the overlay); readers accept it."""
+
+OVERLAY_ADMISSIONS: dict[str, AdmissionState] = {
+    AdmissionState.NEW_AND_EXISTING.value: AdmissionState.NEW_AND_EXISTING,
+    AdmissionState.EXISTING_ONLY.value: AdmissionState.EXISTING_ONLY,
+    ADMISSION_NONE: AdmissionState.EXCLUDED,
+}
+"""Every ``admission_state`` an overlay reader accepts (§5), by its wire name."""
+
+ADMISSION_ORDER: dict[AdmissionState, int] = {state: i for i, state in enumerate(AdmissionState)}
+"""How candidates sort by admission: ``new_and_existing`` first."""
 
 
 class SelectionTier(StrEnum):
@@ -67,6 +91,9 @@ class SelectionTier(StrEnum):
     """Upstream's tier when a site has no region; an overlay reader accepts it and
     orders it after ``cross_region``. Grid's scoring never assigns it."""
 
+
+TIER_ORDER: dict[SelectionTier, int] = {tier: i for i, tier in enumerate(SelectionTier)}
+"""How candidates sort by tier: nearest first, ``unknown`` after ``cross_region``."""
 
 SIGNAL_NAMES = ("locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost")
 """The six signals in their fixed order (weights, scores and breakdowns follow it)."""

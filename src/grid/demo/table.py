@@ -20,6 +20,7 @@ from rich.console import Group
 from rich.table import Table
 
 from grid.adapters.store.sqlite import SqliteStore
+from grid.core.vocabulary import KIND_NOUNS, AdmissionState, SelectionTier
 from grid.errors import GridError
 from grid.operator.output import CONFIG_KEY
 
@@ -34,17 +35,14 @@ def read_overlay(overlay_dir: Path) -> dict[str, Any] | None:
 
 
 _SHORT = {
-    "same_site": "site",
-    "same_zone": "zone",
-    "same_region": "region",
-    "cross_region": "cross",
-    "new_and_existing": "new+existing",
-    "existing_only": "existing-only",
+    SelectionTier.SAME_SITE.value: "site",
+    SelectionTier.SAME_ZONE.value: "zone",
+    SelectionTier.SAME_REGION.value: "region",
+    SelectionTier.CROSS_REGION.value: "cross",
+    AdmissionState.NEW_AND_EXISTING.value: "new+existing",
+    AdmissionState.EXISTING_ONLY.value: "existing-only",
 }
 
-
-_KINDS = {"inference_model": "model", "mcp_tool": "tool", "a2a_agent": "agent"}
-"""What the ``kind`` column shows for each candidate kind (§16: tools and agents beside models)."""
 
 _COLUMNS = (
     "rank", "kind", "name", "site", "cluster", "tier", "admission", "score", "fresh", "reqs",
@@ -75,7 +73,7 @@ def site_table(
         score = c.get("score")
         table.add_row(
             str(c.get("rank")),
-            _KINDS.get(str(c.get("kind")), str(c.get("kind"))),
+            KIND_NOUNS.get(str(c.get("kind")), str(c.get("kind"))),
             str(c.get("name")),
             str(c.get("site")),
             str(c.get("cluster")),

@@ -21,7 +21,9 @@ cluster under ``/...``, as the proxy relays a model request; an event-stream ans
 answer changed on its way: its interface URLs are pointed back at the gateway
 (`grid.gateway.agent_card`), so an SDK client's later calls come through here too.
 
-Both go through the client's identity and budget check first (§15, §12), and every
+Both go through the client's identity and budget check first (§15, §12), are planned
+as a model request is (`grid.gateway.plan.plan_call`: attempts in selection order, their
+headers, credential references and failover rule) and carried out by the `Proxy`; every
 relayed tool call and agent request (cards aside) is counted for its tenant
 (``grid_gateway_tenant_calls_total``, `grid.gateway.metering`): calls carry no tokens.
 """
@@ -35,24 +37,23 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict, MultiMapping
 
 from grid import __version__
-from grid.core.metering.bounds import usage_bound
+from grid.core.vocabulary import CandidateKind
 from grid.gateway.agent_card import CARD_PATHS, CardRefused, read_card, rewrite_card
-from grid.gateway.redaction import Masker, secret_of
-from grid.gateway.snapshot import Candidate, Snapshot
+from grid.gateway.plan import UNREACHABLE, Attempt, Plan, Refusal, plan_call
+from grid.gateway.snapshot import Candidate
 
 if TYPE_CHECKING:
-    from grid.gateway.proxy import Proxy
+    from grid.gateway.proxy import Answered, Proxy
 
 MCP_PATH = "/mcp"
 """Where a tool provider's cluster serves MCP (the SDK's default path), and where the
 gateway serves it unless ``GatewaySettings.mcp_path`` says otherwise."""
 AGENT_PREFIX = "/a2a"
 """The gateway's agent routes: ``/a2a/{agent}/...``."""
-TOOL_KIND = "mcp_tool"
-AGENT_KIND = "a2a_agent"
+TOOL_KIND = CandidateKind.MCP_TOOL
+AGENT_KIND = CandidateKind.A2A_AGENT
 HANDSHAKE_VERSION = "2025-06-18"
 """The MCP protocol version the gateway speaks to clients and providers."""
 SESSION_HEADER = "Mcp-Session-Id"
@@ -70,6 +71,21 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL = (
     -32602,
     -32603,
 )
+_MCP_HEADERS = {
+    "Accept": ACCEPT,
+    "Content-Type": "application/json",
+    VERSION_HEADER: HANDSHAKE_VERSION,
+}
+"""What every message to a tool provider carries, whatever the client sent."""
+NO_TOOL = Refusal(404, "no_candidate", "no candidate serves this tool", "no_candidate")
+"""Counted as the proxy counts it; the client reads a JSON-RPC error instead."""
+NO_AGENT = Refusal(
+    404, "no_candidate", "no candidate admits new requests for this agent", "no_candidate"
+)
+NOT_PLAIN = Refusal(404, "not_found", "an agent path is plain segments only", "not_found")
+CARD_BROKE_OFF = Refusal(
+    502, "upstream_unavailable", "the agent's card broke off", "upstream_unavailable"
+)
 _TAIL = re.compile(r"^(/[A-Za-z0-9._~-]+)*/?$")
 """An agent path the gateway relays: plain segments only (no escapes, no dot segments)."""
 
@@ -78,11 +94,6 @@ def rpc_error(ident: object, code: int, message: str, status: int = 200) -> web.
     """A JSON-RPC error answer."""
     body = {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
     return web.json_response(body, status=status)
-
-
-def refusal(status: int, code: str, message: str) -> web.Response:
-    """The gateway's own refusal, ``{error: {code, message}}`` (as the proxy's)."""
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
 
 
 def rpc_result(ident: object, result: dict[str, Any]) -> web.Response:
@@ -172,59 +183,67 @@ class AgentRoutes:
         if not isinstance(name, str) or not name:
             return rpc_error(ident, INVALID_PARAMS, "tools/call needs params.name")
         proxy = self.proxy
-        snapshot = proxy._snapshot()
-        tries = proxy.router.attempts(snapshot, name, None, kind=TOOL_KIND)
-        if not tries:
-            proxy.metrics.requests["no_candidate"].inc()
+        plan = self._plan(request, MCP_PATH, body, name, TOOL_KIND, drop=(SESSION_HEADER,))
+        if isinstance(plan, Refusal):
+            proxy.metrics.requests[plan.outcome].inc()
             return rpc_error(ident, INVALID_PARAMS, f"unknown tool: {name[:128]}")
-        base = proxy._outgoing_headers(request, name, snapshot)
-        base.popall(SESSION_HEADER, None)
-        base.update({"Accept": ACCEPT, "Content-Type": "application/json"})
-        base[VERSION_HEADER] = HANDSHAKE_VERSION
-        response = await self._first_answer(request, body, base, tries, snapshot)
-        if response is None:
+        answered = await self._first_answer(request, plan)
+        if answered is None:
             proxy.metrics.requests["upstream_unavailable"].inc()
             return rpc_error(ident, INTERNAL, "no provider of the tool could be reached")
-        candidate, answer = response
-        proxy.meter.add_call(proxy.meter.label(tenant), candidate.cluster, TOOL_KIND)
-        metered = (proxy.meter.label(tenant), candidate.cluster, usage_bound({}, len(body)))
-        masker = Masker.of(secret_of(proxy._credential(candidate)))
-        try:
-            return await proxy._relay(request, answer, metered, False, masker)
-        finally:
-            proxy.router.ended(candidate)
+        attempt, answer = answered
+        proxy.meter.add_call(proxy.meter.label(tenant), attempt.candidate.cluster, TOOL_KIND)
+        return await proxy.relay(request, plan, attempt, answer, tenant)
 
-    async def _first_answer(
+    def _plan(
         self,
         request: web.Request,
+        target: str,
         body: bytes,
-        base: MultiMapping[str],
-        tries: list[Candidate],
-        snapshot: Snapshot,
-    ) -> tuple[Candidate, aiohttp.ClientResponse] | None:
-        """The first candidate's answer that can be relayed (failover before the first
-        byte); a provider that forgot the gateway's session is initialized again once."""
-        last = len(tries) - 1
-        for index, candidate in enumerate(tries):
+        name: str,
+        kind: str,
+        drop: tuple[str, ...] = (),
+    ) -> Plan | Refusal:
+        """The plan of one tool call (``kind`` `TOOL_KIND`) or agent request for ``name``
+        over the selected candidates (`grid.gateway.plan.plan_call`)."""
+        proxy = self.proxy
+        snapshot = proxy.snapshot()
+        tries = proxy.router.attempts(snapshot, name, None, kind=kind)
+        tool = kind == TOOL_KIND
+        return plan_call(
+            request.headers, target, body, name, tries, proxy.rules, proxy.request_id(),
+            snapshot.revision, unserved=NO_TOOL if tool else NO_AGENT, drop=drop,
+            extra=_MCP_HEADERS if tool else None,
+        )  # fmt: skip
+
+    async def _first_answer(
+        self, request: web.Request, plan: Plan
+    ) -> tuple[Attempt, Answered] | None:
+        """The first attempt's answer that can be relayed (failover before the first
+        byte), each sent in the gateway's MCP session with its cluster; a provider that
+        forgot the session is initialized again once."""
+        proxy = self.proxy
+        last = len(plan.attempts) - 1
+        for planned in plan.attempts:
+            candidate = planned.candidate
             for fresh in (False, True):
                 session = await self._session(candidate, renew=fresh)
                 if session is False:
                     break
-                headers = CIMultiDict(base)
+                attempt = planned
                 if isinstance(session, str):
-                    headers[SESSION_HEADER] = session
-                answer = await self.proxy._attempt(
-                    request, MCP_PATH, body, headers, candidate, index, last
-                )
-                if answer is None:
+                    attempt = planned.with_header(SESSION_HEADER, session)
+                answered = await proxy.send(request, attempt, plan, last)
+                if answered is None:
                     break
-                if answer.status == 404 and isinstance(session, str) and not fresh:
-                    answer.release()
-                    self.proxy.router.ended(candidate)
+                stale = answered.status == 404 and isinstance(session, str) and not fresh
+                if stale and answered.response is not None:
+                    answered.response.release()
+                    proxy.router.ended(candidate)
                     continue
-                return candidate, answer
-            if index < last:
-                self.proxy.metrics.failovers.inc()
+                return attempt, answered
+            if planned.index < last:
+                proxy.metrics.failovers.inc()
         return None
 
     async def _session(self, candidate: Candidate, *, renew: bool = False) -> str | bool | None:
@@ -265,11 +284,10 @@ class AgentRoutes:
         header it answered with and the answer to ``expect`` (an id), or None."""
         proxy = self.proxy
         upstream = proxy.upstreams.get(candidate.cluster)
-        credential = proxy._credential(candidate)
+        credential = proxy.credential(candidate)
         if upstream is None or credential is False:
             return None
-        headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
-        headers[VERSION_HEADER] = HANDSHAKE_VERSION
+        headers = dict(_MCP_HEADERS)
         if isinstance(credential, tuple):
             headers[credential[0]] = credential[1]
         if session is not None:
@@ -297,7 +315,7 @@ class AgentRoutes:
     async def _tool_list(self, _request: web.Request) -> list[dict[str, Any]]:
         """Every tool of the snapshot, defined as its first candidate's provider lists it."""
         proxy = self.proxy
-        snapshot = proxy._snapshot()
+        snapshot = proxy.snapshot()
         firsts: dict[str, Candidate] = {}
         for candidate in snapshot.candidates:  # in overlay order: the best ranked first
             if candidate.kind == TOOL_KIND:
@@ -338,57 +356,45 @@ class AgentRoutes:
         tail = request.match_info.get("tail") or "/"
         proxy = self.proxy
         if not _TAIL.match(tail) or "%" in request.raw_path.split("?", 1)[0]:
-            proxy.metrics.requests["not_found"].inc()
-            return refusal(404, "not_found", "an agent path is plain segments only")
+            return proxy.refuse(NOT_PLAIN)
         admitted = await self._admit(request)
         if isinstance(admitted, web.Response):
             return admitted
         tenant, body = admitted
-        snapshot = proxy._snapshot()
-        tries = proxy.router.attempts(snapshot, name, None, kind=AGENT_KIND)
-        if not tries:
-            proxy.metrics.requests["no_candidate"].inc()
-            return refusal(404, "no_candidate", "no candidate admits new requests for this agent")
         target = tail + (f"?{request.query_string}" if request.query_string else "")
-        base = proxy._outgoing_headers(request, name, snapshot)
         card = request.method == "GET" and tail in CARD_PATHS
-        if card:  # always a whole card to rewrite, never a 304 for the agent's own
-            base.popall("If-None-Match", None)
-        last = len(tries) - 1
-        for index, candidate in enumerate(tries):
-            answer = await proxy._attempt(request, target, body, base, candidate, index, last)
-            if answer is None:
-                if index < last:
-                    proxy.metrics.failovers.inc()
-                continue
+        # A card is always read whole to rewrite, never a 304 for the agent's own.
+        drop = ("If-None-Match",) if card else ()
+        plan = self._plan(request, target, body, name, AGENT_KIND, drop)
+        if isinstance(plan, Refusal):
+            return proxy.refuse(plan)
+        answered = await proxy.first_answer(request, plan)
+        if answered is None:
+            return proxy.refuse(UNREACHABLE)
+        attempt, answer = answered
+        response = answer.response
+        if card and response is not None and response.status == 200:
             try:
-                if card and answer.status == 200:
-                    return await self._card(request, name, answer)
-                if not card:
-                    proxy.meter.add_call(proxy.meter.label(tenant), candidate.cluster, AGENT_KIND)
-                metered = (proxy.meter.label(tenant), candidate.cluster, usage_bound({}, len(body)))
-                masker = Masker.of(secret_of(proxy._credential(candidate)))
-                return await proxy._relay(request, answer, metered, False, masker)
+                return await self._card(request, name, response)
             finally:
-                proxy.router.ended(candidate)
-        proxy.metrics.requests["upstream_unavailable"].inc()
-        return refusal(502, "upstream_unavailable", "no candidate could be reached")
+                proxy.router.ended(attempt.candidate)
+        if not card:
+            proxy.meter.add_call(proxy.meter.label(tenant), attempt.candidate.cluster, AGENT_KIND)
+        return await proxy.relay(request, plan, attempt, answer, tenant)
 
     async def _card(
         self, request: web.Request, name: str, answer: aiohttp.ClientResponse
     ) -> web.Response:
         """The agent's card with its interfaces under the gateway's ``/a2a/{name}``."""
-        requests = self.proxy.metrics.requests
+        proxy = self.proxy
         try:
             card = await read_card(answer)
         except CardRefused as refused:
-            requests["upstream_unavailable"].inc()
-            return refusal(502, refused.code, str(refused))
+            return proxy.refuse(Refusal(502, refused.code, str(refused), UNREACHABLE.outcome))
         except (aiohttp.ClientError, TimeoutError):
-            requests["upstream_unavailable"].inc()
-            return refusal(502, "upstream_unavailable", "the agent's card broke off")
+            return proxy.refuse(CARD_BROKE_OFF)
         finally:
             answer.release()
-        requests["routed"].inc()
+        proxy.metrics.requests["routed"].inc()
         base = f"{request.scheme}://{request.host}{AGENT_PREFIX}/{name}"
         return web.json_response(rewrite_card(card, base))

@@ -43,6 +43,7 @@ from grid.core.identity import (
     presented_key,
 )
 from grid.gateway.config import ClientAuthConfig
+from grid.gateway.plan import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +51,18 @@ KEYS_FILE_MAX_BYTES = 8 * 1024 * 1024
 """Largest keys file read (65,536 lines of about 100 bytes fit)."""
 
 
-class Refusal(errors.Refusal):
-    """A request refused before routing: its status, code and the outcome it counts as."""
+class Refused(errors.Refusal):
+    """A request refused before routing; `refusal` is the gateway's answer to it."""
 
-    def __init__(self, status: int, code: str, message: str, outcome: str) -> None:
-        super().__init__(message, code=code)
-        self.status, self.outcome = status, outcome
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message, code=refusal.code)
+        self.refusal = refusal
 
 
-_UNAUTHENTICATED = Refusal(
+UNAUTHENTICATED = Refusal(
     401, "unauthenticated", "a valid client credential is required", "unauthenticated"
 )
-_AMBIGUOUS = Refusal(
+AMBIGUOUS_TENANT = Refusal(
     400,
     "ambiguous_tenant",
     "the tenant header must be sent once, non-blank, at most 256 characters",
@@ -88,7 +89,7 @@ class ClientAuth(Collector):
     # -- the request path ---------------------------------------------------------
 
     def tenant(self, request: web.Request) -> str | None:
-        """The tenant ``request`` is charged to; raises `Refusal` to refuse it."""
+        """The tenant ``request`` is charged to; raises `Refused` to refuse it."""
         if self.mode == "api_key":
             headers = request.headers
             key = presented_key(
@@ -96,18 +97,18 @@ class ClientAuth(Collector):
             )
             tenant = self.keys.tenant(key) if key is not None else None
             if tenant is None:
-                raise _UNAUTHENTICATED
+                raise Refused(UNAUTHENTICATED)
             return tenant
         if self.mode == "mtls":
             transport = request.transport
             peercert = transport.get_extra_info("peercert") if transport is not None else None
             tenant = certificate_tenant(peercert)
             if tenant is None:
-                raise _UNAUTHENTICATED
+                raise Refused(UNAUTHENTICATED)
             return tenant
         named = header_tenant(request.headers.getall(self.tenant_header, ()))
         if named is False:
-            raise _AMBIGUOUS
+            raise Refused(AMBIGUOUS_TENANT)
         return self.config.default_tenant if named is None else str(named)
 
     # -- the keys file ------------------------------------------------------------

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy, MultiMapping
@@ -168,6 +168,13 @@ class Attempt:
         headers[CANDIDATE_HEADER] = self.candidate.stable_id
         return headers
 
+    def with_header(self, name: str, value: str) -> Attempt:
+        """This attempt with ``name: value`` among its shared headers (a header only
+        known when the attempt is sent, such as the MCP session the gateway holds)."""
+        shared = CIMultiDict(self.shared)
+        shared[name] = value
+        return replace(self, shared=CIMultiDictProxy(shared))
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -294,3 +301,33 @@ def plan_request(
     attempts = tuple([attempt_of(c, i, target, base, rules) for i, c in enumerate(tries)])
     cap = usage_bound(document, len(body), *rules.usage_limits)
     return Plan(request.model, attempts, body, strip, cap, request.session, rules.failover)
+
+
+def plan_call(
+    headers: MultiMapping[str],
+    target: str,
+    body: bytes,
+    name: str,
+    tries: Sequence[Candidate],
+    rules: PlanRules,
+    request_id: str,
+    revision: str | None,
+    *,
+    unserved: Refusal,
+    drop: Collection[str] = (),
+    extra: Mapping[str, str] | None = None,
+) -> Plan | Refusal:
+    """The plan of one tool call or agent request for ``name`` (§16), its body relayed
+    as sent and bounded by its size alone (a call carries no tokens), or ``unserved``
+    when nothing was selected. The attempts' shared headers are the request's outgoing
+    ones without ``drop`` and with ``extra`` set."""
+    if not tries:
+        return unserved
+    out = outgoing_headers(headers, name, request_id, revision, rules)
+    for dropped in drop:
+        out.popall(dropped, None)
+    if extra:
+        out.update(extra)
+    base = CIMultiDictProxy(out)
+    attempts = tuple([attempt_of(c, i, target, base, rules) for i, c in enumerate(tries)])
+    return Plan(name, attempts, body, False, usage_bound({}, len(body)), None, rules.failover)

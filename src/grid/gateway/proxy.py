@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy, MultiMapping
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from grid.core.metering.bounds import UsageBound
@@ -54,8 +54,7 @@ from grid.gateway import request_trace
 from grid.gateway.affinity import AffinityTable
 from grid.gateway.agent_routes import AgentRoutes
 from grid.gateway.body import BodyTooLarge, BodyTooSlow, read_body, write_within
-from grid.gateway.client_auth import ClientAuth
-from grid.gateway.client_auth import Refusal as ClientRefusal
+from grid.gateway.client_auth import ClientAuth, Refused
 from grid.gateway.config import PraxisConfig
 from grid.gateway.credentials import CredentialFiles
 from grid.gateway.metering import TenantMeter
@@ -73,7 +72,6 @@ from grid.gateway.plan import (
     attempt_of,
     budget_refusal,
     end_to_end,
-    outgoing_headers,
     plan_request,
     routable,
 )
@@ -96,8 +94,20 @@ def error(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": {"code": code, "message": message}}, status=status)
 
 
+BODY_TIMEOUT = Refusal(
+    408, "body_timeout", "the body did not arrive at the minimum rate", "body_timeout"
+)
+ENCODED_STREAM = Refusal(
+    502, "upstream_unavailable", "the cluster's stream is encoded", "upstream_unavailable"
+)
+"""Asked for identity; an encoded stream's usage could not be read."""
+BROKE_OFF = Refusal(
+    502, "upstream_unavailable", "the cluster's answer broke off", "upstream_unavailable"
+)
+
+
 @dataclass(frozen=True, slots=True)
-class _Answered:
+class Answered:
     """A cluster's answer to one attempt: relayed (``response``) or failed over from."""
 
     response: aiohttp.ClientResponse | None
@@ -124,7 +134,8 @@ class Proxy:
         self.config = config
         self.meter = meter or TenantMeter(None)
         self.client_auth = client_auth or ClientAuth(config.client_auth, settings.tenant_header)
-        self._snapshot = snapshot
+        self.snapshot = snapshot
+        """The current routing snapshot."""
         self.upstreams = upstreams
         self.metrics = metrics
         self.affinity = AffinityTable(settings.affinity_ttl_s, settings.affinity_max)
@@ -165,7 +176,7 @@ class Proxy:
 
     async def models(self, _request: web.Request) -> web.Response:
         """The models the snapshot routes, in OpenAI's list shape."""
-        names = dict.fromkeys(c.name for c in self._snapshot().candidates if c.kind == KIND)
+        names = dict.fromkeys(c.name for c in self.snapshot().candidates if c.kind == KIND)
         data = [{"id": n, "object": "model", "owned_by": "grid"} for n in names]
         return web.json_response({"object": "list", "data": data})
 
@@ -187,12 +198,12 @@ class Proxy:
         parsed = routable(self._document(body), request.headers.get(SESSION_HEADER), rules)
         if isinstance(parsed, Refusal):
             return self.refuse(parsed)
-        snapshot = self._snapshot()
+        snapshot = self.snapshot()
         session = parsed.session
         bound = self.affinity.get(session) if session is not None else None
         tries = self.router.attempts(snapshot, parsed.model, bound)
         plan = plan_request(
-            request.headers, target, body, parsed, tries, rules, self._request_id(),
+            request.headers, target, body, parsed, tries, rules, self.request_id(),
             snapshot.revision,
         )  # fmt: skip
         if isinstance(plan, Refusal):
@@ -204,46 +215,66 @@ class Proxy:
         self, request: web.Request, plan: Plan, tenant: str | None
     ) -> web.StreamResponse:
         """The plan's attempts in order until one answers; that answer is relayed."""
+        answered = await self.first_answer(request, plan)
+        if answered is None:
+            return self.refuse(UNREACHABLE)
+        attempt, answer = answered
+        if plan.session is not None:
+            self.affinity.bind(plan.session, attempt.candidate.stable_id)
+        return await self.relay(request, plan, attempt, answer, tenant)
+
+    async def first_answer(
+        self, request: web.Request, plan: Plan
+    ) -> tuple[Attempt, Answered] | None:
+        """The plan's attempts in order until one answers: that attempt and its answer
+        (to relay, which ends it with the router), or None when every one failed over."""
         last = len(plan.attempts) - 1
         for attempt in plan.attempts:
-            answered = await self._try(request, attempt, plan.body, plan.failover, last)
-            if answered is None:
-                if attempt.index < last:
-                    self.metrics.failovers.inc()
-                continue
-            response, candidate = answered.response, attempt.candidate
-            assert response is not None
-            if plan.session is not None:
-                self.affinity.bind(plan.session, candidate.stable_id)
-            metered = (self.meter.label(tenant), candidate.cluster, plan.usage_cap)
-            try:
-                masker = Masker.of(answered.secret)
-                return await self._relay(request, response, metered, plan.strip_usage, masker)
-            finally:
-                self.router.ended(candidate)
-        return self.refuse(UNREACHABLE)
+            answered = await self.send(request, attempt, plan, last)
+            if answered is not None:
+                return attempt, answered
+            if attempt.index < last:
+                self.metrics.failovers.inc()
+        return None
+
+    async def relay(
+        self,
+        request: web.Request,
+        plan: Plan,
+        attempt: Attempt,
+        answered: Answered,
+        tenant: str | None,
+    ) -> web.StreamResponse:
+        """Relay the answer to one of the plan's attempts, metered for ``tenant``, its
+        credential masked; the attempt then ends with the router."""
+        response, candidate = answered.response, attempt.candidate
+        assert response is not None
+        metered = (self.meter.label(tenant), candidate.cluster, plan.usage_cap)
+        try:
+            masker = Masker.of(answered.secret)
+            return await self._relay(request, response, metered, plan.strip_usage, masker)
+        finally:
+            self.router.ended(candidate)
 
     async def admit(self, request: web.Request) -> tuple[str | None, bytes] | web.Response:
         """The request's tenant and body, or its refusal (identity, budget, body bounds)."""
-        requests = self.metrics.requests
         try:
             tenant = self.meter.canonical(self.client_auth.tenant(request))
-        except ClientRefusal as refused:
-            requests[refused.outcome].inc()
-            return error(refused.status, refused.code, refused.message)
+        except Refused as refused:
+            return self.refuse(refused.refusal)
         if (spent := budget_refusal(self.meter.is_exhausted(tenant))) is not None:
             return self.refuse(spent)
         limit = self.settings.body_max_bytes
         try:
             return tenant, await read_body(request, limit, *self.settings.body_pace)
         except BodyTooSlow:
-            requests["body_timeout"].inc()
-            slow = error(408, "body_timeout", "the body did not arrive at the minimum rate")
+            slow = self.refuse(BODY_TIMEOUT)
             slow.force_close()
             return slow
         except BodyTooLarge:
-            requests["too_large"].inc()
-            return error(413, "body_too_large", f"the body exceeds {limit} bytes")
+            return self.refuse(
+                Refusal(413, "body_too_large", f"the body exceeds {limit} bytes", "too_large")
+            )
 
     @staticmethod
     def _document(body: bytes) -> object:
@@ -252,19 +283,13 @@ class Proxy:
         except (ValueError, RecursionError):
             return None
 
-    def _request_id(self) -> str:
+    def request_id(self) -> str:
         return f"{self._id_prefix}{next(self._ids):x}"
 
-    def _outgoing_headers(
-        self, request: web.Request, name: str, snapshot: Snapshot
-    ) -> CIMultiDict[str]:
-        """The headers every attempt for ``name`` shares (the agent routes' too)."""
-        return outgoing_headers(
-            request.headers, name, self._request_id(), snapshot.revision, self.rules
-        )
-
-    def _credential(self, candidate: Candidate) -> tuple[str, str] | bool | None:
-        """The credential header, None when the candidate needs none, False when missing."""
+    def credential(self, candidate: Candidate) -> tuple[str, str] | bool | None:
+        """The header carrying the candidate's credential for the gateway's own messages
+        to its cluster (an MCP session's handshake): None when it needs none, False when
+        it is missing."""
         attempt = attempt_of(candidate, 0, "", _NO_HEADERS, self.rules)
         if attempt.blocked is not None:
             return False
@@ -273,31 +298,17 @@ class Proxy:
         value = self.credentials.value(attempt.credential.file)
         return False if value is None else attempt.credential.inject(value)
 
-    async def _attempt(
-        self,
-        request: web.Request,
-        target: str,
-        body: bytes,
-        base: MultiMapping[str] | Mapping[str, str],
-        candidate: Candidate,
-        index: int,
-        last: int,
-    ) -> aiohttp.ClientResponse | None:
-        """One attempt outside a plan (the agent routes'): the answer to relay, or None."""
-        attempt = attempt_of(
-            candidate, index, target, CIMultiDictProxy(CIMultiDict(base)), self.rules
-        )
-        answered = await self._try(request, attempt, body, self.rules.failover, last)
-        return None if answered is None else answered.response
-
-    async def _try(
-        self, request: web.Request, attempt: Attempt, body: bytes, rule: FailoverRule, last: int
-    ) -> _Answered | None:
-        """One attempt, traced: the answer to relay, or None to go on to the next one."""
+    async def send(
+        self, request: web.Request, attempt: Attempt, plan: Plan, last: int
+    ) -> Answered | None:
+        """One attempt of the plan, traced: the answer to relay, or None to go on to the
+        next one (``last`` is the index of the plan's last attempt)."""
         candidate, index = attempt.candidate, attempt.index
         headers = attempt.headers
         with request_trace.attempt(candidate, index, headers) as span:
-            answer = await self._send(request, attempt, body, headers, rule, index == last)
+            answer = await self._send(
+                request, attempt, plan.body, headers, plan.failover, index == last
+            )
             if isinstance(answer, str):
                 request_trace.attempt_ended(span, answer)
             else:
@@ -318,7 +329,7 @@ class Proxy:
         headers: CIMultiDict[str],
         rule: FailoverRule,
         final: bool,
-    ) -> _Answered | str:
+    ) -> Answered | str:
         """Send one attempt, its credential read now: how the cluster answered, or why
         nothing was answered (``no_credential``, ``connect_failed``)."""
         candidate = attempt.candidate
@@ -361,8 +372,8 @@ class Proxy:
         if rule.on_status(response.status, final):
             response.release()
             router.ended(candidate)
-            return _Answered(None, response.status, "failover_status")
-        return _Answered(response, response.status, "ok", secret)
+            return Answered(None, response.status, "failover_status")
+        return Answered(response, response.status, "ok", secret)
 
     async def _relay(
         self,
@@ -379,25 +390,21 @@ class Proxy:
         encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
         try:
             if streaming and encoding not in ("", "identity"):
-                # Asked for identity; an encoded stream's usage could not be read.
-                requests["upstream_unavailable"].inc()
-                return error(502, "upstream_unavailable", "the cluster's stream is encoded")
+                return self.refuse(ENCODED_STREAM)
             if response.status >= 400:  # an error body may echo the credential
                 try:
                     answer = await error_answer(
                         response, headers, masker, self.settings.error_body_max_bytes
                     )
                 except (aiohttp.ClientError, TimeoutError):
-                    requests["upstream_unavailable"].inc()
-                    return error(502, "upstream_unavailable", "the cluster's answer broke off")
+                    return self.refuse(BROKE_OFF)
                 requests["routed"].inc()
                 return answer
             if not streaming and length is not None and length <= self.settings.buffer_max_bytes:
                 try:
                     data = await response.read()
                 except (aiohttp.ClientError, TimeoutError):
-                    requests["upstream_unavailable"].inc()
-                    return error(502, "upstream_unavailable", "the cluster's answer broke off")
+                    return self.refuse(BROKE_OFF)
                 requests["routed"].inc()
                 self._meter_answer(
                     decoded_body(data, encoding, self.settings.buffer_max_bytes), metered

@@ -24,10 +24,11 @@ from collections.abc import Callable, Mapping
 from grid.core.routing.load import LoadBook, LoadSettings
 from grid.core.routing.passive_health import HealthSettings, PassiveHealth
 from grid.core.routing.selection import Turn, select
+from grid.core.vocabulary import CandidateKind
 from grid.gateway.metrics import GatewayMetrics, Tally
 from grid.gateway.snapshot import Candidate, Snapshot
 
-KIND = "inference_model"
+KIND = CandidateKind.INFERENCE_MODEL
 """The candidate kind chat completions route to."""
 
 _NONE: frozenset[str] = frozenset()

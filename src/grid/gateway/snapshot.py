@@ -27,27 +27,18 @@ from grid.core.overlay import (
 )
 from grid.core.routing.rerank import RerankContext, group_key
 from grid.core.routing.selection import (
-    ADMISSION_NONE,
     DETERMINISTIC,
     ModelPlan,
     SelectionPolicy,
     derive_groups,
 )
-from grid.core.vocabulary import AdmissionState, SelectionTier
+from grid.core.vocabulary import OVERLAY_ADMISSIONS, AdmissionState, SelectionTier
 from grid.errors import GridError, ValidationError
 
 log = logging.getLogger(__name__)
 
-NEW_AND_EXISTING = AdmissionState.NEW_AND_EXISTING
-EXISTING_ONLY = AdmissionState.EXISTING_ONLY
-_ADMISSIONS = {
-    "new_and_existing": AdmissionState.NEW_AND_EXISTING,
-    "existing_only": AdmissionState.EXISTING_ONLY,
-    ADMISSION_NONE: AdmissionState.EXCLUDED,
-}
-"""The overlay's ``admission_state`` names: upstream's ``none`` is the core's excluded
-(serves no request, not even a bound session)."""
-_ADMISSION_NAMES = {state: name for name, state in _ADMISSIONS.items()}
+_ADMISSION_NAMES = {state: name for name, state in OVERLAY_ADMISSIONS.items()}
+"""Each state's overlay name: upstream's ``none`` for the core's excluded."""
 _TIERS = {tier.value: tier for tier in SelectionTier}
 _DERIVE = -1
 """``selection_group`` of a candidate whose overlay names none: derived in `snapshot_of`."""
@@ -164,7 +155,8 @@ def _candidate(raw: Mapping[str, Any], where: str = "candidate") -> Candidate:
 def states_of(raw: Mapping[str, Any], where: str) -> tuple[AdmissionState, SelectionTier | None]:
     """A candidate's ``admission_state`` (absent: ``new_and_existing``) and
     ``selection_tier`` (absent: none) as the core's enums."""
-    admission = _ADMISSIONS.get(str(raw.get("admission_state") or NEW_AND_EXISTING))
+    name = raw.get("admission_state") or AdmissionState.NEW_AND_EXISTING.value
+    admission = OVERLAY_ADMISSIONS.get(str(name))
     if admission is None:
         raise SelectionFieldError(
             f"{where}.admission_state must be new_and_existing, existing_only or none"

@@ -15,14 +15,14 @@ from tests.core.routing.test_render import build, do_render, network, world
 from grid.core.overlay import canonical_digest, verify
 from grid.core.overlay.consumer import render_consumer_config
 from grid.core.overlay.digest import dumps
-from grid.core.overlay.structure import TIER_ORDER, check_overlay_structure
+from grid.core.overlay.structure import check_overlay_structure
 from grid.core.resources.network_spec import ConsumerSpec
 from grid.core.routing.candidate import CandidateInput, Geography, SignalValues
 from grid.core.routing.explain import explain
 from grid.core.routing.groups import assign_groups, group_key
 from grid.core.routing.ranking import order_candidates
 from grid.core.routing.scoring import ScoringContext
-from grid.core.vocabulary import BackendKind, RoutingPolicy
+from grid.core.vocabulary import TIER_ORDER, BackendKind, RoutingPolicy, SelectionTier
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 GEOS = {
@@ -301,4 +301,4 @@ def test_reader_accepts_every_value_upstream_writes() -> None:
     assert check_overlay_structure(_bare(selection_tier="unknown")) is None
     assert check_overlay_structure(_bare(admission_state="none")) is None
     assert check_overlay_structure(_bare(admission_state="excluded")) is not None
-    assert TIER_ORDER["unknown"] > TIER_ORDER["cross_region"]
+    assert TIER_ORDER[SelectionTier.UNKNOWN] > TIER_ORDER[SelectionTier.CROSS_REGION]

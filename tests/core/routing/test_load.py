@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from grid.core.routing.load import LoadBook, LoadSettings
 from grid.core.routing.selection import RANDOM, ModelPlan, SelectionPolicy, select
 from grid.errors import ValidationError
+from grid.testing.selection_sim import SimMember
 
 
 def test_a_slower_answer_moves_the_average_at_once_and_faster_ones_decay_it() -> None:
@@ -125,19 +126,10 @@ def test_bad_settings_are_refused(decay_s: float) -> None:
         LoadSettings(floor_s=decay_s - 1 if decay_s <= 0 else 61.0)
 
 
-class _Member:
-    def __init__(self, stable_id: str) -> None:
-        self.stable_id = stable_id
-        self.admission = "new_and_existing"
-        self.selection_group = 0
-        self.traffic_weight = 1
-        self.capacity_weight = 1
-
-
 def _slow_share(estimate: str, seed: int) -> float:
     """Share of arrivals sent to the provider that answers 3x slower, in a virtual-time
     simulation of one gateway choosing between two single-server providers."""
-    members = [_Member("fast"), _Member("slow")]
+    members = [SimMember("fast"), SimMember("slow")]
     plan = ModelPlan(members, SelectionPolicy(RANDOM, load_aware=True))
     service = {"fast": 0.1, "slow": 0.3}
     book, rng = LoadBook(), random.Random(seed)
@@ -151,7 +143,7 @@ def _slow_share(estimate: str, seed: int) -> float:
             book.answered(done[1], done[2], done[0])
             book.end(done[1])
 
-        def load(c: _Member) -> float:
+        def load(c: SimMember) -> float:
             return book.estimate(c.stable_id) if estimate == "latency" else book.queue(c.stable_id)
 
         (chosen,) = select(plan, None, 1, rng, (), load)

@@ -37,7 +37,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from grid.core.vocabulary import CAPACITY_WEIGHT_MAX, CAPACITY_WEIGHT_MIN, SelectionPolicy
+from grid.core.vocabulary import (
+    CAPACITY_WEIGHT_MAX,
+    CAPACITY_WEIGHT_MIN,
+    OVERLAY_ADMISSIONS,
+    SIGNAL_NAMES,
+    CandidateKind,
+    SelectionPolicy,
+    SelectionTier,
+)
 
 CANDIDATES_MAX = 1024
 """Most candidates one overlay may carry (§5). Renderers keep the top-ranked
@@ -52,25 +60,13 @@ ENVELOPE_KEYS = frozenset(
 )
 """Any of these at the top level makes the document an envelope (no legacy fallback)."""
 
-CANDIDATE_KINDS = frozenset({"inference_model", "mcp_tool", "a2a_agent"})
+CANDIDATE_KINDS = frozenset(kind.value for kind in CandidateKind)
 IDENTITY_KEYS = ("kind", "name", "site", "cluster")
-BREAKDOWN_KEYS = frozenset(
-    {"locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost", "total"}
-)
-ADMISSION_NONE = "none"
-"""Upstream's admission for a candidate that serves no request, not even a bound session."""
-ADMISSION_STATES = frozenset({"new_and_existing", "existing_only", ADMISSION_NONE})
-TIER_UNKNOWN = "unknown"
-"""Upstream's ``selection_tier`` when a region is missing; Grid writes ``cross_region``."""
-TIER_ORDER = {
-    "same_site": 0,
-    "same_zone": 1,
-    "same_region": 2,
-    "cross_region": 3,
-    TIER_UNKNOWN: 4,
-}
-"""How a reader orders the tiers it accepts: ``unknown`` sorts after ``cross_region``."""
-SELECTION_TIERS = frozenset(TIER_ORDER)
+BREAKDOWN_KEYS = frozenset({*SIGNAL_NAMES, "total"})
+ADMISSION_STATES = frozenset(OVERLAY_ADMISSIONS)
+"""The core's admission states by their wire names, upstream's ``none`` included."""
+SELECTION_TIERS = frozenset(tier.value for tier in SelectionTier)
+"""The core's tiers by their wire names, upstream's ``unknown`` included."""
 SELECTION_POLICIES = frozenset(p.value for p in SelectionPolicy)
 """The overlay's ``selection_policy`` values (§14)."""
 WEIGHT_FIELDS = ("traffic_weight", "capacity_weight")

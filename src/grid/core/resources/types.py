@@ -16,6 +16,9 @@ from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic.config import ConfigDict
 from pydantic.main import BaseModel
 
+from grid.core.address import parse_address
+from grid.errors import ValidationError as GridValidationError
+
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 """A Kubernetes object name (RFC 1123 subdomain)."""
 
@@ -109,8 +112,12 @@ def _to_camel(name: str) -> str:
 
 
 def _check_host_port(text: str) -> str:
-    port = int(text.rsplit(":", 1)[1])
-    if not 1 <= port <= 65535:
+    # The pattern fixes the shape; the one parser reads the port, whose range it checks.
+    try:
+        port = parse_address(text)[1]
+    except GridValidationError:
+        port = 0
+    if port < 1:
         raise ValueError("port must be between 1 and 65535")
     return text
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from grid.core.vocabulary import BackendKind
+from grid.core.vocabulary import BackendKind, CandidateKind
 
 __all__ = [
     "BackendKind",
@@ -99,7 +99,7 @@ class CandidateInput:
     fresh: bool = True
     observed_at: datetime | None = None
     credential: CredentialRef | None = None
-    kind: str = "inference_model"
+    kind: str = CandidateKind.INFERENCE_MODEL.value
     capacity_weight: int = 1
     """The provider's ``spec.capacityWeight`` (§14), carried through to the overlay."""
 
@@ -134,7 +134,7 @@ def provider_candidates(
     fresh: bool,
     observed_at: datetime | None,
     credential: CredentialRef | None,
-    kind: str = "inference_model",
+    kind: str = CandidateKind.INFERENCE_MODEL.value,
     capacity_weight: int = 1,
 ) -> tuple[CandidateInput, ...]:
     """One provider's candidates: ``CandidateInput(name=model, ...)`` for each model.

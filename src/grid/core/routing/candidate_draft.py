@@ -42,6 +42,7 @@ from grid.core.routing.candidate import (
     with_cost,
 )
 from grid.core.routing.signals import ProviderSignals, SignalsDocument, is_fresh
+from grid.core.vocabulary import KIND_NOUNS
 from grid.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -303,14 +304,11 @@ def check_duplicates(drafts: Sequence[CandidateDraft]) -> None:
             first = seen.setdefault(key, owner)
             if first != owner:
                 raise ValidationError(
-                    f"{owner} and {first} both route {_WHAT.get(c.kind, c.kind)} "
+                    f"{owner} and {first} both route {KIND_NOUNS.get(c.kind, c.kind)} "
                     f"{c.name!r} at site {c.site!r} through cluster "
                     f"{c.cluster!r}; give one a distinct spec.routingClusterRef",
                     path="spec.routingClusterRef",
                 )
-
-
-_WHAT = {"inference_model": "model", "mcp_tool": "tool", "a2a_agent": "agent"}
 
 
 def _owner(draft: CandidateDraft) -> str:

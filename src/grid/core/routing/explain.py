@@ -36,7 +36,7 @@ from grid.core.routing.render import (
 )
 from grid.core.routing.scoring import Evaluation
 from grid.core.routing.signals import SignalsDocument
-from grid.core.vocabulary import SIGNAL_NAMES, RoutingPolicy
+from grid.core.vocabulary import SIGNAL_NAMES, CandidateKind, RoutingPolicy
 from grid.errors import ValidationError
 
 ScoredBy = Literal["operator", "gateway"]
@@ -74,7 +74,7 @@ class ExplainRow:
     selection_group: int | None = None
     group_reason: str = ""
     """Why the candidate is in its selection group (empty when excluded)."""
-    kind: str = "inference_model"
+    kind: str = CandidateKind.INFERENCE_MODEL.value
     """The candidate's kind (§5, §16); ``model`` is then the tool's or agent's name."""
 
     def as_dict(self) -> dict[str, Any]:

@@ -28,19 +28,7 @@ from functools import cached_property
 
 from grid.core.routing.candidate import CandidateInput, ExclusionReason
 from grid.core.routing.scoring import Evaluation, ScoringContext, evaluate, pressure_missing
-from grid.core.vocabulary import AdmissionState, RoutingPolicy, SelectionTier
-
-_ADMISSION_ORDER = {
-    AdmissionState.NEW_AND_EXISTING: 0,
-    AdmissionState.EXISTING_ONLY: 1,
-    AdmissionState.EXCLUDED: 2,
-}
-_TIER_ORDER = {
-    SelectionTier.SAME_SITE: 0,
-    SelectionTier.SAME_ZONE: 1,
-    SelectionTier.SAME_REGION: 2,
-    SelectionTier.CROSS_REGION: 3,
-}
+from grid.core.vocabulary import ADMISSION_ORDER, TIER_ORDER, AdmissionState, RoutingPolicy
 
 
 @dataclass(frozen=True)
@@ -85,8 +73,8 @@ def _evaluation_key(evaluation: Evaluation) -> _EvaluationKey:
     """Admission, tier and score (descending; a constant with scoring off)."""
     score = evaluation.score
     return (
-        _ADMISSION_ORDER[evaluation.admission],
-        _TIER_ORDER[evaluation.tier],
+        ADMISSION_ORDER[evaluation.admission],
+        TIER_ORDER[evaluation.tier],
         -score if score is not None else 0.0,
     )
 

@@ -29,6 +29,7 @@ from grid.core.vocabulary import (
     SIGNAL_NAMES,
     AdmissionState,
     BackendKind,
+    CandidateKind,
     ScoreBreakdown,
     SelectionTier,
 )
@@ -239,7 +240,7 @@ def candidate_admission(
     if (
         thresholds.missing is not None
         and candidate.backend_kind.self_hosted
-        and candidate.kind == "inference_model"  # tools and agents publish no pressure
+        and candidate.kind == CandidateKind.INFERENCE_MODEL  # tools and agents publish no pressure
         and pressure_missing(candidate.signals, thresholds)
     ):
         return thresholds.missing

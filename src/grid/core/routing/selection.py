@@ -11,7 +11,7 @@ For one request, in this order:
 
 1. Session affinity: the candidate the session is bound to, while its
    admission still serves (``new_and_existing`` or ``existing_only``, never
-   ``none``) and it is not ejected.
+   excluded, upstream's ``none``) and it is not ejected.
 2. The active group: the first group with a viable candidate
    (``new_and_existing`` and not ejected). The mode picks one of its viable
    members:
@@ -46,14 +46,11 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from grid.core.vocabulary import CAPACITY_WEIGHT_MAX, CAPACITY_WEIGHT_MIN
+from grid.core.vocabulary import CAPACITY_WEIGHT_MAX, CAPACITY_WEIGHT_MIN, AdmissionState
 from grid.core.vocabulary import SelectionPolicy as WirePolicy
 
 __all__ = [
-    "ADMISSION_NONE",
     "DETERMINISTIC",
-    "EXISTING_ONLY",
-    "NEW_AND_EXISTING",
     "RANDOM",
     "ROUND_ROBIN",
     "SELECTION_POLICIES",
@@ -78,11 +75,7 @@ SELECTION_POLICIES = frozenset(p.value for p in WirePolicy)
 WEIGHT_MIN, WEIGHT_MAX = CAPACITY_WEIGHT_MIN, CAPACITY_WEIGHT_MAX
 """Bounds of ``traffic_weight`` and ``capacity_weight``; absent means 1."""
 
-NEW_AND_EXISTING = "new_and_existing"
-EXISTING_ONLY = "existing_only"
-ADMISSION_NONE = "none"
-"""Upstream's admission that serves no request, not even a bound session."""
-_SERVING = frozenset({NEW_AND_EXISTING, EXISTING_ONLY})
+_SERVING = frozenset({AdmissionState.NEW_AND_EXISTING, AdmissionState.EXISTING_ONLY})
 
 
 class Selectable(Protocol):
@@ -91,7 +84,7 @@ class Selectable(Protocol):
     @property
     def stable_id(self) -> str: ...
     @property
-    def admission(self) -> str: ...
+    def admission(self) -> AdmissionState: ...
     @property
     def selection_group(self) -> int: ...
     @property
@@ -190,7 +183,9 @@ class ModelPlan(Generic[C]):
         self.position = {c.stable_id: i for i, c in enumerate(self.candidates)}
         self.group_of = tuple(c.selection_group for c in self.candidates)
         self.open = tuple(
-            i for i, c in enumerate(self.candidates) if c.admission == NEW_AND_EXISTING
+            i
+            for i, c in enumerate(self.candidates)
+            if c.admission == AdmissionState.NEW_AND_EXISTING
         )
         """Positions of the candidates that take new requests, in rank order."""
         if policy.least_loaded:
