@@ -19,7 +19,9 @@ Two figures, each with a baseline measured in the same run:
   view, scoring, render, revision check, write, status) is timed with
   ``time.process_time`` per call, unchanged state and with one record changed
   per call (which rewrites the overlay); so is the pure path (mesh view and
-  render, no store). Baseline: ``json.dumps`` of the resulting envelope.
+  render, no store), from scratch and through a render cache that saw the
+  previous state, as the operator's is. Baseline: ``json.dumps`` of the
+  resulting envelope.
   The full run repeats it with 10,000 providers over 50 sites.
 * Steady-state CPU share on the live demo: each operator process's CPU
   seconds (``/proc/PID/stat``) per wall second, after a 20 s warm-up, over
@@ -39,6 +41,7 @@ import sys
 # file would shadow the standard library's `operator` module: drop it first.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+sys.path.append(_HERE)  # last, for benchkit only: the standard library comes first
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
@@ -56,14 +59,18 @@ from typing import Any  # noqa: E402
 
 import aiohttp  # noqa: E402
 
+from benchkit.reconcile_mesh import PEER_SITES, Peers, reconcile_docs  # noqa: E402
 from grid.adapters.store.sqlite import SqliteStore  # noqa: E402
-from grid.core.crdt.record import ProviderRecord, RecordSignals  # noqa: E402
-from grid.core.crdt.replica import GridState  # noqa: E402
-from grid.core.crdt.snapshot import GridStateSnapshot  # noqa: E402
-from grid.core.resources import API_VERSION, GridSite  # noqa: E402
+from grid.core.resources import GridSite  # noqa: E402
 from grid.core.resources.phases import SitePhase  # noqa: E402
-from grid.core.routing.mesh_view import OriginRecord, live_records, mesh_inputs  # noqa: E402
+from grid.core.routing.mesh_view import (  # noqa: E402
+    OriginRecord,
+    RecordViews,
+    live_records,
+    mesh_inputs,
+)
 from grid.core.routing.render import render  # noqa: E402
+from grid.core.routing.render_cache import RenderCache  # noqa: E402
 from grid.demo.cpu_share import steady_cpu  # noqa: E402
 from grid.demo.mesh import DemoMesh  # noqa: E402
 from grid.demo.plan import MODEL  # noqa: E402
@@ -79,8 +86,6 @@ LOAD_WORKERS = 16
 LOAD_SHOWN_WAITING = 8
 POLL_S = 0.01
 PHASE_TIMEOUT_S = 10.0
-PEER_SITES = 9
-"""Remote origins the 1,000 in-process providers are spread over."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -244,86 +249,6 @@ def _latency_figures(samples: dict[str, list[float]], missed: int) -> dict[str, 
 # -- reconcile CPU in process ----------------------------------------------------------
 
 
-def _docs(sites: int) -> list[dict[str, Any]]:
-    network = {
-        "apiVersion": API_VERSION,
-        "kind": "GridNetwork",
-        "metadata": {"name": "bench"},
-        "spec": {
-            "gatewayRefs": [{"name": "edge", "namespace": "grid", "localSiteName": "s0"}],
-            "staleCandidateTtlSeconds": 3600,
-        },
-    }
-    grid_sites = [
-        {
-            "apiVersion": API_VERSION,
-            "kind": "GridSite",
-            "metadata": {"name": f"s{i}"},
-            "spec": {"gridNetworkRef": "bench", "region": f"r{i % 3}", "zone": f"r{i % 3}-z{i}"},
-        }
-        for i in range(sites)
-    ]
-    return [network, *grid_sites]
-
-
-def _record(i: int, origin: str, queue: float, now: float) -> ProviderRecord:
-    kind = ("local", "local", "local", "cloud_managed", "api_provider")[i % 5]
-    return ProviderRecord(
-        name=f"p{i}",
-        cluster=f"p{i}",
-        site=origin,
-        backend_kind=kind,
-        models=(MODEL,),
-        healthy=i % 97 != 0,
-        observed_at=now,
-        signals=RecordSignals(
-            queue_depth=queue,
-            kv_cache_utilization=(i * 13 % 100) / 100,
-            prefix_cache_hit_ratio=(i * 3 % 100) / 100,
-            p99_latency_ms=float(200 + i * 37 % 4000),
-            cost_per_million_input_tokens=(i % 40) * 0.5,
-        ),
-        phase="Available",
-    )
-
-
-class Peers:
-    """Nine peer origins publishing 1,000 records into one operator's replica."""
-
-    def __init__(self, providers: int, replica: GridState, peers: int = PEER_SITES) -> None:
-        self.replica = replica
-        self.count = providers
-        self.peers = peers
-        self.now = time.time()
-        self.origins = {f"s{k}": GridState(f"s{k}") for k in range(1, peers + 1)}
-        snaps = {o: GridStateSnapshot.empty(o) for o in self.origins}
-        for i in range(providers):
-            origin = f"s{1 + i % peers}"
-            snaps[origin] = snaps[origin].put_provider(
-                f"p{i}", _record(i, origin, (i * 7 % 85) / 100, self.now)
-            )
-        for origin, snap in snaps.items():
-            self._publish(origin, snap)
-
-    def _publish(self, origin: str, snap: GridStateSnapshot) -> None:
-        for item in self.origins[origin].update_local(snap):
-            self.replica.apply(item)
-
-    def change(self, step: int) -> None:
-        """One listed provider's queue depth moves, as one scrape would report.
-
-        Providers the overlay cannot list (unhealthy, or KV cache at the
-        Excluded threshold) are skipped, so every change rewrites the overlay.
-        """
-        i = step % self.count
-        while i % 97 == 0 or i * 13 % 100 >= 90:
-            i = (i + 1) % self.count
-        origin = f"s{1 + i % self.peers}"
-        snap = self.origins[origin].local
-        record = _record(i, origin, ((step * 31) % 85) / 100, self.now)
-        self._publish(origin, snap.put_provider(f"p{i}", record))
-
-
 def _cpu(samples: list[float]) -> dict[str, float]:
     return {
         "min_ms": round(min(samples) * 1000, 3),
@@ -343,7 +268,7 @@ async def reconcile_cpu(providers: int, repeat: int, peers: int = PEER_SITES) ->
     root = Path(tempfile.mkdtemp(prefix="grid-bench-reconcile-"))
     store = await SqliteStore.open(root / "store.db")
     try:
-        for doc in _docs(peers + 1):
+        for doc in reconcile_docs(peers + 1):
             await store.create(doc)
         settings = OperatorSettings(
             site="s0", store=f"sqlite:{root / 'store.db'}", overlay_dir=root / "out"
@@ -360,12 +285,14 @@ async def reconcile_cpu(providers: int, repeat: int, peers: int = PEER_SITES) ->
         await operator.reconcile_overlays()
         envelope_text = (root / "out" / "grid-overlay.json").read_text()
         envelope = json.loads(envelope_text)
-        unchanged, changed, pure, dumps = [], [], [], []
+        unchanged, changed, pure, kept, dumps = [], [], [], [], []
         writes_before = operator.writer.writes
         network = operator.served.network
         sites = [GridSite.model_validate(o) for o in await store.list("GridSite")]
 
-        def render_only() -> Any:
+        views, cache = RecordViews(), RenderCache()
+
+        def render_only(kept: bool = False) -> Any:
             now = dt.datetime.now(dt.UTC)
             records = live_records(
                 (OriginRecord(o, pid, r) for o, pid, r in operator.replica.providers()),
@@ -373,11 +300,27 @@ async def reconcile_cpu(providers: int, repeat: int, peers: int = PEER_SITES) ->
                 now.timestamp(),
                 3600.0,
             )
-            inputs = mesh_inputs(network, sites, [], [], records, "s0")
-            return render(inputs, site="s0", gateway="edge", namespace="grid", now=now)
+            inputs = mesh_inputs(
+                network, sites, [], [], records, "s0", views=views if kept else None
+            )
+            if kept:
+                views.next_round()
+            return render(
+                inputs,
+                site="s0",
+                gateway="edge",
+                namespace="grid",
+                now=now,
+                cache=cache if kept else None,
+            )
 
         async def pure_path() -> None:
             render_only()
+
+        async def pure_path_kept() -> None:
+            render_only(kept=True)
+
+        render_only(kept=True)  # the cache's first render draws everything
 
         async def dump() -> None:
             json.dumps(envelope)
@@ -387,6 +330,7 @@ async def reconcile_cpu(providers: int, repeat: int, peers: int = PEER_SITES) ->
             mesh.change(step + 1)
             changed.append(await _timed(operator.reconcile_overlays))
             pure.append(await _timed(pure_path))
+            kept.append(await _timed(pure_path_kept))
             dumps.append(await _timed(dump))
         rewrites = operator.writer.writes - writes_before
     finally:
@@ -403,10 +347,12 @@ async def reconcile_cpu(providers: int, repeat: int, peers: int = PEER_SITES) ->
         "reconcile_unchanged": _cpu(unchanged),
         "reconcile_changed": _cpu(changed),
         "render_path": _cpu(pure),
+        "render_path_cached": _cpu(kept),
         "json_dumps": _cpu(dumps),
         "reconcile_unchanged_over_dumps": round(statistics.median(unchanged) / base, 2),
         "reconcile_changed_over_dumps": round(statistics.median(changed) / base, 2),
         "render_path_over_dumps": round(statistics.median(pure) / base, 2),
+        "render_path_cached_over_dumps": round(statistics.median(kept) / base, 2),
     }
 
 
@@ -418,7 +364,9 @@ def _print_cpu(cpu: dict[str, Any]) -> None:
         f"({cpu['reconcile_unchanged_over_dumps']}x json.dumps), "
         f"changed {cpu['reconcile_changed']['median_ms']} ms "
         f"({cpu['reconcile_changed_over_dumps']}x), render path "
-        f"{cpu['render_path']['median_ms']} ms ({cpu['render_path_over_dumps']}x); "
+        f"{cpu['render_path']['median_ms']} ms ({cpu['render_path_over_dumps']}x), through "
+        f"a render cache {cpu['render_path_cached']['median_ms']} ms "
+        f"({cpu['render_path_cached_over_dumps']}x); "
         f"json.dumps {cpu['json_dumps']['median_ms']} ms"
     )
 

@@ -234,8 +234,9 @@ class OverlayLoop:
         now = dt.datetime.now(dt.UTC)
         ttl = network.spec.stale_candidate_ttl_seconds
         trusted = {name for name, phase in site_phases.items() if phase in ROUTABLE}
+        views = self.record_views
         records = live_records(
-            (OriginRecord(o, pid, r) for o, pid, r in replica.providers()),
+            (views.origin(o, pid, r) for o, pid, r in replica.providers()),
             self.site,
             now.timestamp(),
             float(ttl) if ttl is not None else None,
@@ -245,7 +246,6 @@ class OverlayLoop:
             records, self.site, float(ttl) if ttl is not None else None, now.timestamp()
         )
         offers = mesh_offers(replica, trusted, self.site)
-        views = self.record_views
         inputs = mesh_inputs(
             network, sites, own, secrets, records, self.site, agents, offers, views
         )

@@ -174,9 +174,24 @@ class RecordViews:
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[ProviderRecord, ProviderSignals]] = {}
-        self._providers: dict[int, tuple[ProviderRecord, str, InferenceProvider | None]] = {}
+        self._providers: dict[int, tuple[ProviderRecord, str, RemoteProvider]] = {}
+        self._origins: dict[int, OriginRecord] = {}
         self._seen_entries: dict[int, tuple[ProviderRecord, ProviderSignals]] = {}
-        self._seen_providers: dict[int, tuple[ProviderRecord, str, InferenceProvider | None]] = {}
+        self._seen_providers: dict[int, tuple[ProviderRecord, str, RemoteProvider]] = {}
+        self._seen_origins: dict[int, OriginRecord] = {}
+
+    def origin(self, origin: str, provider_id: str, record: ProviderRecord) -> OriginRecord:
+        """``OriginRecord(origin, provider_id, record)``."""
+        kept = self._origins.get(id(record))
+        if (
+            kept is None
+            or kept.record is not record
+            or kept.origin != origin
+            or kept.provider_id != provider_id
+        ):
+            kept = OriginRecord(origin, provider_id, record)
+        self._seen_origins[id(record)] = kept
+        return kept
 
     def entry(self, record: ProviderRecord) -> ProviderSignals:
         """`signals_entry` of ``record``."""
@@ -186,11 +201,11 @@ class RecordViews:
         self._seen_entries[id(record)] = kept
         return kept[1]
 
-    def provider(self, record: ProviderRecord, network: str) -> InferenceProvider | None:
-        """`remote_provider` of ``record``, or None when it breaks a resource rule."""
+    def provider(self, record: ProviderRecord, network: str) -> RemoteProvider:
+        """`remote_routes` of ``record``."""
         kept = self._providers.get(id(record))
         if kept is None or kept[0] is not record or kept[1] != network:
-            kept = (record, network, _remote_or_none(record, network))
+            kept = (record, network, remote_routes(record, network))
         self._seen_providers[id(record)] = kept
         return kept[2]
 
@@ -198,6 +213,21 @@ class RecordViews:
         """Forget the records the round just ended did not read."""
         self._entries, self._seen_entries = self._seen_entries, {}
         self._providers, self._seen_providers = self._seen_providers, {}
+        self._origins, self._seen_origins = self._seen_origins, {}
+
+
+RemoteProvider = tuple[InferenceProvider, frozenset[tuple[str, str, str]]] | None
+"""A record's provider and the (site, cluster, model) routes it takes, or None."""
+
+
+def remote_routes(record: ProviderRecord, network: str) -> RemoteProvider:
+    """The provider standing for ``record`` and its routes; None if it breaks a rule."""
+    provider = _remote_or_none(record, network)
+    if provider is None:
+        return None
+    return provider, frozenset(
+        (record.site, provider.cluster, m.name) for m in provider.spec.models
+    )
 
 
 def live_records(
@@ -312,7 +342,7 @@ def mesh_inputs(
     add the other sites' unless one of ``agents`` has the same name at the same site.
     ``views`` keeps each record's provider between rounds (`RecordViews`).
     """
-    remote_of = _remote_or_none if views is None else views.provider
+    remote_of = remote_routes if views is None else views.provider
     taken = {(provider_site(p, own_site), p.name) for p in own_providers}
     routes = {
         (provider_site(p, own_site), p.cluster, m.name)
@@ -323,10 +353,10 @@ def mesh_inputs(
     for r in records:
         if r.origin == own_site or (r.record.site, r.record.name) in taken:
             continue
-        provider = remote_of(r.record, network.name)
-        if provider is None:
+        made = remote_of(r.record, network.name)
+        if made is None:
             continue
-        wanted = {(r.record.site, provider.cluster, m.name) for m in provider.spec.models}
+        provider, wanted = made
         if wanted & routes:
             continue
         taken.add((r.record.site, r.record.name))

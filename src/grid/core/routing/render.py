@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
+from operator import attrgetter
 from typing import Any
 
 from grid import __version__
@@ -355,7 +356,7 @@ def evaluate_network(
     )
     providers = sorted(
         (p for p in inputs.providers if p.spec.grid_network_ref == name),
-        key=lambda p: p.name,
+        key=_by_name,
     )
     if cache is None:
         drafts = tuple([d for p in providers for d in drafts_for(p, view)])
@@ -371,6 +372,9 @@ def evaluate_network(
     score = cache.scorer(context, policy) if cache is not None else None
     ordering = order_candidates(eligible, context, policy, score)
     return Evaluated(drafts, ordering, context, candidates_max, policy)
+
+
+_by_name = attrgetter("metadata.name")
 
 
 def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:

@@ -122,24 +122,30 @@ class RenderCache:
             if old is None or not (old.provider is provider or old.provider == provider):
                 old = _KeptProvider(provider, dict.fromkeys(provider_sites(provider, view)))
             drafts = self._site_drafts(provider, old.drafts, view)
-            fresh[name] = _KeptProvider(provider, drafts)
-            made.extend(d.draft for d in drafts.values())
+            if drafts is not old.drafts:
+                old = _KeptProvider(provider, drafts)
+            fresh[name] = old
+            made.extend(d.draft for d in drafts.values() if d is not None)
         self._drafts = fresh
         return made
 
     def _site_drafts(
         self, provider: InferenceProvider, kept: Mapping[str, _KeptDraft | None], view: DraftView
-    ) -> dict[str, _KeptDraft]:
-        """The provider's draft at each of its sites, kept where entry and clock are."""
-        drafts = {}
+    ) -> Mapping[str, _KeptDraft | None]:
+        """The provider's draft at each of its sites, kept where entry and clock are.
+
+        ``kept`` itself when every one is kept; otherwise a new mapping with none missing.
+        """
+        drafts: dict[str, _KeptDraft | None] | None = None
         for site, old in kept.items():
             entry = view.signal_index.get((site, provider.name))
             clock = sample_clock(entry, site, view)
             if old is None or old.clock != clock or not (old.entry is entry or old.entry == entry):
-                old = _KeptDraft(entry, clock, draft_for(provider, view, site))
+                if drafts is None:
+                    drafts = dict(kept)
+                drafts[site] = _KeptDraft(entry, clock, draft_for(provider, view, site))
                 self.drafted += 1
-            drafts[site] = old
-        return drafts
+        return kept if drafts is None else drafts
 
     def scorer(
         self, context: ScoringContext, policy: RoutingPolicy
