@@ -87,6 +87,7 @@ from grid.operator.startup import StartupError, select_network
 from grid.operator.state_metrics import state_collector
 from grid.operator.swim_keys import SwimKeys, swim_config, tuning_change
 from grid.operator.trust_refresh import refresh_trust
+from grid.operator.watched_store import WatchedStore, read_models
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -107,7 +108,7 @@ class Operator:
         self, settings: OperatorSettings, store: ResourceStore, pki: SitePki | None = None
     ) -> None:
         self.settings = settings
-        self.store = store
+        self.store = store = WatchedStore(store)
         self.pki = pki
         self.registry = CollectorRegistry()
         self.members_gauge = Gauge(
@@ -130,8 +131,8 @@ class Operator:
         self.health = HealthServer(self.registry, ready=lambda: self.ready)
         self.ready = False
         self.guard = WriteGuard(self.registry)
-        if isinstance(store, KubernetesStore):
-            store.event_failed = lambda exc: self.guard.count(WriteSite.EVENT, exc)
+        if isinstance(store.inner, KubernetesStore):
+            store.inner.event_failed = lambda exc: self.guard.count(WriteSite.EVENT, exc)
         self.failures = RoundFailures(self.registry)
         self.supervisor = Supervisor(self.failures)
         self.served = ServedNetwork(store, settings.site, self.guard)
@@ -161,8 +162,7 @@ class Operator:
                 self.guard,
             ),
         )
-        self._dirty = asyncio.Event()
-        self._stop = asyncio.Event()
+        self._dirty, self._stop = asyncio.Event(), asyncio.Event()
         self._round_lock = asyncio.Lock()
         self._egress: EgressListener | None = None
         self._swim_started_from: GridNetwork | None = None
@@ -456,7 +456,7 @@ class Operator:
         network = self.served.network
         assert network is not None
         sites = await self.served.sites()
-        secrets = [Secret.model_validate(o) for o in await self.store.list("Secret")]
+        secrets = await read_models(self.store, "Secret", Secret)
         own, agents = await self.own.routable()
         if await self.served.converge_grid_id(network, self.replica):
             await self.lanes.publish_site_lanes()
