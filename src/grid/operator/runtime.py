@@ -7,8 +7,8 @@
 * the InferenceProvider controller (health checks and scrapes of own
   providers), whose records go into the local snapshot and out over SWIM;
 * the GridSite controller (SWIM view plus mTLS egress probes);
-* the renderer (`grid.operator.overlay_loop`): whenever something changed (or
-  every ``render_interval_s`` for time-driven rules) it renders each gateway
+* the renderer (`grid.operator.overlay_loop`): ``render_settle_s`` after something
+  changed (or every ``render_interval_s`` for time-driven rules) it renders each gateway
   this site serves and writes the overlay only when its revision changed; then
   the GridNetwork status (`grid.operator.network`, which also initialises the
   network at start and converges the gridId);
@@ -78,7 +78,7 @@ from grid.operator.resilience import (
     WriteSite,
     retried_at_start,
 )
-from grid.operator.round_gate import RoundGate, round_key, round_outcome, trust_deadline
+from grid.operator.round_gate import RoundGate, round_key, round_outcome, settled, trust_deadline
 from grid.operator.settings import OperatorSettings
 from grid.operator.site_pki import SitePki, with_site_pki
 from grid.operator.site_rounds import SiteRounds
@@ -250,11 +250,9 @@ class Operator:
             tasks.start(f"watch-{kind}", lambda kind=kind: self._watch(kind))  # type: ignore[misc]
         tasks.start("swim-events", self._events)
         tasks.start("sites", self.site_rounds.run)
+        paced = settled(self._render_round, self.settings.render_settle_s)
         interval = self.settings.render_interval_s
-        tasks.start(
-            "render",
-            lambda: render_rounds(self._dirty, interval, self._render_round, self.failures),
-        )
+        tasks.start("render", lambda: render_rounds(self._dirty, interval, paced, self.failures))
         network_now = lambda: self.served.network  # noqa: E731
         tasks.start(
             "cert-rotation",
