@@ -38,6 +38,7 @@ from grid.core.overlay.consumer import (
 )
 from grid.core.overlay.consumer import CONFIG_KEY as PRAXIS_KEY
 from grid.core.overlay.envelope import Scope
+from grid.core.overlay.file_text import document_text
 from grid.core.resources.network_spec import ConsumerSpec
 from grid.core.resources.overlay_status import Distribution
 from grid.core.routing.render import Rendered, poll_ranking
@@ -85,7 +86,7 @@ def dumps(document: dict[str, Any]) -> str:
     Compact output keeps the C encoder in play (``indent`` forces the pure-Python
     one), which matters when a 1,024-candidate overlay is rewritten every scrape.
     """
-    return json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False) + "\n"
+    return document_text(document) + "\n"
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -175,7 +176,7 @@ class OverlayWriter:
             held = self._held[key] = (fmt, stored)
         if held[1] is not None and held[1].revision == revision:
             return False
-        config, envelope = dumps(rendered.overlay), dumps(rendered.envelope)
+        config, envelope = (f"{text}\n" for text in rendered.texts)
         other = {
             k for f, o in LAYOUTS.items() if f is not fmt for k in (o.config_key, o.envelope_key)
         }

@@ -49,12 +49,14 @@ from grid.core.routing.admission_policy import pressure_ratio, pressure_signals,
 from grid.core.routing.hysteresis import Hysteresis, PressureRules
 from grid.core.routing.mesh_view import (
     OriginRecord,
+    RecordViews,
     live_records,
     mesh_inputs,
     mesh_offers,
     signals_document,
 )
 from grid.core.routing.render import DEFAULT_NAMESPACE, RenderInputs, render
+from grid.core.routing.render_cache import RenderCache
 from grid.core.routing.signals import SignalsDocument
 from grid.errors import GridError
 from grid.operator.budgets import BudgetView
@@ -183,6 +185,10 @@ class OverlayLoop:
         """Rounds in a row in which a served gateway's overlay failed to render or be written."""
         self.deadline = 0.0
         """When time alone changes the last round's view (a record turns stale or leaves it)."""
+        self.record_views = RecordViews()
+        """Each replica record's provider and signals entry, kept while the record is."""
+        self.caches: dict[tuple[str, str | None], RenderCache] = {}
+        """Per served gateway (name, namespace): what its next render may keep."""
 
     @property
     def settled(self) -> bool:
@@ -239,7 +245,10 @@ class OverlayLoop:
             records, self.site, float(ttl) if ttl is not None else None, now.timestamp()
         )
         offers = mesh_offers(replica, trusted, self.site)
-        inputs = mesh_inputs(network, sites, own, secrets, records, self.site, agents, offers)
+        views = self.record_views
+        inputs = mesh_inputs(
+            network, sites, own, secrets, records, self.site, agents, offers, views
+        )
         if signals_view is not None:
             signals = signals_view(records, now, float(ttl) if ttl is not None else None)
         else:
@@ -251,7 +260,9 @@ class OverlayLoop:
                 now=now,
                 epoch=self._epoch,
                 sequence=self._sequence,
+                views=views,
             )
+        views.next_round()
         self.last_inputs, self.last_signals = inputs, signals
         held = self.stabilized_holds(network, signals, now.timestamp())
         self.last_held = held
@@ -264,6 +275,8 @@ class OverlayLoop:
         self.writer.per_gateway = len(served) > 1
         span = trace.get_current_span()
         summary = RoundSummary()
+        caches = {(r.name, r.namespace): self.caches.get((r.name, r.namespace)) for r in served}
+        self.caches = {key: cache or RenderCache() for key, cache in caches.items()}
         for ref in served:
             try:
                 rendered = render(
@@ -274,6 +287,7 @@ class OverlayLoop:
                     signals=signals,
                     now=now,
                     held=held,
+                    cache=self.caches[ref.name, ref.namespace],
                 )
             except GridError as exc:
                 self.renders.inc("failed")

@@ -68,7 +68,22 @@ class WriteFailed(GridError):
         self.failure = failure
 
 
-class WriteGuard:
+class _Paced:
+    """The back-off, the clock and the random source a retrying piece waits by."""
+
+    def __init__(
+        self,
+        backoff: Backoff | None = None,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.backoff = backoff or Backoff()
+        self.sleep = sleep
+        self.rng = rng or random.Random()
+
+
+class WriteGuard(_Paced):
     """Retries and counts the operator's store writes."""
 
     def __init__(
@@ -79,9 +94,7 @@ class WriteGuard:
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.backoff = backoff or Backoff()
-        self.sleep = sleep
-        self.rng = rng or random.Random()
+        super().__init__(backoff, sleep=sleep, rng=rng)
         self.failures = Counter(
             "grid_operator_write_failures",
             "Store writes given up after their tries, by write site and reason.",
@@ -134,7 +147,7 @@ class WriteGuard:
                 return result
 
 
-class RoundFailures:
+class RoundFailures(_Paced):
     """``grid_operator_round_failures_total{loop}`` and the back-off between failed rounds."""
 
     def __init__(
@@ -145,9 +158,7 @@ class RoundFailures:
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.backoff = backoff or Backoff()
-        self.sleep = sleep
-        self.rng = rng or random.Random()
+        super().__init__(backoff, sleep=sleep, rng=rng)
         self.counter = Counter(
             "grid_operator_round_failures",
             "Reconcile rounds that failed and were tried again, by loop.",

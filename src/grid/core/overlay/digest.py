@@ -198,6 +198,28 @@ def canonical_candidate(document: Mapping[str, Any], breakdown_text: str | None)
     Anything else (another field, a non-boolean ``fresh``, a §14 field that is
     not an ``int``) answers ``None``.
     """
+    parts = candidate_text_parts(document, breakdown_text)
+    if parts is None:
+        return None
+    head, middle, tail = parts
+    group = document.get("selection_group", "")
+    return f"{head}{document['rank']!r}{middle}{group}{tail}"
+
+
+CandidateTextParts = tuple[str, str, str]
+"""A candidate's canonical text around its ``rank`` and ``selection_group`` values."""
+
+
+def candidate_text_parts(
+    document: Mapping[str, Any], breakdown_text: str | None
+) -> CandidateTextParts | None:
+    """`canonical_candidate` cut around the two values a re-ranking moves.
+
+    ``(head, middle, tail)``: the text is ``head``, the ``rank``, ``middle``, the
+    ``selection_group`` (only when the document has one) and ``tail``, so a
+    candidate whose rank changed is written again without writing anything else.
+    ``None`` exactly when `canonical_candidate` is.
+    """
     fresh = document["fresh"]
     credential = document.get("credential")
     ints = {key: document[key] for key in _SELECTION_INTS if key in document}
@@ -222,16 +244,19 @@ def canonical_candidate(document: Mapping[str, Any], breakdown_text: str | None)
             f'"namespace":{enc(ref["namespace"])}}},"strategy":{enc(credential["strategy"])}}}'
         )
     capacity = f',"capacity_weight":{ints["capacity_weight"]}' if "capacity_weight" in ints else ""
-    group = f',"selection_group":{ints["selection_group"]}' if "selection_group" in ints else ""
+    group = ',"selection_group":' if "selection_group" in ints else ""
     traffic = f',"traffic_weight":{ints["traffic_weight"]}' if "traffic_weight" in ints else ""
-    return (
+    head = (
         f'{{"admission_state":{enc(document["admission_state"])}{capacity},'
         f'"cluster":{enc(document["cluster"])}{secret},'
         f'"fresh":{"true" if fresh else "false"},"kind":{enc(document["kind"])},'
-        f'"name":{enc(document["name"])},"rank":{document["rank"]!r}{score}{group},'
-        f'"selection_tier":{enc(document["selection_tier"])},"site":{enc(document["site"])},'
+        f'"name":{enc(document["name"])},"rank":'
+    )
+    tail = (
+        f',"selection_tier":{enc(document["selection_tier"])},"site":{enc(document["site"])},'
         f'"stable_id":{enc(document["stable_id"])}{traffic}}}'
     )
+    return head, f"{score}{group}", tail
 
 
 def digest_of_texts(
@@ -248,6 +273,20 @@ def digest_of_texts(
     ``{candidates, local_site, network}``). ``None`` when the text does not
     encode as UTF-8; the caller then takes the full path.
     """
+    return digest_of_joined(
+        network, local_site, ",".join(texts), selection_policy, selection_load_aware
+    )
+
+
+def digest_of_joined(
+    network: str,
+    local_site: str,
+    joined: str,
+    selection_policy: str | None = None,
+    selection_load_aware: bool | None = None,
+) -> str | None:
+    """`digest_of_texts` of texts already joined with commas (the ``candidates`` array's
+    inside), so the overlay's file text (`grid.core.overlay.file_text`) can reuse them."""
     tail = ""
     if selection_load_aware is not None:
         if selection_load_aware is not True and selection_load_aware is not False:
@@ -257,7 +296,7 @@ def digest_of_texts(
         if selection_policy is not None:
             tail += f',"selection_policy":{encode_string(selection_policy)}'
         text = (
-            f'{{"candidates":[{",".join(texts)}],'
+            f'{{"candidates":[{joined}],'
             f'"local_site":{encode_string(local_site)},"network":{encode_string(network)}{tail}}}'
         )
         data = text.encode("utf-8")

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol, assert_never
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, assert_never
 
 from grid.core.overlay.digest import (
     canonical_breakdown,
     canonical_candidate,
     digest,
-    digest_of_texts,
+    digest_of_joined,
     is_plain_number,
 )
 from grid.core.overlay.envelope import Provenance, Scope, envelope_with_digest, format_timestamp
@@ -35,6 +35,9 @@ from grid.core.vocabulary import (
     SelectionPolicy,
     SelectionTier,
 )
+
+if TYPE_CHECKING:
+    from grid.core.overlay.candidate_cache import CandidateCache
 
 KIND_INFERENCE_MODEL = CandidateKind.INFERENCE_MODEL.value
 """The candidate kind for an inference model served by a provider."""
@@ -152,7 +155,7 @@ def _breakdown_document(breakdown: ScoreBreakdown) -> dict[str, float | int]:
 
 
 @dataclass
-class _Shared:
+class SharedWire:
     """What the candidates of one overlay share, converted once per overlay.
 
     ``breakdowns`` maps a `ScoreBreakdown` to its wire form (every model of one
@@ -170,8 +173,8 @@ class _Shared:
     breakdown_texts: dict[ScoreBreakdown, str] = field(default_factory=dict)
 
 
-def _candidate_document(
-    ranked: Ranked, shared: _Shared, group: int | None = None, weight_field: str | None = None
+def candidate_wire(
+    ranked: Ranked, shared: SharedWire, group: int | None = None, weight_field: str | None = None
 ) -> dict[str, Any]:
     """`candidate_document`, reusing what ``shared`` already converted.
 
@@ -230,7 +233,7 @@ def _candidate_document(
 
 
 def _add_canonical_text(
-    document: dict[str, Any], breakdown: ScoreBreakdown | None, shared: _Shared
+    document: dict[str, Any], breakdown: ScoreBreakdown | None, shared: SharedWire
 ) -> None:
     """Append the candidate's canonical text to ``shared.texts`` (or give up on them)."""
     assert shared.texts is not None
@@ -253,7 +256,7 @@ def _add_canonical_text(
 
 def candidate_document(ranked: Ranked) -> dict[str, Any]:
     """The §5 wire form of one ranked candidate (no field beyond §5's list)."""
-    return _candidate_document(ranked, _Shared())
+    return candidate_wire(ranked, SharedWire())
 
 
 def build_overlay(
@@ -270,7 +273,7 @@ def build_overlay(
     ``selection_policy`` (and ``selection_load_aware``), and each candidate's
     ``selection_group`` and weight.
     """
-    return _build_overlay(network, local_site, ranked, generated_at, _Shared(), selection)
+    return _build_overlay(network, local_site, ranked, generated_at, SharedWire(), selection)
 
 
 def _build_overlay(
@@ -278,12 +281,14 @@ def _build_overlay(
     local_site: str,
     ranked: Sequence[Ranked],
     generated_at: datetime,
-    shared: _Shared,
+    shared: SharedWire,
     selection: Selection | None,
+    cache: CandidateCache | None = None,
 ) -> dict[str, Any]:
     overlay: dict[str, Any] = {"network": network, "local_site": local_site}
+    build = candidate_wire if cache is None else cache.document
     if selection is None:
-        candidates = [_candidate_document(r, shared) for r in ranked]
+        candidates = [build(r, shared, None, None) for r in ranked]
     else:
         if len(selection.groups) != len(ranked):
             raise ValueError("selection.groups must name one group per ranked candidate")
@@ -292,12 +297,25 @@ def _build_overlay(
             overlay["selection_load_aware"] = True
         field_name = selection.weight_field
         candidates = [
-            _candidate_document(r, shared, g, field_name)
-            for r, g in zip(ranked, selection.groups, strict=True)
+            build(r, shared, g, field_name) for r, g in zip(ranked, selection.groups, strict=True)
         ]
     overlay["candidates"] = candidates
     overlay["generated_at"] = format_timestamp(generated_at)
     return overlay
+
+
+class BuiltOverlay(NamedTuple):
+    """An overlay, its envelope and, when known, its candidates' canonical text.
+
+    ``candidates_text`` is the inside of the ``candidates`` array as JCS writes it
+    (and as ``json.dumps`` with sorted keys does), or ``None`` when some value is
+    off the fast path of `grid.core.overlay.digest`; `grid.core.overlay.file_text`
+    builds the files around it.
+    """
+
+    overlay: dict[str, Any]
+    envelope: dict[str, Any]
+    candidates_text: str | None
 
 
 def build_overlay_and_envelope(
@@ -318,17 +336,45 @@ def build_overlay_and_envelope(
     text that does not encode as UTF-8) the digest takes the full path of
     `canonical_digest`. Tests hold both to the `rfc8785` reference.
     """
-    shared = _Shared(texts=[])
-    overlay = _build_overlay(network, local_site, ranked, generated_at, shared, selection)
-    value = None
+    built = build_overlay_parts(
+        network, local_site, ranked, generated_at, scope, provenance, selection
+    )
+    return built.overlay, built.envelope
+
+
+def build_overlay_parts(
+    network: str,
+    local_site: str,
+    ranked: Sequence[Ranked],
+    generated_at: datetime,
+    scope: Scope,
+    provenance: Provenance,
+    selection: Selection | None = None,
+    cache: CandidateCache | None = None,
+) -> BuiltOverlay:
+    """`build_overlay_and_envelope`, keeping the candidates' canonical text.
+
+    With ``cache`` each candidate that kept its verdict since the cache's last
+    build reuses its wire form (`CandidateCache`); the documents, the text and
+    the digest are the same as without it.
+    """
+    shared = SharedWire(texts=[])
+    if cache is not None:
+        cache.begin()
+    overlay = _build_overlay(network, local_site, ranked, generated_at, shared, selection, cache)
+    if cache is not None:
+        cache.end()
+    value, joined = None, None
     if shared.texts is not None and shared.plain_numbers:
-        value = digest_of_texts(
+        joined = ",".join(shared.texts)
+        value = digest_of_joined(
             network,
             local_site,
-            shared.texts,
+            joined,
             overlay.get("selection_policy"),
             overlay.get("selection_load_aware"),
         )
     if value is None:
+        joined = None
         value = digest(overlay, numbers_checked=shared.plain_numbers)
-    return overlay, envelope_with_digest(overlay, scope, provenance, value)
+    return BuiltOverlay(overlay, envelope_with_digest(overlay, scope, provenance, value), joined)

@@ -154,6 +154,34 @@ class DraftView:
     """The network's ``staleCandidateTtlSeconds``."""
 
 
+def site_geographies(
+    network: GridNetwork, sites: dict[str, GridSite], own_site: str
+) -> dict[str, Geography]:
+    """Each GridSite's region and zone, with the network's own standing in for ``own_site``.
+
+    A GridNetwork is applied at one site, and its ``spec.region``/``zone`` say where
+    that site runs (upstream's fallback): where the site's own GridSite names no
+    region (or there is none), the network's region is used, and the network's
+    zone where the site names no zone and the regions agree. Other sites keep
+    exactly what their GridSite says.
+    """
+    geographies = {name: Geography(s.spec.region, s.spec.zone) for name, s in sites.items()}
+    geographies[own_site] = own_geography(network, sites.get(own_site))
+    return geographies
+
+
+def own_geography(network: GridNetwork, own: GridSite | None) -> Geography:
+    """The operator's own site's region and zone: its GridSite's, else the network's."""
+    region = own.spec.region if own is not None else None
+    zone = own.spec.zone if own is not None else None
+    spec = network.spec
+    if region is None:
+        region = spec.region
+    if zone is None and region is not None and region == spec.region:
+        zone = spec.zone
+    return Geography(region, zone)
+
+
 def provider_sites(provider: InferenceProvider, view: DraftView) -> list[str]:
     """The sites hosting ``provider`` (§2a): the GridSites its siteSelector selects,
     else its site label, else the default site. A selector selecting no GridSite
@@ -180,11 +208,7 @@ def draft_for(
     entry = view.signal_index.get((site, name))
     notes: list[str] = []
     credential = _credential(provider, view.secrets, notes) if spec.auth is not None else None
-    stale = (
-        entry is not None
-        and view.signals is not None
-        and not is_fresh(entry, view.signals.generated_at)
-    )
+    stale, evicted = sample_clock(entry, site, view)
     phase = provider.phase
     degraded = phase is ProviderPhase.DEGRADED
     if degraded:
@@ -210,16 +234,33 @@ def draft_for(
     if spec.access_policy is None and phase is not ProviderPhase.UNAVAILABLE and view.ttl is None:
         # Nothing can exclude it.
         return CandidateDraft(provider, candidates, None, "", tuple(notes))
-    exclusion, detail = _pre_exclusion(provider, phase, site, entry, view)
+    exclusion, detail = _pre_exclusion(provider, phase, evicted, view)
     return CandidateDraft(provider, candidates, exclusion, detail, tuple(notes))
 
 
+def sample_clock(entry: ProviderSignals | None, site: str, view: DraftView) -> tuple[bool, bool]:
+    """What the clock decides of a provider's sample at ``site``: (stale, evicted).
+
+    Stale: older than the 60 s freshness bound at the document's ``generated_at``.
+    Evicted: a remote sample older than ``staleCandidateTtlSeconds``. A draft
+    depends on the time through these two answers only, which is what lets a
+    render cache (`grid.core.routing.render_cache`) keep it while they hold.
+    """
+    signals = view.signals
+    if entry is None or signals is None:
+        return False, False
+    stale = not is_fresh(entry, signals.generated_at)
+    ttl = view.ttl
+    evicted = (
+        ttl is not None
+        and site != view.local_site
+        and signals.generated_at - entry.observed_at > timedelta(seconds=ttl)
+    )
+    return stale, evicted
+
+
 def _pre_exclusion(
-    provider: InferenceProvider,
-    phase: ProviderPhase,
-    site: str,
-    entry: ProviderSignals | None,
-    view: DraftView,
+    provider: InferenceProvider, phase: ProviderPhase, evicted: bool, view: DraftView
 ) -> tuple[ExclusionReason | None, str]:
     policy = provider.spec.access_policy
     wanted = policy.site_selector.match_labels if policy else {}
@@ -228,19 +269,11 @@ def _pre_exclusion(
         return ExclusionReason.ACCESS_DENIED, access
     if phase is ProviderPhase.UNAVAILABLE:
         return ExclusionReason.PROVIDER_UNAVAILABLE, "status.phase is Unavailable"
-    ttl = view.ttl
-    if (
-        ttl is not None
-        and entry is not None
-        and view.signals is not None
-        and site != view.local_site
-    ):
-        age = view.signals.generated_at - entry.observed_at
-        if age > timedelta(seconds=ttl):
-            return (
-                ExclusionReason.STALE_EVICTED,
-                f"remote sample older than staleCandidateTtlSeconds={ttl}",
-            )
+    if evicted:
+        return (
+            ExclusionReason.STALE_EVICTED,
+            f"remote sample older than staleCandidateTtlSeconds={view.ttl}",
+        )
     return None, ""
 
 

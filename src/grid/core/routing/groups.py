@@ -26,12 +26,18 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from grid.core.routing.scoring import Evaluation
-from grid.core.vocabulary import RoutingPolicy
+from grid.core.vocabulary import AdmissionState, RoutingPolicy, SelectionTier
 
 __all__ = ["GroupKey", "Grouped", "assign_groups", "group_boundary", "group_key"]
 
 GroupKey = tuple[str, ...]
 """The wire names of the fields that make two candidates equivalent."""
+
+
+_WIRE_NAMES: dict[AdmissionState | SelectionTier, str] = {
+    member: member.value for enum in (AdmissionState, SelectionTier) for member in enum
+}
+"""Each state's wire name; a dict lookup is several times cheaper than ``.value``."""
 
 
 class Grouped(Protocol):
@@ -45,8 +51,8 @@ def group_key(evaluation: Evaluation, policy: RoutingPolicy) -> GroupKey:
     """Admission, tier and freshness (``geographyFirst``), or admission and freshness."""
     fresh = "fresh" if evaluation.candidate.fresh else "not fresh"
     if policy is RoutingPolicy.SCORE_FIRST:
-        return (evaluation.admission.value, fresh)
-    return (evaluation.admission.value, evaluation.tier.value, fresh)
+        return (_WIRE_NAMES[evaluation.admission], fresh)
+    return (_WIRE_NAMES[evaluation.admission], _WIRE_NAMES[evaluation.tier], fresh)
 
 
 def assign_groups(ranked: Iterable[Grouped], policy: RoutingPolicy) -> tuple[int, ...]:

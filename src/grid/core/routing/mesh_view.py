@@ -162,6 +162,44 @@ def _remote_or_none(record: ProviderRecord, network: str) -> InferenceProvider |
         return None
 
 
+class RecordViews:
+    """What a render reads of each provider record, kept while the record is the same object.
+
+    Records are immutable and a replica hands out the same object until its
+    origin publishes a new one, so an operator that renders every round keeps
+    each record's signals entry (`signals_entry`) and its InferenceProvider
+    (`remote_provider`) here, per record object, instead of making or hashing
+    them again. `next_round` keeps only what the last round read.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[ProviderRecord, ProviderSignals]] = {}
+        self._providers: dict[int, tuple[ProviderRecord, str, InferenceProvider | None]] = {}
+        self._seen_entries: dict[int, tuple[ProviderRecord, ProviderSignals]] = {}
+        self._seen_providers: dict[int, tuple[ProviderRecord, str, InferenceProvider | None]] = {}
+
+    def entry(self, record: ProviderRecord) -> ProviderSignals:
+        """`signals_entry` of ``record``."""
+        kept = self._entries.get(id(record))
+        if kept is None or kept[0] is not record:
+            kept = (record, signals_entry(record))
+        self._seen_entries[id(record)] = kept
+        return kept[1]
+
+    def provider(self, record: ProviderRecord, network: str) -> InferenceProvider | None:
+        """`remote_provider` of ``record``, or None when it breaks a resource rule."""
+        kept = self._providers.get(id(record))
+        if kept is None or kept[0] is not record or kept[1] != network:
+            kept = (record, network, _remote_or_none(record, network))
+        self._seen_providers[id(record)] = kept
+        return kept[2]
+
+    def next_round(self) -> None:
+        """Forget the records the round just ended did not read."""
+        self._entries, self._seen_entries = self._seen_entries, {}
+        self._providers, self._seen_providers = self._seen_providers, {}
+
+
 def live_records(
     records: Iterable[OriginRecord],
     own_site: str,
@@ -234,9 +272,11 @@ def signals_document(
     now: datetime,
     epoch: int,
     sequence: int,
+    views: RecordViews | None = None,
 ) -> SignalsDocument:
-    """A ``scope=grid`` signals document (§6) of every live record."""
-    entries = sorted((signals_entry(r.record) for r in records), key=lambda e: (e.site, e.name))
+    """A ``scope=grid`` signals document (§6) of every live record (``views`` keeps entries)."""
+    entry = signals_entry if views is None else views.entry
+    entries = sorted((entry(r.record) for r in records), key=lambda e: (e.site, e.name))
     return SignalsDocument(
         schema_version=SIGNALS_SCHEMA_VERSION,
         network=network,
@@ -257,6 +297,7 @@ def mesh_inputs(
     own_site: str,
     agents: Sequence[AgentProvider] = (),
     offers: Sequence[AgentRoute] = (),
+    views: RecordViews | None = None,
 ) -> RenderInputs:
     """Render inputs from the store's resources and the replica's live records.
 
@@ -269,7 +310,9 @@ def mesh_inputs(
 
     ``agents`` are this site's own tool providers and agents; ``offers`` (`mesh_offers`)
     add the other sites' unless one of ``agents`` has the same name at the same site.
+    ``views`` keeps each record's provider between rounds (`RecordViews`).
     """
+    remote_of = _remote_or_none if views is None else views.provider
     taken = {(provider_site(p, own_site), p.name) for p in own_providers}
     routes = {
         (provider_site(p, own_site), p.cluster, m.name)
@@ -280,7 +323,7 @@ def mesh_inputs(
     for r in records:
         if r.origin == own_site or (r.record.site, r.record.name) in taken:
             continue
-        provider = _remote_or_none(r.record, network.name)
+        provider = remote_of(r.record, network.name)
         if provider is None:
             continue
         wanted = {(r.record.site, provider.cluster, m.name) for m in provider.spec.models}

@@ -22,12 +22,12 @@ contiguous (`grid.core.routing.groups`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 from grid.core.routing.candidate import CandidateInput, ExclusionReason
-from grid.core.routing.scoring import Evaluation, ScoringContext, evaluate
+from grid.core.routing.scoring import Evaluation, ScoringContext, evaluate, pressure_missing
 from grid.core.vocabulary import ADMISSION_ORDER, TIER_ORDER, AdmissionState, RoutingPolicy
 
 
@@ -176,10 +176,23 @@ def score_candidates(
     return order_candidates([(candidate,) for candidate in candidates], context, policy).ranking
 
 
+GroupScore = tuple[Evaluation, tuple[float | str, ...]]
+"""A group's shared evaluation and its part of the sort key (all but name and cluster)."""
+
+
+def group_score(
+    candidate: CandidateInput, context: ScoringContext, policy: RoutingPolicy
+) -> GroupScore:
+    """The evaluation of a group's first candidate and the sort key part it shares."""
+    evaluation = evaluate(candidate, context)
+    return evaluation, _policy_order(_evaluation_key(evaluation) + _sample_key(candidate), policy)
+
+
 def order_candidates(
     groups: Iterable[Sequence[CandidateInput]],
     context: ScoringContext,
     policy: RoutingPolicy = RoutingPolicy.GEOGRAPHY_FIRST,
+    score: Callable[[CandidateInput], GroupScore] | None = None,
 ) -> Ordering:
     """`score_candidates` over groups of candidates, records built on demand (`Ordering`).
 
@@ -187,7 +200,9 @@ def order_candidates(
     models, as `grid.core.routing.candidate.provider_candidates` makes them), so
     each group is evaluated once, its part of the sort key is computed once,
     and every member shares both. Within that contract the result is exactly
-    `evaluate` of each candidate and `rank` of the survivors.
+    `evaluate` of each candidate and `rank` of the survivors. ``score`` stands
+    in for `group_score` under ``context`` and ``policy`` (a render cache's,
+    `grid.core.routing.render_cache`), and must answer what it would.
     """
     kept: list[CandidateInput] = []
     evaluations: list[Evaluation] = []
@@ -196,8 +211,10 @@ def order_candidates(
     for group in groups:
         if not group:
             continue
-        evaluation = evaluate(group[0], context)
-        shared_key = _policy_order(_evaluation_key(evaluation) + _sample_key(group[0]), policy)
+        if score is None:
+            evaluation, shared_key = group_score(group[0], context, policy)
+        else:
+            evaluation, shared_key = score(group[0])
         for candidate in group:
             if not candidate.healthy:
                 excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))
@@ -208,3 +225,17 @@ def order_candidates(
                 evaluations.append(evaluation)
                 keys.append((*shared_key, candidate.name, candidate.cluster))
     return Ordering(kept, evaluations, keys, excluded)
+
+
+def exclusion_detail(evaluation: Evaluation, context: ScoringContext) -> str:
+    """Why ranking excluded ``evaluation`` (unhealthy, or admission ``excluded``), in words."""
+    candidate = evaluation.candidate
+    if not candidate.healthy:
+        return "the signals report healthy: false"
+    limits = context.config.admission
+    queue, kv = candidate.signals.queue_depth, candidate.signals.kv_cache_utilization
+    if limits.missing is AdmissionState.EXCLUDED and pressure_missing(candidate.signals, limits):
+        return "pressure signal missing (admissionPolicy.missingMetrics: excluded)"
+    if queue is not None and queue >= limits.excluded_queue_depth:
+        return f"queue_depth {queue:g} >= excluded threshold {limits.excluded_queue_depth:g}"
+    return f"kv_cache_utilization {kv or 0:g} >= excluded threshold {limits.excluded_kv_cache:g}"

@@ -25,8 +25,9 @@ from grid.core.overlay import (
     Provenance,
     Scope,
     Selection,
-    build_overlay_and_envelope,
 )
+from grid.core.overlay.document import build_overlay_parts
+from grid.core.overlay.file_text import envelope_text, overlay_text
 from grid.core.resources import (
     AgentProvider,
     AgentToolProvider,
@@ -43,10 +44,19 @@ from grid.core.routing.candidate_draft import (
     DraftView,
     check_duplicates,
     drafts_for,
+    own_geography,
+    site_geographies,
 )
 from grid.core.routing.capability import provider_with_capability
 from grid.core.routing.groups import assign_groups
-from grid.core.routing.ranking import Ordering, RankedCandidate, Ranking, order_candidates
+from grid.core.routing.ranking import (
+    Ordering,
+    RankedCandidate,
+    Ranking,
+    exclusion_detail,
+    order_candidates,
+)
+from grid.core.routing.render_cache import RenderCache
 from grid.core.routing.rerank import RerankContext
 from grid.core.routing.scoring import (
     Evaluation,
@@ -54,10 +64,9 @@ from grid.core.routing.scoring import (
     ScoringContext,
     ScoringWeights,
     evaluate,
-    pressure_missing,
 )
 from grid.core.routing.signals import SignalsDocument
-from grid.core.vocabulary import AdmissionState, CandidateKind, RoutingPolicy
+from grid.core.vocabulary import CandidateKind, RoutingPolicy
 from grid.errors import ValidationError
 
 # `ExclusionReason` is defined with the candidates and is part of this module's interface too.
@@ -192,6 +201,14 @@ class Rendered:
     overlay: dict[str, Any]
     envelope: dict[str, Any]
     evaluated: Evaluated
+    candidates_text: str | None = None
+    """The candidates' canonical text (`grid.core.overlay.document.BuiltOverlay`)."""
+
+    @cached_property
+    def texts(self) -> tuple[str, str]:
+        """The file text of the overlay and of the envelope (`grid.core.overlay.file_text`)."""
+        config = overlay_text(self.overlay, self.candidates_text)
+        return config, envelope_text(self.envelope, config)
 
     @property
     def rows(self) -> tuple[CandidateRow, ...]:
@@ -301,34 +318,6 @@ def select_network(
     return candidates[0]
 
 
-def site_geographies(
-    network: GridNetwork, sites: dict[str, GridSite], own_site: str
-) -> dict[str, Geography]:
-    """Each GridSite's region and zone, with the network's own standing in for ``own_site``.
-
-    A GridNetwork is applied at one site, and its ``spec.region``/``zone`` say where
-    that site runs (upstream's fallback): where the site's own GridSite names no
-    region (or there is none), the network's region is used, and the network's
-    zone where the site names no zone and the regions agree. Other sites keep
-    exactly what their GridSite says.
-    """
-    geographies = {name: Geography(s.spec.region, s.spec.zone) for name, s in sites.items()}
-    geographies[own_site] = own_geography(network, sites.get(own_site))
-    return geographies
-
-
-def own_geography(network: GridNetwork, own: GridSite | None) -> Geography:
-    """The operator's own site's region and zone: its GridSite's, else the network's."""
-    region = own.spec.region if own is not None else None
-    zone = own.spec.zone if own is not None else None
-    spec = network.spec
-    if region is None:
-        region = spec.region
-    if zone is None and region is not None and region == spec.region:
-        zone = spec.zone
-    return Geography(region, zone)
-
-
 def evaluate_network(
     inputs: RenderInputs,
     network: GridNetwork,
@@ -337,10 +326,12 @@ def evaluate_network(
     signals: SignalsDocument | None,
     candidates_max: int | None = CANDIDATES_MAX,
     held: frozenset[tuple[str, str]] | None = None,
+    cache: RenderCache | None = None,
 ) -> Evaluated:
     """Every candidate of ``network`` seen from ``local_site``, scored and ranked.
 
-    ``held``: the stabilized-admission hold set, as for `scoring_config`.
+    ``held``: the stabilized-admission hold set, as for `scoring_config`. With
+    ``cache``, drafts and evaluations whose inputs held since its last render are kept.
     """
     if signals is not None and signals.network != network.name:
         raise ValidationError(
@@ -366,7 +357,10 @@ def evaluate_network(
         (p for p in inputs.providers if p.spec.grid_network_ref == name),
         key=lambda p: p.name,
     )
-    drafts = tuple([d for p in providers for d in drafts_for(p, view)])
+    if cache is None:
+        drafts = tuple([d for p in providers for d in drafts_for(p, view)])
+    else:
+        drafts = tuple(cache.drafts(providers, view))
     routes = routes_of(inputs.agents, inputs.offers, sites, name, default_site)
     drafts += tuple(agent_draft(r, view) for r in routes)
     check_duplicates(drafts)
@@ -374,7 +368,8 @@ def evaluate_network(
     # Each eligible draft is one group: its candidates share one evaluation.
     eligible = [d.candidates for d in drafts if d.exclusion is None]
     policy = network.spec.effective_routing_policy
-    ordering = order_candidates(eligible, context, policy)
+    score = cache.scorer(context, policy) if cache is not None else None
+    ordering = order_candidates(eligible, context, policy, score)
     return Evaluated(drafts, ordering, context, candidates_max, policy)
 
 
@@ -408,7 +403,7 @@ def _rows(evaluated: Evaluated) -> tuple[CandidateRow, ...]:
                 evaluation=x.evaluation,
                 provider=draft.provider,
                 exclusion=x.reason,
-                exclusion_detail=_scoring_exclusion_detail(x.evaluation, context),
+                exclusion_detail=exclusion_detail(x.evaluation, context),
                 notes=draft.notes,
             )
         )
@@ -432,19 +427,6 @@ def _route(candidate: CandidateInput) -> tuple[str, str, str, str]:
     return candidate.kind, candidate.name, candidate.site, candidate.cluster
 
 
-def _scoring_exclusion_detail(evaluation: Evaluation, context: ScoringContext) -> str:
-    candidate = evaluation.candidate
-    if not candidate.healthy:
-        return "the signals report healthy: false"
-    limits = context.config.admission
-    queue, kv = candidate.signals.queue_depth, candidate.signals.kv_cache_utilization
-    if limits.missing is AdmissionState.EXCLUDED and pressure_missing(candidate.signals, limits):
-        return "pressure signal missing (admissionPolicy.missingMetrics: excluded)"
-    if queue is not None and queue >= limits.excluded_queue_depth:
-        return f"queue_depth {queue:g} >= excluded threshold {limits.excluded_queue_depth:g}"
-    return f"kv_cache_utilization {kv or 0:g} >= excluded threshold {limits.excluded_kv_cache:g}"
-
-
 def render(
     inputs: RenderInputs,
     *,
@@ -457,6 +439,7 @@ def render(
     candidates_max: int | None = CANDIDATES_MAX,
     held: frozenset[tuple[str, str]] | None = None,
     capability: str | None = None,
+    cache: RenderCache | None = None,
 ) -> Rendered:
     """Render the overlay and envelope for ``gateway`` (``grid render``).
 
@@ -467,13 +450,16 @@ def render(
     §5 limit, so the overlay always verifies); ``None`` keeps every candidate.
     ``held`` is the operator's stabilized-admission hold set (none in ``grid render``).
     ``capability`` keeps only models that declare it (`RenderInputs.restricted`).
+    ``cache`` (one per gateway) keeps what did not change for the next render.
     """
     inputs = inputs.restricted(capability)
     network, local_site_name, resolved_namespace = select_gateway(
         inputs.networks, gateway, namespace
     )
     local_site = local_site_name or site
-    evaluated = evaluate_network(inputs, network, local_site, site, signals, candidates_max, held)
+    evaluated = evaluate_network(
+        inputs, network, local_site, site, signals, candidates_max, held, cache
+    )
     scope = Scope(network.name, gateway, resolved_namespace, local_site)
     provenance = Provenance(
         producer_version=producer_version,
@@ -483,9 +469,14 @@ def render(
         rendered_at=now,
     )
     selection = Selection.for_mode(network.spec.selection_mode, evaluated.groups)
-    overlay, envelope = build_overlay_and_envelope(
-        network.name, local_site, evaluated.kept, now, scope, provenance, selection
+    built = build_overlay_parts(
+        network.name,
+        local_site,
+        evaluated.kept,
+        now,
+        scope,
+        provenance,
+        selection,
+        cache.candidates if cache is not None else None,
     )
-    return Rendered(
-        network=network, scope=scope, overlay=overlay, envelope=envelope, evaluated=evaluated
-    )
+    return Rendered(network, scope, built.overlay, built.envelope, evaluated, built.candidates_text)

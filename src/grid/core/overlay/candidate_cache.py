@@ -1,0 +1,142 @@
+"""Each overlay candidate's wire form, kept from one overlay build to the next.
+
+A render round in which one provider changed needs only that provider's
+candidates written again: the others keep their fields, and at most their
+``rank`` and ``selection_group`` move. `CandidateCache` keeps each candidate's
+document and canonical text cut around those two values
+(`grid.core.overlay.digest.candidate_text_parts`), so the next build fills
+them in instead of converting and serialising the candidate again. The
+documents, the text and the digest are the ones a build without the cache makes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from grid.core.overlay.digest import (
+    CandidateTextParts,
+    candidate_text_parts,
+    canonical_breakdown,
+    is_plain_number,
+)
+from grid.core.overlay.document import Ranked, Routed, SharedWire, candidate_wire
+from grid.core.vocabulary import AdmissionState, ScoreBreakdown, SelectionTier
+
+
+class _Parts(NamedTuple):
+    """One candidate's wire form but for its rank and group, and what it was made from."""
+
+    candidate: Routed
+    admission: AdmissionState
+    tier: SelectionTier
+    breakdown: ScoreBreakdown | None
+    weight_field: str | None
+    grouped: bool
+    head: dict[str, Any]
+    """The document's fields before ``rank``, in the order a build writes them."""
+    tail: dict[str, Any]
+    """The fields after ``rank`` and ``selection_group``."""
+    text: CandidateTextParts | None
+    plain: bool
+    """Every number of ``head`` and ``tail`` passes `is_plain_number`."""
+
+
+class CandidateCache:
+    """Each candidate's wire form, kept from one overlay build to the next.
+
+    A render round in which one provider changed moves that provider's
+    candidates and renumbers those between their old and new places, but every
+    other candidate keeps its fields. The cache keeps, per candidate object,
+    the document and canonical text around its ``rank`` and ``selection_group``
+    (`candidate_text_parts`), and reuses them when the same candidate comes back
+    with the same admission, tier, score breakdown and selection fields. The
+    candidate itself is frozen and held by the entry, so its identity stands
+    for its fields. Only the last build's candidates are kept.
+    """
+
+    def __init__(self) -> None:
+        self._parts: dict[int, _Parts] = {}
+        self._next: dict[int, _Parts] = {}
+        self.reused = 0
+        """Candidates of the last build whose wire form was reused."""
+
+    def begin(self) -> None:
+        """Start a build: what it reuses or makes is all the next one will find."""
+        self._next = {}
+        self.reused = 0
+
+    def end(self) -> None:
+        """Finish a build: keep its candidates only."""
+        self._parts, self._next = self._next, {}
+
+    def document(
+        self, ranked: Ranked, shared: SharedWire, group: int | None, weight_field: str | None
+    ) -> dict[str, Any]:
+        """`candidate_wire` of ``ranked``, from the cache when its inputs are the same."""
+        evaluation = ranked.evaluation
+        candidate = evaluation.candidate
+        parts = self._parts.get(id(candidate))
+        if (
+            parts is None
+            or parts.candidate is not candidate
+            or parts.admission is not evaluation.admission
+            or parts.tier is not evaluation.tier
+            or parts.weight_field != weight_field
+            or parts.grouped != (group is not None)
+            or not (
+                parts.breakdown is evaluation.breakdown or parts.breakdown == evaluation.breakdown
+            )
+        ):
+            parts = _parts_of(ranked, group, weight_field)
+        else:
+            self.reused += 1
+        self._next[id(candidate)] = parts
+        rank = ranked.rank
+        if group is None:
+            document = {**parts.head, "rank": rank, **parts.tail}
+        else:
+            document = {**parts.head, "rank": rank, "selection_group": group, **parts.tail}
+        if not (
+            parts.plain and is_plain_number(rank) and (group is None or is_plain_number(group))
+        ):
+            shared.plain_numbers = False
+        if shared.texts is not None:
+            if parts.text is None:
+                shared.texts = None
+            else:
+                head, middle, tail = parts.text
+                shared.texts.append(f"{head}{rank!r}{middle}{'' if group is None else group}{tail}")
+        return document
+
+
+def _parts_of(ranked: Ranked, group: int | None, weight_field: str | None) -> _Parts:
+    """Build one candidate's document from scratch and cut it around rank and group."""
+    shared = SharedWire()
+    document = candidate_wire(ranked, shared, group, weight_field)
+    keys = list(document)
+    at = keys.index("rank")
+    after = at + (2 if group is not None else 1)
+    head = {k: document[k] for k in keys[:at]}
+    tail = {k: document[k] for k in keys[after:]}
+    evaluation = ranked.evaluation
+    breakdown = evaluation.breakdown
+    text = None
+    try:
+        breakdown_text = (
+            None if breakdown is None else canonical_breakdown(document["score_breakdown"])
+        )
+        text = candidate_text_parts(document, breakdown_text)
+    except (TypeError, KeyError):
+        text = None
+    return _Parts(
+        evaluation.candidate,
+        evaluation.admission,
+        evaluation.tier,
+        breakdown,
+        weight_field,
+        group is not None,
+        head,
+        tail,
+        text,
+        shared.plain_numbers,
+    )

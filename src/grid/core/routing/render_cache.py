@@ -1,0 +1,158 @@
+"""A render cache: what one gateway's renders keep from one round to the next.
+
+The operator renders every gateway it serves whenever something changed, and a
+round in which one provider changed must cost in proportion to that change, not
+to the grid. `RenderCache` keeps, per provider, the three things a render
+derives from it alone:
+
+* its draft (`grid.core.routing.candidate_draft.draft_for`), kept while the
+  provider, its signals entry and what the clock decides of that entry
+  (`sample_clock`: stale, evicted) are the same, and everything the render's
+  view shares (sites, Secrets, geographies, local and default site, TTL) is too;
+* its evaluation and sort key part (`grid.core.routing.ranking.group_score`),
+  kept while its draft's candidates are the same objects, the scoring context
+  but for the stabilized-admission hold set is the same, and the provider's own
+  membership of that set is;
+* each of its candidates' wire form and canonical text
+  (`grid.core.overlay.candidate_cache.CandidateCache`).
+
+What a model's ranking shares is never kept: the sort over every candidate, the
+selection groups, the ranks and the digest are computed again in every round,
+from the kept parts. A render with a cache gives exactly the documents, text
+and digest of one without (a property test drives random rounds through both).
+Each kind of entry keeps only what the last render used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+from grid.core.overlay.candidate_cache import CandidateCache
+from grid.core.resources import InferenceProvider
+from grid.core.routing.candidate import CandidateInput
+from grid.core.routing.candidate_draft import (
+    CandidateDraft,
+    DraftView,
+    draft_for,
+    provider_sites,
+    sample_clock,
+)
+from grid.core.routing.ranking import GroupScore, group_score
+from grid.core.routing.scoring import Evaluation, ScoringContext
+from grid.core.routing.signals import ProviderSignals
+from grid.core.vocabulary import RoutingPolicy
+
+
+class _KeptDraft(NamedTuple):
+    provider: InferenceProvider
+    entry: ProviderSignals | None
+    clock: tuple[bool, bool]
+    draft: CandidateDraft
+
+
+class _KeptScore(NamedTuple):
+    candidate: CandidateInput
+    held: bool
+    evaluation: Evaluation
+    key: tuple[float | str, ...]
+
+
+def _view_key(view: DraftView) -> tuple[Any, ...]:
+    """What every draft of a render shares, beyond its provider, entry and clock."""
+    return (
+        view.local_site,
+        view.default_site,
+        view.ttl,
+        view.signals is None,
+        dict(view.sites),
+        tuple(view.secrets),
+        dict(view.geographies),
+    )
+
+
+def _context_key(context: ScoringContext, policy: RoutingPolicy) -> tuple[Any, ...]:
+    """What every evaluation of a render shares; the hold set only as present or not."""
+    config = context.config
+    held = config.admission.held
+    return (
+        context.local_site,
+        context.local_geography,
+        replace(config, admission=replace(config.admission, held=None)),
+        held is None,
+        policy,
+    )
+
+
+class RenderCache:
+    """Drafts, evaluations and candidate wire forms of one gateway's last render."""
+
+    def __init__(self) -> None:
+        self._view: tuple[Any, ...] | None = None
+        self._drafts: dict[tuple[str, str], _KeptDraft] = {}
+        self._context: tuple[Any, ...] | None = None
+        self._scores: dict[int, _KeptScore] = {}
+        self.candidates = CandidateCache()
+        """The overlay candidates' wire forms (`build_overlay_parts` takes it)."""
+        self.drafted = 0
+        """Drafts the last render made afresh (the others were kept)."""
+        self.scored = 0
+        """Evaluations the last render made afresh."""
+
+    def drafts(
+        self, providers: Sequence[InferenceProvider], view: DraftView
+    ) -> list[CandidateDraft]:
+        """`drafts_for` of each provider in order, kept drafts where their inputs hold."""
+        key = _view_key(view)
+        if key != self._view:
+            self._view, self._drafts = key, {}
+        kept, fresh = self._drafts, {}
+        made: list[CandidateDraft] = []
+        self.drafted = 0
+        index = view.signal_index
+        for provider in providers:
+            name = provider.name
+            for site in provider_sites(provider, view):
+                entry = index.get((site, name))
+                clock = sample_clock(entry, site, view)
+                old = kept.get((site, name))
+                if (
+                    old is None
+                    or old.clock != clock
+                    or not (old.provider is provider or old.provider == provider)
+                    or not (old.entry is entry or old.entry == entry)
+                ):
+                    old = _KeptDraft(provider, entry, clock, draft_for(provider, view, site))
+                    self.drafted += 1
+                fresh[site, name] = old
+                made.append(old.draft)
+        self._drafts = fresh
+        return made
+
+    def scorer(
+        self, context: ScoringContext, policy: RoutingPolicy
+    ) -> Callable[[CandidateInput], GroupScore]:
+        """`group_score` under ``context`` and ``policy``, kept per candidate, for one render.
+
+        Only the candidates scored through the returned function are kept for the next.
+        """
+        key = _context_key(context, policy)
+        if key != self._context:
+            self._context, self._scores = key, {}
+        kept: dict[int, _KeptScore] = self._scores
+        fresh: dict[int, _KeptScore] = {}
+        self._scores = fresh
+        self.scored = 0
+        held = context.config.admission.held
+
+        def score(candidate: CandidateInput) -> GroupScore:
+            member = held is not None and (candidate.site, candidate.provider) in held
+            old = kept.get(id(candidate))
+            if old is None or old.candidate is not candidate or old.held != member:
+                old = _KeptScore(candidate, member, *group_score(candidate, context, policy))
+                self.scored += 1
+            fresh[id(candidate)] = old
+            return old.evaluation, old.key
+
+        return score
