@@ -13,6 +13,7 @@ import base64
 import copy
 import datetime as dt
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -128,9 +129,42 @@ def json_copy(value: Any, path: str) -> Any:
     `ValidationError` naming ``path``, in every store alike.
     """
     try:
+        return _plain_copy(value)
+    except (_NotPlain, RecursionError):
+        pass  # the JSON round trip decides, and converts or refuses
+    try:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"must be JSON-compatible ({exc})", path=path) from None
+
+
+class _NotPlain(Exception):
+    """A value the JSON round trip would change or refuse."""
+
+
+def _plain_copy(value: Any) -> Any:
+    """A deep copy of JSON data the round trip keeps as it is, or `_NotPlain`.
+
+    Plain is exactly ``dict`` (string keys), ``list``, ``str``, ``int``, finite
+    ``float``, ``bool`` and ``None``, no subclasses: for those ``json.loads(json.dumps(v))``
+    is an equal copy of the same types, made here without writing the text (an
+    overlay ConfigMap holds a megabyte of it).
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
+        copied = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            copied[key] = _plain_copy(item)
+        return copied
+    if kind is list:
+        return [_plain_copy(item) for item in value]
+    if kind is float and math.isfinite(value):
+        return value
+    raise _NotPlain
 
 
 def _client_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -212,6 +212,7 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
                 return outcome
             event_type, stored = outcome
+            body = _dumps(stored)  # one serialisation for the object and its event
             if event_type is EventType.DELETED:
                 conn.execute(
                     "DELETE FROM objects WHERE kind=? AND namespace=? AND name=?", (kind, ns, name)
@@ -219,11 +220,10 @@ class SqliteStore:
             else:
                 conn.execute(
                     "INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?)",
-                    (kind, ns, name, rv, _dumps(stored)),
+                    (kind, ns, name, rv, body),
                 )
             conn.execute(
-                "INSERT INTO events VALUES (?, ?, ?, ?)",
-                (rv, kind, event_type.value, _dumps(stored)),
+                "INSERT INTO events VALUES (?, ?, ?, ?)", (rv, kind, event_type.value, body)
             )
             conn.execute("UPDATE meta SET value=? WHERE key='resource_version'", (rv,))
             self._compact(conn, rv)

@@ -25,12 +25,12 @@ Each kind of entry keeps only what the last render used.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
 from grid.core.overlay.candidate_cache import CandidateCache
-from grid.core.resources import InferenceProvider
+from grid.core.resources import SITE_LABEL, InferenceProvider
 from grid.core.routing.candidate import CandidateInput
 from grid.core.routing.candidate_draft import (
     CandidateDraft,
@@ -46,10 +46,15 @@ from grid.core.vocabulary import RoutingPolicy
 
 
 class _KeptDraft(NamedTuple):
-    provider: InferenceProvider
     entry: ProviderSignals | None
     clock: tuple[bool, bool]
     draft: CandidateDraft
+
+
+class _KeptProvider(NamedTuple):
+    provider: InferenceProvider
+    drafts: Mapping[str, _KeptDraft | None]
+    """Per hosting site, in `provider_sites` order (None: not drafted yet)."""
 
 
 class _KeptScore(NamedTuple):
@@ -90,7 +95,7 @@ class RenderCache:
 
     def __init__(self) -> None:
         self._view: tuple[Any, ...] | None = None
-        self._drafts: dict[tuple[str, str], _KeptDraft] = {}
+        self._drafts: dict[tuple[str, str | None], _KeptProvider] = {}
         self._context: tuple[Any, ...] | None = None
         self._scores: dict[int, _KeptScore] = {}
         self.candidates = CandidateCache()
@@ -110,25 +115,31 @@ class RenderCache:
         kept, fresh = self._drafts, {}
         made: list[CandidateDraft] = []
         self.drafted = 0
-        index = view.signal_index
         for provider in providers:
-            name = provider.name
-            for site in provider_sites(provider, view):
-                entry = index.get((site, name))
-                clock = sample_clock(entry, site, view)
-                old = kept.get((site, name))
-                if (
-                    old is None
-                    or old.clock != clock
-                    or not (old.provider is provider or old.provider == provider)
-                    or not (old.entry is entry or old.entry == entry)
-                ):
-                    old = _KeptDraft(provider, entry, clock, draft_for(provider, view, site))
-                    self.drafted += 1
-                fresh[site, name] = old
-                made.append(old.draft)
+            # Names are unique per site, and a site label names where one is.
+            name = (provider.name, provider.metadata.labels.get(SITE_LABEL))
+            old = kept.get(name)
+            if old is None or not (old.provider is provider or old.provider == provider):
+                old = _KeptProvider(provider, dict.fromkeys(provider_sites(provider, view)))
+            drafts = self._site_drafts(provider, old.drafts, view)
+            fresh[name] = _KeptProvider(provider, drafts)
+            made.extend(d.draft for d in drafts.values())
         self._drafts = fresh
         return made
+
+    def _site_drafts(
+        self, provider: InferenceProvider, kept: Mapping[str, _KeptDraft | None], view: DraftView
+    ) -> dict[str, _KeptDraft]:
+        """The provider's draft at each of its sites, kept where entry and clock are."""
+        drafts = {}
+        for site, old in kept.items():
+            entry = view.signal_index.get((site, provider.name))
+            clock = sample_clock(entry, site, view)
+            if old is None or old.clock != clock or not (old.entry is entry or old.entry == entry):
+                old = _KeptDraft(entry, clock, draft_for(provider, view, site))
+                self.drafted += 1
+            drafts[site] = old
+        return drafts
 
     def scorer(
         self, context: ScoringContext, policy: RoutingPolicy
