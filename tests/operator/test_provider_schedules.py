@@ -119,3 +119,15 @@ def test_jitter_spreads_providers_declared_together() -> None:
     first, _ = run_schedules(1)
     second, _ = run_schedules(2)
     assert first["fast", "scrape"] != second["fast", "scrape"]
+
+
+def test_a_record_is_handed_on_only_when_it_is_news() -> None:
+    """After a scrape (a new sample); after the refresh pace with none handed on; never
+    after a health check that confirmed what the record already said."""
+    calls, records = run_schedules(random.randrange(2**32))
+    scrapes = set(calls["fast", "scrape"])
+    handed = sorted(set(records))
+    assert scrapes <= set(handed)
+    for before, at in itertools.pairwise(handed):
+        assert at in scrapes or at - before >= 5.0 * (1 - JITTER_RATIO) - 1e-6, (before, at)
+    assert not (set(calls["fast", "health"][1:]) - scrapes) & set(handed)

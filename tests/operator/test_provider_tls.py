@@ -202,10 +202,11 @@ async def test_the_operator_scrapes_over_tls_and_a_stale_sample_counts_as_missin
         )
         assert good
         provider.failing = True
-        failed_at = time.time()
-        # Within staleMetricsSeconds the last good sample stands in, with its own time...
+        failed_at, handed_on = time.time(), len(seen)
+        # Within staleMetricsSeconds the last good sample stands in, with its own time
+        # (a record handed on since the failure; the one before it may be younger)...
         carried = await eventually(
-            lambda: seen[-1].observed_at < failed_at and seen[-1],
+            lambda: len(seen) > handed_on and seen[-1].observed_at < failed_at and seen[-1],
             "the last sample carried over",
         )
         assert carried.signals.queue_depth == 0.5

@@ -14,7 +14,10 @@ Two families are taken from each exposition:
   feed a `SelectionWindow`, and the live view's scoring panel shows each
   candidate's share of the last minute's selections.
 
-Each body is parsed once, for every family. A body is bounded
+Each body is parsed once, for every family, and only the lines of these families
+are handed to the parser (a gateway's exposition is mostly latency histograms,
+and the parser's cost is in every line); a body holding none of them is parsed
+whole, so one that is not an exposition still fails. A body is bounded
 (`SCRAPE_MAX_BYTES`) and a URL that fails (refused, timed out, not 200, too
 large, not an exposition) is skipped for the round and counted; the others
 still count.
@@ -52,10 +55,24 @@ class GatewayCounters:
     selections: dict[SelectionKey, int] = field(default_factory=dict)
 
 
+_FAMILIES = (_TOKENS, _UPSTREAM, _SELECTIONS)
+
+
+def _of_families(text: str) -> str:
+    """The lines of ``text`` that belong to `_FAMILIES`: their samples (any suffix)
+    and their ``# HELP`` and ``# TYPE`` comments."""
+    kept = []
+    for line in text.splitlines():
+        name = line.split(None, 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
+        if name.startswith(_FAMILIES):
+            kept.append(line)
+    return "\n".join(kept) + "\n" if kept else ""
+
+
 def read_exposition(text: str) -> GatewayCounters:
     """The families of a Prometheus text exposition in one pass; ValueError if it is not one."""
     counters = GatewayCounters()
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(_of_families(text) or text):
         if family.name == _TOKENS:
             for labels, value in _totals(family):
                 direction = labels.get("direction")

@@ -29,6 +29,7 @@ from grid.core.resources.seed_fields import upstream_policy_patch
 from grid.core.routing.mesh_view import GRID_ID_LABEL, converged_grid_id
 from grid.operator.resilience import WriteGuard, WriteSite
 from grid.operator.startup import StartupError, new_grid_id
+from grid.operator.watched_store import read_models
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class ServedNetwork:
 
     async def sites(self) -> list[GridSite]:
         """The GridSites of the served network, as the store holds them now."""
-        sites = [GridSite.model_validate(o) for o in await self.store.list("GridSite")]
+        sites = await read_models(self.store, "GridSite", GridSite)
         return [s for s in sites if s.spec.grid_network_ref == self.name]
 
     async def initialize(self, network: GridNetwork) -> GridNetwork:
@@ -125,7 +126,7 @@ class ServedNetwork:
 
         ``revisions`` are the round's ``overlayStatus`` items, written in the same patch.
         """
-        fresh = GridNetwork.model_validate(await self.store.get("GridNetwork", name))
+        (fresh,) = await read_models(self.store, "GridNetwork", GridNetwork, name)
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         patch = rendered_patch(fresh, overlays, site_phases, outcome, now, consumers, budgets)
         stored = [

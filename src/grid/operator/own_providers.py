@@ -24,6 +24,7 @@ from grid.core.resources import (
 from grid.operator.agents import AgentController
 from grid.operator.network import ServedNetwork
 from grid.operator.providers import ProviderController
+from grid.operator.watched_store import read_models
 
 AGENT_KINDS = ("AgentToolProvider", "AgentToAgentProvider")
 HOSTED_KINDS = ("InferenceProvider", *AGENT_KINDS)
@@ -58,10 +59,8 @@ class OwnProviders:
     async def hosted_agents(self) -> list[AgentProvider]:
         """The agent resources this site serves, each pinned to this site."""
         own_site = next((s for s in await self.served.sites() if s.name == self.site), None)
-        tools = [AgentToolProvider.model_validate(o) for o in await self.store.list(AGENT_KINDS[0])]
-        agents = [
-            AgentToAgentProvider.model_validate(o) for o in await self.store.list(AGENT_KINDS[1])
-        ]
+        tools = await read_models(self.store, AGENT_KINDS[0], AgentToolProvider)
+        agents = await read_models(self.store, AGENT_KINDS[1], AgentToAgentProvider)
         network = self.served.name
 
         def here(agent: AgentProvider) -> bool:
@@ -86,9 +85,7 @@ class OwnProviders:
 
     async def hosted(self) -> list[InferenceProvider]:
         """The providers this site serves, each pinned to this site."""
-        providers = [
-            InferenceProvider.model_validate(o) for o in await self.store.list("InferenceProvider")
-        ]
+        providers = await read_models(self.store, "InferenceProvider", InferenceProvider)
         own_site = next((s for s in await self.served.sites() if s.name == self.site), None)
         return [
             pinned_to(p, self.site)

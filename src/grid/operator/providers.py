@@ -3,9 +3,10 @@
 For every InferenceProvider this site holds, one task runs that provider's
 jobs (`grid.operator.schedule`), each on its own interval and timeout with
 jitter: the health check per ``healthCheck``, the scrape per ``metricsConfig``,
-and the re-publication of its record every ``record_refresh_s``. A slow
-endpoint only ever holds up its own job: other jobs and other providers keep
-their pace. After each job, once every declared check has run once, it:
+and the re-publication of its record once ``record_refresh_s`` passed since the
+last one was handed on. A slow endpoint only ever holds up its own job: other
+jobs and other providers keep their pace. After each job, once every declared
+check has run once, it:
 
 * moves the provider's phase with `grid.core.resources.lifecycle.next_provider_phase`
   and writes status only when the phase or reason changed;
@@ -29,11 +30,12 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import math
 import random
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 from opentelemetry import trace
@@ -54,7 +56,7 @@ from grid.core.routing.mesh_view import record_for
 from grid.core.routing.metrics_mapping import ScrapedSignals, carried_sample
 from grid.errors import GridError, NotFound
 from grid.operator.resilience import WriteGuard, WriteSite
-from grid.operator.schedule import Job, provider_jobs, run_every
+from grid.operator.schedule import Job, jittered, provider_jobs, run_every
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -88,6 +90,8 @@ class ProviderState:
     by the declaration: the same ``tls`` twice is one context, so one connection pool."""
     session: aiohttp.ClientSession | None = field(default=None, repr=False)
     """The pooled session of this provider's HTTP checks, opened by the first one."""
+    handed_on_at: float = -math.inf
+    """The event loop's time when the last record was handed on."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -176,11 +180,31 @@ class ProviderController:
         try:
             async with asyncio.TaskGroup() as group:
                 for job in jobs:
-                    group.create_task(run_every(job, self._job(name, job), self._rng))
+                    run = self._job(name, job)
+                    if job.name == "publish":
+                        group.create_task(self._refresh(state, job, run))
+                    else:
+                        group.create_task(run_every(job, run, self._rng))
         finally:
             if state.session is not None:
                 await state.session.close()
                 state.session = None
+
+    async def _refresh(
+        self, state: ProviderState, job: Job, run: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Run ``run`` now, then whenever a jittered ``job.interval_s`` passed with no
+        record handed on: a record the checks keep fresh is not sent again."""
+        loop = asyncio.get_running_loop()
+        await run()
+        since = loop.time()
+        while True:
+            await asyncio.sleep(max(0.0, since + jittered(job.interval_s, self._rng) - loop.time()))
+            if state.handed_on_at > since:
+                since = state.handed_on_at
+                continue
+            await run()
+            since = loop.time()
 
     def _session_of(self, state: ProviderState) -> aiohttp.ClientSession:
         if state.session is None:
@@ -197,7 +221,7 @@ class ProviderController:
                     await self._run_health(state, job.timeout_s)
                 elif job.name == "scrape":
                     await self._run_scrape(state, job.timeout_s)
-                await self._publish(state)
+                await self._publish(state, job.name)
             except (GridError, OSError) as exc:
                 # A failed check or status write: counted, and the job's next run tries again.
                 code = exc.code if isinstance(exc, GridError) else type(exc).__name__
@@ -293,8 +317,9 @@ class ProviderController:
             "scrape" not in jobs or state.scrape_ran
         )
 
-    async def _publish(self, state: ProviderState) -> None:
-        """Judge the phase from the latest results and hand the record on."""
+    async def _publish(self, state: ProviderState, job: str = "publish") -> None:
+        """Judge the phase from the latest results and hand the record on, unless
+        ``job`` is a health check that changed nothing in it but its time."""
         if not self._checked(state):
             return
         async with state.lock:
@@ -314,14 +339,23 @@ class ProviderController:
                     )
                 }
             )
-            state.record = record_for(
+            record = record_for(
                 state.provider,
                 self._site,
                 signals=state.signals,
                 healthy=healthy,
                 observed_at_s=state.observed_at or time.time(),
             )
-            self._on_record(provider.name, state.record)
+            last = state.record
+            if (
+                job == "health"
+                and last is not None
+                and replace(record, observed_at=last.observed_at) == last
+            ):
+                return
+            state.record = record
+            state.handed_on_at = asyncio.get_running_loop().time()
+            self._on_record(provider.name, record)
 
     def credentials_ok(self, name: str) -> bool:
         """False when the provider's auth Secret or key is missing: it is not routed."""

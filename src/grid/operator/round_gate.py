@@ -22,8 +22,9 @@ so the key compares them by identity and holds them, so no identity is reused.
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
@@ -149,6 +150,22 @@ def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 def _is_value(x: object) -> bool:
     """Plain values compare by equality; anything else only by identity."""
     return x is None or isinstance(x, str | int | float | bool | SitePhase | frozenset)
+
+
+def settled(
+    round_: Callable[[], Awaitable[None]], settle_s: float
+) -> Callable[[], Awaitable[None]]:
+    """``round_``, started ``settle_s`` after it was asked for. Changes that arrive
+    meanwhile (another provider's scrape, a peer's records a moment later) go into
+    that one round: without it each starts a round of its own, and most of those
+    render an overlay no different from the last."""
+
+    async def run() -> None:
+        if settle_s > 0:
+            await asyncio.sleep(settle_s)
+        await round_()
+
+    return run
 
 
 def trust_deadline(replica: GridState, now_s: float) -> float:

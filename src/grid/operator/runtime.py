@@ -7,8 +7,8 @@
 * the InferenceProvider controller (health checks and scrapes of own
   providers), whose records go into the local snapshot and out over SWIM;
 * the GridSite controller (SWIM view plus mTLS egress probes);
-* the renderer (`grid.operator.overlay_loop`): whenever something changed (or
-  every ``render_interval_s`` for time-driven rules) it renders each gateway
+* the renderer (`grid.operator.overlay_loop`): ``render_settle_s`` after something
+  changed (or every ``render_interval_s`` for time-driven rules) it renders each gateway
   this site serves and writes the overlay only when its revision changed; then
   the GridNetwork status (`grid.operator.network`, which also initialises the
   network at start and converges the gridId);
@@ -78,7 +78,7 @@ from grid.operator.resilience import (
     WriteSite,
     retried_at_start,
 )
-from grid.operator.round_gate import RoundGate, round_key, round_outcome, trust_deadline
+from grid.operator.round_gate import RoundGate, round_key, round_outcome, settled, trust_deadline
 from grid.operator.settings import OperatorSettings
 from grid.operator.site_pki import SitePki, with_site_pki
 from grid.operator.site_rounds import SiteRounds
@@ -87,6 +87,7 @@ from grid.operator.startup import StartupError, select_network
 from grid.operator.state_metrics import state_collector
 from grid.operator.swim_keys import SwimKeys, swim_config, tuning_change
 from grid.operator.trust_refresh import refresh_trust
+from grid.operator.watched_store import WatchedStore, read_models
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer(__name__)
@@ -107,7 +108,7 @@ class Operator:
         self, settings: OperatorSettings, store: ResourceStore, pki: SitePki | None = None
     ) -> None:
         self.settings = settings
-        self.store = store
+        self.store = store = WatchedStore(store)
         self.pki = pki
         self.registry = CollectorRegistry()
         self.members_gauge = Gauge(
@@ -130,8 +131,8 @@ class Operator:
         self.health = HealthServer(self.registry, ready=lambda: self.ready)
         self.ready = False
         self.guard = WriteGuard(self.registry)
-        if isinstance(store, KubernetesStore):
-            store.event_failed = lambda exc: self.guard.count(WriteSite.EVENT, exc)
+        if isinstance(store.inner, KubernetesStore):
+            store.inner.event_failed = lambda exc: self.guard.count(WriteSite.EVENT, exc)
         self.failures = RoundFailures(self.registry)
         self.supervisor = Supervisor(self.failures)
         self.served = ServedNetwork(store, settings.site, self.guard)
@@ -161,8 +162,7 @@ class Operator:
                 self.guard,
             ),
         )
-        self._dirty = asyncio.Event()
-        self._stop = asyncio.Event()
+        self._dirty, self._stop = asyncio.Event(), asyncio.Event()
         self._round_lock = asyncio.Lock()
         self._egress: EgressListener | None = None
         self._swim_started_from: GridNetwork | None = None
@@ -250,11 +250,9 @@ class Operator:
             tasks.start(f"watch-{kind}", lambda kind=kind: self._watch(kind))  # type: ignore[misc]
         tasks.start("swim-events", self._events)
         tasks.start("sites", self.site_rounds.run)
+        paced = settled(self._render_round, self.settings.render_settle_s)
         interval = self.settings.render_interval_s
-        tasks.start(
-            "render",
-            lambda: render_rounds(self._dirty, interval, self._render_round, self.failures),
-        )
+        tasks.start("render", lambda: render_rounds(self._dirty, interval, paced, self.failures))
         network_now = lambda: self.served.network  # noqa: E731
         tasks.start(
             "cert-rotation",
@@ -456,7 +454,7 @@ class Operator:
         network = self.served.network
         assert network is not None
         sites = await self.served.sites()
-        secrets = [Secret.model_validate(o) for o in await self.store.list("Secret")]
+        secrets = await read_models(self.store, "Secret", Secret)
         own, agents = await self.own.routable()
         if await self.served.converge_grid_id(network, self.replica):
             await self.lanes.publish_site_lanes()

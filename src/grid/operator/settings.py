@@ -157,7 +157,7 @@ class OperatorSettings(BaseModel):
     record_refresh_s: float = Field(
         5.0,
         description=(
-            "Seconds between re-publishing own provider records even when unchanged. Keep it "
+            "Longest seconds an own provider record goes without being re-published. Keep it "
             "well below peers' staleCandidateTtlSeconds or they evict this site's candidates."
         ),
     )
@@ -170,6 +170,16 @@ class OperatorSettings(BaseModel):
         description=(
             "Most seconds between renders; changes render sooner. Time-driven rules "
             "(freshness, stale-candidate eviction) take effect within this bound."
+        ),
+    )
+    render_settle_s: float = Field(
+        0.1,
+        ge=0,
+        le=1.0,
+        description=(
+            "Seconds a render round waits after the change that asked for it, so that "
+            "changes arriving together (several providers' scrapes, a peer's records) "
+            "render once."
         ),
     )
     shutdown_timeout_s: float = Field(

@@ -93,6 +93,54 @@ async def test_close_ends_an_open_watch(tmp_path: Path) -> None:
     assert await asyncio.wait_for(task, 5.0) == 1
 
 
+async def test_quiet_watchers_share_one_poll_and_a_write_wakes_only_its_kind(
+    tmp_path: Path,
+) -> None:
+    """Four quiet watchers run one query per poll tick between them, not one each; a
+    write from this process wakes the watcher of its kind alone."""
+    store = await SqliteStore.open(tmp_path / "store.db", watch_poll_interval_s=0.02)
+    queries: list[str] = []
+    run = store._run
+
+    async def counted(fn: Any, *args: Any) -> Any:
+        queries.append(fn.__name__)
+        return await run(fn, *args)
+
+    store._run = counted  # type: ignore[method-assign]
+    kinds = ["InferenceProvider", "GridSite", "Secret", "GridNetwork"]
+    seen: dict[str, list[str]] = {kind: [] for kind in kinds}
+
+    async def follow(kind: str) -> None:
+        async for event in store.watch(kind):
+            seen[kind].append(event.object["metadata"]["name"])
+
+    tasks = [asyncio.ensure_future(follow(kind)) for kind in kinds]
+    try:
+        await asyncio.sleep(0.4)  # about 20 poll ticks
+        polls, own = queries.count("_heads_sync"), queries.count("_events_sync")
+        assert own == len(kinds), queries
+        assert 5 <= polls <= 0.4 / 0.02 + 2, polls
+        await store.create(provider("vllm"))
+        deadline = asyncio.get_running_loop().time() + 5.0
+        while not seen["InferenceProvider"]:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.005)
+        assert seen == {
+            "InferenceProvider": ["vllm"],
+            "GridSite": [],
+            "Secret": [],
+            "GridNetwork": [],
+        }
+        # The create wakes its kind's watcher only; the others learn of it from a poll
+        # and run no query of their own.
+        assert queries.count("_events_sync") == own + 1, queries
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await store.close()
+
+
 def test_store_urls_parse_and_unknown_ones_are_refused() -> None:
     assert parse_store_url("sqlite:/var/lib/grid.db").path == Path("/var/lib/grid.db")
     assert parse_store_url("sqlite:///var/lib/grid.db").path == Path("/var/lib/grid.db")

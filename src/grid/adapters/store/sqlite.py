@@ -14,8 +14,11 @@ there via ``run_in_executor``. The event loop never blocks on disk, and since on
 thread owns the connection it needs no locking of its own. ``synchronous=FULL``
 makes a returned write survive a power cut as well as a process crash.
 
-Watchers are woken at once by writes from their own process, and poll the log
-every `WATCH_POLL_INTERVAL_S` for writes from other processes.
+Watchers are woken at once by writes of their kind from their own process, and
+look for writes from other processes every `WATCH_POLL_INTERVAL_S`: one query per
+interval for every watcher of the store together (the newest event of each
+watched kind), on a shared tick, so a watcher runs its own query only when its
+kind has news.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import math
 import sqlite3
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -66,6 +71,8 @@ T = TypeVar("T")
 _Write = tuple[EventType, Obj]
 _Objs = list[Obj]  # aliases: inside the class, `list` names the method
 _Events = list[WatchEvent]
+_Heads = tuple[dict[str, int], int, int]
+"""The newest event version of each watched kind, the store head, the trim point."""
 
 
 def _utc_now() -> dt.datetime:
@@ -95,7 +102,9 @@ class SqliteStore:
         self._now = now
         self._retention = event_log_retention
         self._poll_s = watch_poll_interval_s
-        self._changed: asyncio.Event | None = None
+        self._changed: dict[str, asyncio.Event] = {}
+        self._watched: Counter[str] = Counter()
+        self._heads: tuple[int, asyncio.Future[_Heads]] | None = None
         self._closed = False
 
     @classmethod
@@ -181,9 +190,9 @@ class SqliteStore:
 
     async def _write(self, kind: str, ns: str, name: str, change: Callable[..., Any]) -> Obj:
         result: Obj = await self._run(self._write_sync, kind, ns, name, change)
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+        changed = self._changed.pop(kind, None)
+        if changed is not None:
+            changed.set()
         return result
 
     def _write_sync(
@@ -304,35 +313,82 @@ class SqliteStore:
         return self._watch(kind, since_resource_version)
 
     async def _watch(self, kind: str, since: str | None) -> AsyncIterator[WatchEvent]:
-        if since is None:
-            snapshot, last = await self._run(self._list_sync, kind, None)
-            for obj in snapshot:
-                yield WatchEvent(EventType.ADDED, obj, obj["metadata"]["resourceVersion"])
-        else:
-            last = int(since)
+        self._watched[kind] += 1
+        try:
+            if since is None:
+                snapshot, last = await self._run(self._list_sync, kind, None)
+                for obj in snapshot:
+                    yield WatchEvent(EventType.ADDED, obj, obj["metadata"]["resourceVersion"])
+            else:
+                last = int(since)
+            while not self._closed:
+                changed = self._changed.setdefault(kind, asyncio.Event())
+                events, head, compacted = await self._run(self._events_sync, kind, last)
+                if last < compacted:
+                    raise Expired(
+                        f"resourceVersion {last} is older than the event log "
+                        f"(compacted through {compacted})"
+                    )
+                for event in events:
+                    yield event
+                if events:
+                    last = int(events[-1].resource_version)
+                    if len(events) == WATCH_BATCH_EVENTS:
+                        continue
+                # Even after events: a write since ``changed`` was taken has set it.
+                last = await self._quiet(kind, changed, max(last, head))
+        finally:
+            self._watched[kind] -= 1
+            if self._watched[kind] <= 0:
+                del self._watched[kind]
+
+    async def _quiet(self, kind: str, changed: asyncio.Event, last: int) -> int:
+        """Wait until ``kind`` may have events after ``last``: a write of it from this
+        process, or the shared poll finding one (or a trim past ``last``). Returns the
+        version up to which the polls found none of ``kind``."""
+        loop = asyncio.get_running_loop()
         while not self._closed:
-            if self._changed is None:
-                self._changed = asyncio.Event()
-            changed = self._changed
-            events, head, compacted = await self._run(self._events_sync, kind, last)
-            if last < compacted:
-                raise Expired(
-                    f"resourceVersion {last} is older than the event log "
-                    f"(compacted through {compacted})"
-                )
-            for event in events:
-                yield event
-            if events:
-                last = int(events[-1].resource_version)
-                if len(events) == WATCH_BATCH_EVENTS:
-                    continue
+            tick = math.floor(loop.time() / self._poll_s) + 1
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancellation that arrives as the event fires, and the watch never ends.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(tick * self._poll_s):
+                    await changed.wait()
+                return last
+            newest, head, compacted = await self._polled_heads(tick)
+            if kind not in newest or newest[kind] > last or compacted > last:
+                return last
             last = max(last, head)
-            if not events:
-                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
-                # cancellation that arrives as the event fires, and the watch never ends.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._poll_s):
-                        await changed.wait()
+        return last
+
+    async def _polled_heads(self, tick: int) -> _Heads:
+        """The heads of every watched kind, read once per poll tick for all watchers."""
+        if self._heads is None or self._heads[0] != tick:
+            future = asyncio.ensure_future(
+                self._run(self._heads_sync, tuple(sorted(self._watched)))
+            )
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._heads = (tick, future)
+        return await asyncio.shield(self._heads[1])
+
+    def _heads_sync(self, kinds: tuple[str, ...]) -> _Heads:
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            head = _meta(conn, "resource_version")
+            compacted = _meta(conn, "compacted_through")
+            newest = {
+                kind: int(
+                    conn.execute(
+                        "SELECT MAX(resource_version) FROM events WHERE kind=?", (kind,)
+                    ).fetchone()[0]
+                    or 0
+                )
+                for kind in kinds
+            }
+        finally:
+            conn.execute("COMMIT")
+        return newest, head, compacted
 
     def _events_sync(self, kind: str, after: int) -> tuple[_Events, int, int]:
         """Events of a kind after a version, plus the store head and trim point,
@@ -359,8 +415,8 @@ class SqliteStore:
         if self._closed:
             return
         self._closed = True
-        if self._changed is not None:
-            self._changed.set()
+        for changed in self._changed.values():
+            changed.set()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._conn.close)
         self._executor.shutdown(wait=False)

@@ -35,7 +35,7 @@ from grid.core.resources.lifecycle import next_network_phase
 from grid.core.resources.models import GridNetwork
 from grid.core.resources.network_spec import GatewayRef
 from grid.core.resources.phases import NetworkPhase, SitePhase
-from grid.core.resources.status import GridNetworkStatus
+from grid.core.resources.status import conditions_draft
 
 
 def served_gateways(network: GridNetwork, site: str) -> list[GatewayRef]:
@@ -181,7 +181,7 @@ def conditions_of(
 def _conditions_patch(
     network: GridNetwork, verdicts: Mapping[str, Verdict], now: str, outcome: RoundOutcome
 ) -> list[dict[str, Any]] | None:
-    status = (network.status or GridNetworkStatus()).model_copy(deep=True)
+    status = conditions_draft(network.status)
     changed = False
     for type_, (ok, reason, message) in verdicts.items():
         value: Literal["True", "False"] = "True" if ok else "False"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from grid.core.resources.models import GridNetwork
-from grid.core.resources.status import GridNetworkStatus
+from grid.core.resources.status import conditions_draft
 
 UPSTREAM_POLICY_CONDITION = "UpstreamPolicy"
 """Condition type naming how upstream's policy fields were applied."""
@@ -31,7 +31,7 @@ def upstream_policy_patch(network: GridNetwork, now: str) -> dict[str, Any]:
         )
         if value is not None and name not in won
     ]
-    status = (network.status or GridNetworkStatus()).model_copy(deep=True)
+    status = conditions_draft(network.status)
     if won:
         changed = status.set_condition(
             UPSTREAM_POLICY_CONDITION,

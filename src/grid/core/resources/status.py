@@ -195,6 +195,13 @@ class GridNetworkStatus(_StatusBase):
         self.phase = NetworkPhase(transition("GridNetwork", self.phase, target))
 
 
+def conditions_draft(status: GridNetworkStatus | None) -> GridNetworkStatus:
+    """A status holding only ``status``'s conditions, in a list of its own, for
+    `set_condition` to edit. That method replaces the list and never edits a
+    `Condition`, so the conditions themselves are shared: nothing else is copied."""
+    return GridNetworkStatus(conditions=list(status.conditions) if status else [])
+
+
 class SiteCapability(WireModel):
     """One model a site offers, as its provider records gossip it."""
 
