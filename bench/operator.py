@@ -263,6 +263,39 @@ async def _timed(coro_fn: Any) -> float:
     return time.process_time() - start
 
 
+class PurePath:
+    """A round's pure path (live records, mesh view, render), from scratch or kept.
+
+    ``kept``: through the record views and render cache an operator keeps, which
+    saw the previous state; otherwise nothing is kept between calls.
+    """
+
+    def __init__(self, replica: Any, network: Any, sites: list[GridSite], *, kept: bool) -> None:
+        self.replica, self.network, self.sites = replica, network, sites
+        self.views = RecordViews() if kept else None
+        self.cache = RenderCache() if kept else None
+
+    def render(self) -> Any:
+        """One pure render of the replica's current records."""
+        now = dt.datetime.now(dt.UTC)
+        records = live_records(
+            (OriginRecord(o, pid, r) for o, pid, r in self.replica.providers()),
+            "s0",
+            now.timestamp(),
+            3600.0,
+        )
+        inputs = mesh_inputs(self.network, self.sites, [], [], records, "s0", views=self.views)
+        if self.views is not None:
+            self.views.next_round()
+        return render(
+            inputs, site="s0", gateway="edge", namespace="grid", now=now, cache=self.cache
+        )
+
+    async def __call__(self) -> None:
+        """`render`, as `_timed` calls it."""
+        self.render()
+
+
 async def reconcile_cpu(providers: int, repeat: int, peers: int = PEER_SITES) -> dict[str, Any]:
     """CPU per `Operator.reconcile_overlays` with ``providers`` remote records."""
     root = Path(tempfile.mkdtemp(prefix="grid-bench-reconcile-"))
@@ -290,37 +323,9 @@ async def reconcile_cpu(providers: int, repeat: int, peers: int = PEER_SITES) ->
         network = operator.served.network
         sites = [GridSite.model_validate(o) for o in await store.list("GridSite")]
 
-        views, cache = RecordViews(), RenderCache()
-
-        def render_only(kept: bool = False) -> Any:
-            now = dt.datetime.now(dt.UTC)
-            records = live_records(
-                (OriginRecord(o, pid, r) for o, pid, r in operator.replica.providers()),
-                "s0",
-                now.timestamp(),
-                3600.0,
-            )
-            inputs = mesh_inputs(
-                network, sites, [], [], records, "s0", views=views if kept else None
-            )
-            if kept:
-                views.next_round()
-            return render(
-                inputs,
-                site="s0",
-                gateway="edge",
-                namespace="grid",
-                now=now,
-                cache=cache if kept else None,
-            )
-
-        async def pure_path() -> None:
-            render_only()
-
-        async def pure_path_kept() -> None:
-            render_only(kept=True)
-
-        render_only(kept=True)  # the cache's first render draws everything
+        pure_path = PurePath(operator.replica, network, sites, kept=False)
+        pure_path_kept = PurePath(operator.replica, network, sites, kept=True)
+        pure_path_kept.render()  # the cache's first render drafts everything
 
         async def dump() -> None:
             json.dumps(envelope)

@@ -20,7 +20,7 @@ from typing import Any
 
 from grid.adapters.store.port import DEFAULT_NAMESPACE, STORED_KINDS, LabelSelector, Obj, StoredKind
 from grid.core.resources.types import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
-from grid.errors import Conflict, ValidationError
+from grid.errors import Conflict, GridError, ValidationError
 
 NAME_MAX_CHARS = 253
 """Longest ``metadata.name`` (a Kubernetes DNS subdomain)."""
@@ -138,7 +138,7 @@ def json_copy(value: Any, path: str) -> Any:
         raise ValidationError(f"must be JSON-compatible ({exc})", path=path) from None
 
 
-class _NotPlain(Exception):
+class _NotPlain(GridError):
     """A value the JSON round trip would change or refuse."""
 
 
