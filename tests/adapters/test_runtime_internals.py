@@ -123,3 +123,19 @@ async def test_heap_trim_runs_once_for_many_closes() -> None:
         trim.connection_closed()
     await eventually(lambda: calls == [0], "one trim")
     trim.cancel()
+
+
+def test_the_startup_heap_is_frozen_out_of_later_collections() -> None:
+    import gc
+
+    from grid.adapters.runtime_internals import freeze_startup_heap
+
+    try:
+        freeze_startup_heap()
+        frozen = gc.get_freeze_count()
+        assert frozen > 1000  # the interpreter, pytest and Grid's modules at least
+        made_since = [[i] for i in range(100)]
+        assert gc.get_freeze_count() == frozen  # only what existed is frozen
+        assert made_since
+    finally:
+        gc.unfreeze()

@@ -9,7 +9,8 @@ The edge needs three things no public API offers:
   how many request heads it has parsed (`heads_parsed`) and whether it is waiting
   for the next one (`awaiting_head`);
 - glibc's ``malloc_trim``, after ``gc.collect``, to hand freed heap back to the OS
-  after connection churn (`HeapTrim`).
+  after connection churn (`HeapTrim`), and the collector's permanent generation
+  for what a process built to start (`freeze_startup_heap`).
 
 Nothing else in Grid touches these. ``tests/adapters/test_runtime_internals.py``
 pins the Python and aiohttp versions this was checked against (those of
@@ -117,6 +118,18 @@ def awaiting_head(handler: RequestHandler) -> bool:
     """True while the handler waits, between requests, for the next request head."""
     waiter = handler._waiter
     return waiter is not None and not waiter.done()
+
+
+def freeze_startup_heap() -> None:
+    """Collect once, then move every object left to the collector's permanent generation.
+
+    What a process builds to start (modules, the SDKs it imports, its config and
+    snapshot) lives as long as the process, yet each full collection walks it:
+    about 110,000 objects and 25 ms for a gateway. Frozen, collections walk only
+    what was made since, such as the reference cycles of closed connections.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 class HeapTrim:

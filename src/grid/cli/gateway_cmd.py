@@ -24,6 +24,7 @@ from pathlib import Path
 
 import click
 
+from grid.adapters.runtime_internals import freeze_startup_heap
 from grid.adapters.stop_signals import stop_event
 from grid.adapters.tracing import GATEWAY_SAMPLE_RATIO, SERVICE_GATEWAY, start_tracing
 from grid.core.address import parse_address
@@ -42,6 +43,7 @@ WORKER_COMMAND = (sys.executable, "-m", "grid.cli.gateway_worker")
 
 async def _serve(gateway: Gateway | Supervisor) -> None:
     public, admin = await gateway.start()
+    freeze_startup_heap()  # the process serves from here on: its start-up heap lasts
     workers = len(gateway.slots) if isinstance(gateway, Supervisor) else 1
     click.echo(f"grid gateway serving on {public} (admin {admin}, workers {workers})")
     stop = stop_event()

@@ -46,6 +46,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from grid.adapters.http_listener import HttpListener
+from grid.adapters.runtime_internals import freeze_startup_heap
 from grid.adapters.stop_signals import stop_event
 from grid.core.address import format_address, parse_address
 from grid.core.metering.budgets import DIRECTIONS, CounterKey
@@ -136,6 +137,7 @@ def worker_config(config: PraxisConfig, spec: WorkerSpec) -> PraxisConfig:
 async def serve_worker(gateway: Gateway, channel: socket.socket) -> None:
     """Serve until SIGTERM/SIGINT or until the supervisor goes away, then drain."""
     _public, admin = await gateway.start()
+    freeze_startup_heap()  # this process is one worker: what it built to start lasts
     channel.sendall(f"serving {admin}\n".encode())
     stop = stop_event()
     loop = asyncio.get_running_loop()
