@@ -14,6 +14,7 @@ the credential is dropped.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import zlib
 from dataclasses import dataclass
@@ -42,6 +43,25 @@ def secret_of(credential: object) -> str | None:
     return value.removeprefix("Bearer ") or None
 
 
+@functools.lru_cache(maxsize=64)
+def _spellings(secret: str) -> tuple[bytes, ...]:
+    """Every spelling of ``secret``, longest first (made once per credential value)."""
+    raw = secret.encode()
+    spellings = {
+        raw,
+        json.dumps(secret)[1:-1].encode(),
+        quote(secret, safe="").encode(),
+        base64.b64encode(raw),
+        base64.urlsafe_b64encode(raw),
+        base64.b64encode(raw).rstrip(b"="),
+    }
+    return tuple(sorted((s for s in spellings if s), key=len, reverse=True))
+
+
+def _holds(value: bytes, forms: tuple[bytes, ...]) -> bool:
+    return any(form in value for form in forms)
+
+
 @dataclass(frozen=True)
 class Masker:
     """Every spelling of one secret, and what masking them does to bodies and headers."""
@@ -50,18 +70,7 @@ class Masker:
 
     @classmethod
     def of(cls, secret: str | None) -> Masker:
-        if not secret:
-            return cls(())
-        raw = secret.encode()
-        spellings = {
-            raw,
-            json.dumps(secret)[1:-1].encode(),
-            quote(secret, safe="").encode(),
-            base64.b64encode(raw),
-            base64.urlsafe_b64encode(raw),
-            base64.b64encode(raw).rstrip(b"="),
-        }
-        return cls(tuple(sorted((s for s in spellings if s), key=len, reverse=True)))
+        return cls(_spellings(secret) if secret else ())
 
     def body(self, data: bytes, cut: bool = False) -> bytes:
         """``data`` with every spelling masked; a ``cut`` body also loses a trailing prefix."""
@@ -81,9 +90,7 @@ class Masker:
         forms = self.forms
         if not forms:
             return CIMultiDict(headers)
-        return CIMultiDict(
-            [(n, v) for n, v in headers.items() if not any(f in v.encode() for f in forms)]
-        )
+        return CIMultiDict([(n, v) for n, v in headers.items() if not _holds(v.encode(), forms)])
 
 
 async def error_answer(
