@@ -7,6 +7,7 @@ from typing import Any
 
 from grid.core.resources import GridSite
 from grid.operator.watched_store import WatchedStore, read_models
+from grid.testing.poll import eventually
 from grid.testing.store import InMemoryStore
 
 
@@ -29,13 +30,6 @@ class CountingStore(InMemoryStore):
         return await super().list(kind, *args, **kwargs)
 
 
-async def until(condition: Any) -> None:
-    deadline = asyncio.get_running_loop().time() + 5.0
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.005)
-
-
 async def test_reads_are_kept_while_watched_and_dropped_on_every_change() -> None:
     inner = CountingStore()
     store = WatchedStore(inner)
@@ -52,7 +46,7 @@ async def test_reads_are_kept_while_watched_and_dropped_on_every_change() -> Non
 
     task = asyncio.ensure_future(follow())
     try:
-        await until(lambda: seen == ["east"])
+        await eventually(lambda: seen == ["east"], "the watch saw east", interval_s=0.005)
         base = inner.lists
         first = await store.models("GridSite", GridSite)
         again = await store.models("GridSite", GridSite)
@@ -60,7 +54,7 @@ async def test_reads_are_kept_while_watched_and_dropped_on_every_change() -> Non
         assert inner.lists == base + 1
         # Another writer's change reaches the kept models with its watch event.
         await inner.create(site("west"))
-        await until(lambda: seen == ["east", "west"])
+        await eventually(lambda: seen == ["east", "west"], "the watch saw west", interval_s=0.005)
         assert [s.name for s in await store.models("GridSite", GridSite)] == ["east", "west"]
         assert inner.lists == base + 2
         # A write through the store is read back at once, before its event arrives.
