@@ -52,10 +52,7 @@ class WatchedStore:
         kept = self._kept.get(key)
         if kept is not None and kept[0] == moves and self._watching[kind] > 0:
             return list(kept[1])
-        if name is None:
-            found = [model.model_validate(o) for o in await self.inner.list(kind)]
-        else:
-            found = [model.model_validate(await self.inner.get(kind, name))]
+        found = await _validated(self.inner, kind, model, name)
         if self._watching[kind] > 0:
             self._kept[key] = (moves, found)
         return list(found)
@@ -134,6 +131,11 @@ async def read_models(
     """`WatchedStore.models` through any store (a plain one reads and validates)."""
     if isinstance(store, WatchedStore):
         return await store.models(kind, model, name)
+    return await _validated(store, kind, model, name)
+
+
+async def _validated(store: ResourceStore, kind: str, model: type[M], name: str | None) -> list[M]:
+    """Every object of ``kind`` (or the one named ``name``) read and validated as ``model``."""
     if name is not None:
         return [model.model_validate(await store.get(kind, name))]
     return [model.model_validate(o) for o in await store.list(kind)]
