@@ -58,10 +58,13 @@ class Timing:
     settle_bound_s: float = 30.0
     """Overlays and feedback after membership converged."""
     budget_bound_s: float = 90.0
-    """Every site's spend after membership converged. Measured: after a store failure or
-    a restart under a skewed clock one site's view can lag the others' by 20-35 s, and
-    once by more than 45 s (an open finding: the spend seems to wait for push-pull,
-    every 30 s), so the bound is three push-pull intervals."""
+    """Every site's spend after membership converged. Measured: late in the campaign
+    (after a store failure, a restart under a skewed clock) one site's view can lag the
+    others' by 13-35 s, and once by more than 45 s. The cause: the spend slot rides in
+    the state lane with the site's provider records; once each fault has added a
+    provider the lane outgrows a datagram, is never piggybacked, and travels by
+    push-pull only (every 30 s; `tests/simulation/test_spend_gossip.py` reproduces it).
+    Until the spend travels another way the bound is three push-pull intervals."""
 
 
 SHORT = Timing()
