@@ -124,3 +124,24 @@ async def test_under_poll_the_route_filter_carries_scoring_and_sites(store: Any)
     assert route["scoring"]["weights"]["locality"] == 3.0
     assert route["scoring"]["latency_ceiling_ms"] == 5000.0
     assert route["sites"] == {"east": {"region": "r1", "zone": "z1"}}
+
+
+async def test_a_rank_flip_does_not_rewrite_an_overlay_file_praxis_yaml(
+    store: Any, tmp_path: Path
+) -> None:
+    writer = ConsumerConfigWriter(store, OverlayWriter(store, tmp_path))
+    config = _config(["a", "b"])
+    rendered = _render(["a", "b"])
+    candidates = rendered.overlay["candidates"]
+    flipped = replace(rendered, overlay={**rendered.overlay, "candidates": candidates[::-1]})
+    assert [c["cluster"] for c in flipped.overlay["candidates"]] != [
+        c["cluster"] for c in candidates
+    ]
+    await writer.write(rendered, config)
+    text = await _praxis(store)
+    status = await writer.write(flipped, config)
+    assert status["phase"] == "Rendered"
+    assert writer.renders == 1 and writer.writes == 1
+    assert await _praxis(store) == text
+    balancer = yaml.safe_load(text)["filter_chains"][0]["filters"][-1]
+    assert [c["name"] for c in balancer["clusters"]] == ["a", "b"]

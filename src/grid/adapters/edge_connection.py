@@ -55,10 +55,14 @@ class Admitted:
     """To call once the first request head is complete (then it is no longer evictable)."""
     first_head_due: float
     """Loop time by which the first request head must be complete (accept + deadline)."""
+    left: Callable[[], None]
+    """To call from the protocol's ``connection_lost``: the transport is handed to it
+    directly, so the edge hears of the end only through this (the slot is returned)."""
 
 
 InnerFactory = Callable[[Admitted], asyncio.Protocol]
-"""Makes the HTTP protocol of one admitted connection."""
+"""Makes the HTTP protocol of one admitted connection; it becomes the transport's
+protocol and must call ``Admitted.left`` when the connection is lost."""
 
 
 def _ignore(_value: object) -> None:
@@ -88,11 +92,13 @@ class Edge:
 
 
 class ForwardingProtocol(asyncio.Protocol):
-    """A protocol that hands every event to an inner protocol attached later.
+    """A protocol that hands its transport to an inner protocol attached later.
 
     Bytes (and an EOF) that arrive before the inner protocol is attached, such as
     those the TLS layer delivers in the same read as the end of the handshake, are
-    kept and replayed to it on `_hand_over`. Flow control is forwarded as is.
+    kept and replayed to it on `_hand_over`. From then on the transport delivers
+    every event (bytes, flow control, the end) to the inner protocol itself, so no
+    request pays for a forwarding hop.
     """
 
     def __init__(self) -> None:
@@ -101,8 +107,9 @@ class ForwardingProtocol(asyncio.Protocol):
         self._early_eof = False
 
     def _hand_over(self, inner: asyncio.Protocol, transport: asyncio.BaseTransport) -> None:
-        """Attach ``inner`` to ``transport`` and replay what arrived before it."""
+        """Make ``inner`` the protocol of ``transport`` and replay what arrived before it."""
         self._inner = inner
+        transport.set_protocol(inner)
         inner.connection_made(transport)
         early, self._early = self._early, []
         for data in early:
@@ -142,8 +149,9 @@ class EdgeConnection(ForwardingProtocol):
     """One accepted TCP connection on its way through the edge, then its HTTP protocol.
 
     This object is the TCP protocol until the handshake starts and then the
-    application protocol of the TLS layer, forwarding every event to the inner
-    (HTTP) protocol once the connection is admitted. It is its own key in the book.
+    application protocol of the TLS layer; once the connection is admitted the
+    transport is handed to the inner (HTTP) protocol, which reports the end through
+    ``Admitted.left``. It is its own key in the book.
     """
 
     def __init__(self, edge: Edge, inner: InnerFactory) -> None:
@@ -246,7 +254,8 @@ class EdgeConnection(ForwardingProtocol):
         edge.classes[transport] = verdict
         edge.on_classified(verdict)
         settled = functools.partial(edge.book.settle, self)
-        self._hand_over(self._make_inner(Admitted(raw, settled, self._first_head_due)), transport)
+        admitted = Admitted(raw, settled, self._first_head_due, self._leave)
+        self._hand_over(self._make_inner(admitted), transport)
 
     def _leave(self, *, handshake_failed: bool = False) -> None:
         if not self._held:
@@ -263,7 +272,8 @@ class EdgeConnection(ForwardingProtocol):
             edge.trim.connection_closed()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Leave the book and tell the HTTP protocol."""
+        """Leave the book (a connection lost before its hand-over, or a protocol that
+        does not report through ``Admitted.left``) and tell the HTTP protocol."""
         if self._silence is not None:
             self._silence.cancel()
             self._silence = None

@@ -175,9 +175,12 @@ class PolicedRequestHandler(RequestHandler):
         self._raw = admitted.raw
         self._settled: Callable[[], None] | None = admitted.settled
         self._first_head_due = admitted.first_head_due
+        self._left = admitted.left
         self._policy = policy
         self._error_answer = error_answer
         self._deadline: asyncio.TimerHandle | None = None
+        self._due: float | None = None
+        """Loop time of the current deadline (None: none)."""
         self._deadline_reason = "header_timeout"
         self._idle = False
 
@@ -200,8 +203,9 @@ class PolicedRequestHandler(RequestHandler):
                 self._settled = None
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        """Stop the deadline and let aiohttp clean up."""
-        self._disarm()
+        """Stop the deadline, give the edge its slot back and let aiohttp clean up."""
+        self._stop()
+        self._left()
         super().connection_lost(exc)
 
     async def finish_response(
@@ -253,7 +257,7 @@ class PolicedRequestHandler(RequestHandler):
 
     def refuse_connection(self) -> None:
         """Close the TCP socket now: no further read, no lingering, no TLS shutdown."""
-        self._disarm()
+        self._stop()
         self._raw.close()  # stops reading at once; what was written is still sent
         self.force_close()
 
@@ -287,17 +291,39 @@ class PolicedRequestHandler(RequestHandler):
         log.error("http connection failed", extra={"reason": "handler_error", "error": error})
 
     def _arm(self, delay_s: float, reason: str) -> None:
-        self._disarm()
+        """Set the deadline ``delay_s`` from now. A timer already due no later is kept
+        and re-armed for the rest when it fires, so a busy kept-alive connection does
+        not make and cancel two timers per request."""
+        due = self._clock.time() + delay_s
+        self._due = due
         self._deadline_reason = reason
-        self._deadline = self._clock.call_later(delay_s, self._expire)
+        timer = self._deadline
+        if timer is not None:
+            if timer.when() <= due:
+                return
+            timer.cancel()
+        self._deadline = self._clock.call_at(due, self._expire)
 
     def _disarm(self) -> None:
+        """No deadline (a pending timer finds none when it fires)."""
+        self._due = None
+
+    def _stop(self) -> None:
+        """No deadline and no timer (the connection is closing)."""
+        self._due = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
     def _expire(self) -> None:
         self._deadline = None
+        due = self._due
+        if due is None:
+            return
+        if due > self._clock.time():  # moved later since this timer was set
+            self._deadline = self._clock.call_at(due, self._expire)
+            return
+        self._due = None
         if awaiting_head(self):  # still waiting for a request head
             log.debug("connection closed", extra={"reason": self._deadline_reason})
             self.refuse_connection()

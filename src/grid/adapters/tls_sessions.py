@@ -131,20 +131,25 @@ class TlsClient:
         its tickets just after, a fresh one after a resumption too (a ticket may
         be good for one use only), so this reads for one other than ``offered``'s.
         Without one in time it returns the session still held, if resumable.
+
+        Reading ``obj.session`` copies the session (CPython serialises and parses
+        it, the peer's certificate included: the dearest step of a resumed probe),
+        so it is read once per batch of bytes that arrived, not before any did.
         """
         if self.obj.version() != "TLSv1.3":
             return self.obj.session
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait_s):
-                while not _fresh(self.obj.session, offered):
-                    if not await self._feed():
-                        break
+                while self.incoming.pending or await self._feed():
                     try:
                         self.obj.read(READ_BYTES)  # processes the ticket; a probe sends no data
                     except ssl.SSLWantReadError:
-                        continue
+                        pass
                     except ssl.SSLError:  # close_notify or garbage: no more tickets
                         break
+                    session = self.obj.session
+                    if _fresh(session, offered):
+                        return session
         session = self.obj.session
         return session if _resumable(session) else None
 

@@ -19,6 +19,9 @@ PREFIX = "/v1/"
 """Every routed path starts with this, after normalisation."""
 
 _STRAY_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_PLAIN = re.compile(r"/v1/[A-Za-z0-9_~/-]*")
+"""A path the normalisation leaves as it is (no escape, no dot, only characters sent
+as they are): the common ``/v1/chat/completions`` skips decoding and re-encoding."""
 _SAFE = "/:@!$&'()*+,;=-._~"
 """Characters of a path segment sent as they are (RFC 3986 pchar, plus the slash)."""
 
@@ -64,14 +67,18 @@ def routable_target(raw_target: str) -> str | None:
     ``raw_target`` is the request target as the client sent it (origin form).
     """
     raw_path, mark, query = raw_target.partition("?")
-    if not raw_path.startswith("/"):
+    if _PLAIN.fullmatch(raw_path):
+        encoded = raw_path
+    else:
+        if not raw_path.startswith("/"):
+            return None
+        path = _decoded(raw_path)
+        if path is None:
+            return None
+        path = remove_dot_segments(path)
+        if not path.startswith(PREFIX):
+            return None
+        encoded = quote(path, safe=_SAFE)
+    if query and (any(ord(c) < 0x21 or ord(c) == 0x7F for c in query) or "#" in query):
         return None
-    path = _decoded(raw_path)
-    if path is None:
-        return None
-    path = remove_dot_segments(path)
-    if not path.startswith(PREFIX):
-        return None
-    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in query) or "#" in query:
-        return None
-    return quote(path, safe=_SAFE) + mark + query
+    return encoded + mark + query

@@ -74,12 +74,17 @@ def connection_tokens(headers: MultiMapping[str]) -> frozenset[str]:
     )
 
 
+def not_relayed(headers: MultiMapping[str], drop: Collection[str] = HOP_BY_HOP) -> Collection[str]:
+    """The lower-case names `end_to_end` leaves out of ``headers``: ``drop`` and the
+    headers their ``Connection`` lists."""
+    listed = connection_tokens(headers)
+    return {*drop, *listed} if listed else drop
+
+
 def end_to_end(headers: MultiMapping[str], drop: Collection[str] = HOP_BY_HOP) -> CIMultiDict[str]:
     """``headers`` in order, repeats kept, without ``drop`` (lower-case names) and
     without the headers their ``Connection`` lists."""
-    listed = connection_tokens(headers)
-    if listed:
-        drop = {*drop, *listed}
+    drop = not_relayed(headers, drop)
     return CIMultiDict([(n, v) for n, v in headers.items() if n.lower() not in drop])
 
 

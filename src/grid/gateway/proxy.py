@@ -71,7 +71,7 @@ from grid.gateway.plan import (
     Refusal,
     attempt_of,
     budget_refusal,
-    end_to_end,
+    not_relayed,
     plan_request,
     routable,
 )
@@ -383,7 +383,7 @@ class Proxy:
         strip: bool,
         masker: Masker,
     ) -> web.StreamResponse:
-        headers = masker.headers(end_to_end(response.headers))
+        headers = masker.headers(response.headers, not_relayed(response.headers))
         length = response.content_length
         streaming = response.headers.get("Content-Type", "").startswith("text/event-stream")
         requests = self.metrics.requests

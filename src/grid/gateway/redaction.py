@@ -17,6 +17,7 @@ import base64
 import functools
 import json
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -84,13 +85,21 @@ class Masker:
                         break
         return data
 
-    def headers(self, headers: MultiMapping[str]) -> CIMultiDict[str]:
+    def headers(self, headers: MultiMapping[str], drop: Collection[str] = ()) -> CIMultiDict[str]:
         """The headers, in order and repeats kept, without any whose value holds a
-        spelling of the secret."""
+        spelling of the secret, and without those named in ``drop`` (lower-case)."""
         forms = self.forms
         if not forms:
-            return CIMultiDict(headers)
-        return CIMultiDict([(n, v) for n, v in headers.items() if not _holds(v.encode(), forms)])
+            if not drop:
+                return CIMultiDict(headers)
+            return CIMultiDict([(n, v) for n, v in headers.items() if n.lower() not in drop])
+        return CIMultiDict(
+            [
+                (n, v)
+                for n, v in headers.items()
+                if n.lower() not in drop and not _holds(v.encode(), forms)
+            ]
+        )
 
 
 async def error_answer(

@@ -19,6 +19,7 @@ from typing import Any
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
 from grid.core.json_document import DocumentError, decode_json
 from grid.core.overlay import (
+    admission_state_problem,
     candidate_selection_problem,
     secret_ref_of,
     selection_policy_problem,
@@ -158,9 +159,7 @@ def states_of(raw: Mapping[str, Any], where: str) -> tuple[AdmissionState, Selec
     name = raw.get("admission_state") or AdmissionState.NEW_AND_EXISTING.value
     admission = OVERLAY_ADMISSIONS.get(str(name))
     if admission is None:
-        raise SelectionFieldError(
-            f"{where}.admission_state must be new_and_existing, existing_only or none"
-        )
+        raise SelectionFieldError(admission_state_problem(where))
     tier = None
     if raw.get("selection_tier"):
         tier = _TIERS.get(str(raw["selection_tier"]))

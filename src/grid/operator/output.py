@@ -426,16 +426,21 @@ def consumer_inputs(
 ) -> tuple[Any, ...] | None:
     """What `render_consumer_config` reads: equal inputs render the same ``praxis.yaml``.
 
-    With an ``overlay_file`` the text holds the candidates' clusters and credentials
-    in order, not the candidates themselves, so a signal that moves a score but no
-    cluster renders nothing. Inline candidates are the text itself: None, always render.
+    With an ``overlay_file`` the text holds the sets of the candidates' clusters and
+    credentials (each listed in a fixed order), not the candidates themselves, so a
+    signal that moves a score or the rank order but no cluster renders nothing (only
+    a text that rendered is kept: one that failed closed, whose reason follows overlay
+    order, renders again next round). Inline candidates are the text itself: None,
+    always render.
     """
     if overlay_file is None:
         return None
     candidates = overlay["candidates"]
-    clusters = tuple(dict.fromkeys(str(c["cluster"]) for c in candidates))
+    clusters = tuple(sorted({str(c["cluster"]) for c in candidates}))
     credentials = tuple(
-        json.dumps(c["credential"], sort_keys=True) for c in candidates if c.get("credential")
+        sorted(
+            {json.dumps(c["credential"], sort_keys=True) for c in candidates if c.get("credential")}
+        )
     )
     return (
         config.model_dump_json(),

@@ -265,3 +265,34 @@ def test_a_client_auth_without_its_secret_or_with_a_stray_one_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match="clientAuth"):
         _config(PLAIN, clientAuth=client_auth)
+
+
+def test_clusters_and_credentials_are_listed_in_a_fixed_order_not_rank_order() -> None:
+    other = {
+        "strategy": "bearer_token",
+        "secretRef": {"name": "anthropic", "namespace": "ns", "key": "token"},
+    }
+    ranked = [
+        _candidate("m", "c2", credential=CREDENTIAL),
+        _candidate("m", "c1", credential=other),
+    ]
+    config = _config(PLAIN, MTLS)
+    texts = []
+    for order in (ranked, ranked[::-1]):
+        rendered = _rendered(
+            render_consumer_config(_overlay(*order), SCOPE, config, overlay_file="/o/e.json")
+        )
+        filters = _filters(rendered.document)
+        assert [c["name"] for c in filters["load_balancer"]["clusters"]] == ["c1", "c2"]
+        names = [c["name"] for c in filters["credential_inject"]["credentials"]]
+        assert names == ["anthropic", "openai"]
+        texts.append(rendered.text)
+    assert texts[0] == texts[1]
+
+
+def test_the_first_failing_cluster_in_overlay_order_is_the_reason() -> None:
+    # c2 (no transport) ranks above c1 (no endpoint): the reason is c2's.
+    no_transport = {"cluster": "c2", "address": "127.0.0.1:9001"}
+    overlay = _overlay(_candidate("m", "c2"), _candidate("m", "c1"))
+    result = render_consumer_config(overlay, SCOPE, _config(no_transport))
+    assert isinstance(result, ConsumerConfigError) and result.reason == "MissingTransport"

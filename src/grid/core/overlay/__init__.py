@@ -29,6 +29,7 @@ from grid.core.overlay.envelope import (
 from grid.core.overlay.ids import stable_id
 from grid.core.overlay.structure import (
     CANDIDATES_MAX,
+    admission_state_problem,
     candidate_selection_problem,
     secret_ref_of,
     selection_policy_problem,
@@ -48,6 +49,7 @@ __all__ = [
     "Scope",
     "Selection",
     "Verdict",
+    "admission_state_problem",
     "build_envelope",
     "build_overlay",
     "build_overlay_and_envelope",

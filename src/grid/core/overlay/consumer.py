@@ -10,6 +10,11 @@ It fails closed: every distinct candidate cluster needs an endpoint with a
 transport, ``mutual_tls`` needs an ``sni`` and ``plaintext`` refuses one. The
 first problem found, in overlay order, is the render's reason.
 
+The ``load_balancer`` clusters are listed by name and the ``credential_inject``
+entries by (strategy, name, namespace, key), as upstream Grid orders them, not
+in rank order: with ``overlay_file`` the text then changes only when the set of
+clusters or credentials (or the config) does, not whenever the ranking moves.
+
 Only what the gateway needs is copied: the §14 selection fields (the route
 filter's ``selection_policy`` and ``selection_load_aware``, each candidate's
 ``selection_group`` and ``traffic_weight`` or ``capacity_weight``) are, but
@@ -132,7 +137,7 @@ def render_consumer_config(
     filters.append(
         {
             "filter": "load_balancer",
-            "clusters": [_cluster(endpoints[name], config) for name in clusters],
+            "clusters": [_cluster(endpoints[name], config) for name in sorted(clusters)],
         }
     )
     document: dict[str, Any] = {
@@ -255,7 +260,13 @@ def _credentials(candidates: Sequence[Mapping[str, Any]], base: str) -> list[dic
                 "strategy": credential["strategy"],
                 "file": f"{root.rstrip('/')}/{ref['name']}/{ref['key']}",
             }
-    return list(seen.values())
+    return [seen[key] for key in sorted(seen, key=_credential_order)]
+
+
+def _credential_order(key: tuple[str, str, str, str]) -> tuple[str, str, str, str]:
+    """Upstream's order of credential entries: strategy, then name, namespace, key."""
+    name, namespace, secret_key, strategy = key
+    return strategy, name, namespace, secret_key
 
 
 def _cluster(endpoint: ClusterEndpointSpec, config: ConsumerSpec) -> dict[str, Any]:

@@ -65,6 +65,14 @@ IDENTITY_KEYS = ("kind", "name", "site", "cluster")
 BREAKDOWN_KEYS = frozenset({*SIGNAL_NAMES, "total"})
 ADMISSION_STATES = frozenset(OVERLAY_ADMISSIONS)
 """The core's admission states by their wire names, upstream's ``none`` included."""
+
+
+def admission_state_problem(path: str) -> str:
+    """The problem of a candidate at ``path`` whose ``admission_state`` is not one of
+    `ADMISSION_STATES` (the verifier's and the gateway's reader's one wording)."""
+    return f"{path}.admission_state must be new_and_existing, existing_only or none"
+
+
 SELECTION_TIERS = frozenset(tier.value for tier in SelectionTier)
 """The core's tiers by their wire names, upstream's ``unknown`` included."""
 SELECTION_POLICIES = frozenset(p.value for p in SelectionPolicy)
@@ -179,7 +187,7 @@ def _optional_fields_problem(candidate: Mapping[str, Any], path: str) -> str | N
     if "admission_state" in candidate and not is_one_of(
         candidate["admission_state"], ADMISSION_STATES
     ):
-        return f"{path}.admission_state must be new_and_existing, existing_only or none"
+        return admission_state_problem(path)
     if "selection_tier" in candidate and not is_one_of(
         candidate["selection_tier"], SELECTION_TIERS
     ):
