@@ -25,6 +25,8 @@ from grid.testing.store import InMemoryStore
 from grid.testing.virtual_loop import VirtualTimeLoop
 
 RUN_S = 600.0
+SAMPLES = (0.1, 0.2)
+"""The queue depths the fast provider's scrapes report in turn, each twice."""
 
 
 def provider(name: str, health: tuple[str, str], scrape: tuple[str, str]) -> dict[str, Any]:
@@ -56,10 +58,14 @@ def run_schedules(seed: int) -> tuple[dict[tuple[str, str], list[float]], list[f
         return True
 
     async def scrape(state: ProviderState) -> ScrapedSignals:
-        calls[state.provider.name, "scrape"].append(loop.time())
+        seen = calls[state.provider.name, "scrape"]
+        seen.append(loop.time())
         if state.provider.name == "slow":
             await asyncio.sleep(3600)
-        return ScrapedSignals(values=SignalValues(queue_depth=0.1), healthy=True)
+        # The signal moves on every other scrape: the scrapes between see the same sample.
+        return ScrapedSignals(
+            values=SignalValues(queue_depth=SAMPLES[len(seen) // 2 % 2]), healthy=True
+        )
 
     def on_record(name: str, record: ProviderRecord | None) -> None:
         if name == "fast" and record is not None:
@@ -122,12 +128,15 @@ def test_jitter_spreads_providers_declared_together() -> None:
 
 
 def test_a_record_is_handed_on_only_when_it_is_news() -> None:
-    """After a scrape (a new sample); after the refresh pace with none handed on; never
-    after a health check that confirmed what the record already said."""
+    """After a scrape whose sample moved; after the refresh pace with none handed on;
+    never after a check (a health check, or a scrape that saw the same sample) that
+    changed nothing in the record but its time."""
     calls, records = run_schedules(random.randrange(2**32))
-    scrapes = set(calls["fast", "scrape"])
+    scraped = calls["fast", "scrape"]
+    moved = {at for i, at in enumerate(scraped, 1) if i == 1 or i % 2 == 0}
+    same = set(scraped) - moved
     handed = sorted(set(records))
-    assert scrapes <= set(handed)
+    assert moved <= set(handed)
     for before, at in itertools.pairwise(handed):
-        assert at in scrapes or at - before >= 5.0 * (1 - JITTER_RATIO) - 1e-6, (before, at)
-    assert not (set(calls["fast", "health"][1:]) - scrapes) & set(handed)
+        assert at in moved or at - before >= 5.0 * (1 - JITTER_RATIO) - 1e-6, (before, at)
+    assert not ((same | set(calls["fast", "health"][1:])) - moved) & set(handed)

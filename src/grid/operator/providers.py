@@ -319,7 +319,12 @@ class ProviderController:
 
     async def _publish(self, state: ProviderState, job: str = "publish") -> None:
         """Judge the phase from the latest results and hand the record on, unless
-        ``job`` is a health check that changed nothing in it but its time."""
+        ``job`` is a check (health or scrape) that changed nothing in it but its time.
+
+        A scrape that saw the same signals is not news: handing it on would make
+        every site render again for a new sample time alone. The record keeps its
+        earlier sample time, and the refresh job (`_refresh`) sends it again once
+        ``record_refresh_s`` passed with nothing handed on, so it never goes stale."""
         if not self._checked(state):
             return
         async with state.lock:
@@ -348,7 +353,7 @@ class ProviderController:
             )
             last = state.record
             if (
-                job == "health"
+                job != "publish"
                 and last is not None
                 and replace(record, observed_at=last.observed_at) == last
             ):
