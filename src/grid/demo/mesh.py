@@ -45,6 +45,15 @@ RESTART_BACKOFF_S = 1.0
 PRAXIS_TIMEOUT_S = 30.0
 """How long to wait for every site's praxis.yaml to list every cluster before the
 gateways start anyway with what is rendered (a missing cluster is then skipped)."""
+RECORD_REFRESH_S = 3.0
+"""The operators' ``--record-refresh``: how long an own record that no check changed
+goes before it is sent again with a new sample time. A third of the demo's
+staleCandidateTtlSeconds (10 s), so a record is re-sent three times before a peer
+would evict it; faster only makes every site render again for a new sample time."""
+SITE_PROBE_INTERVAL_S = 1.0
+"""The operators' ``--site-probe-interval``: each round probes every peer's egress
+with an mTLS handshake (resumed, still the largest cost of a site at rest). At 1 s a
+killed site is Unreachable at the others within about two seconds."""
 DEMO_TOKEN = b"sk-demo-placeholder-not-a-key"
 """The demo's placeholder API token: in the stores' Secret and the mounted file only."""
 CREDENTIAL_SECRET = ("openai-credentials", "token")
@@ -205,9 +214,9 @@ class DemoMesh:
             "--key",
             str(certs.key),
             "--record-refresh",
-            "1",
+            str(RECORD_REFRESH_S),
             "--site-probe-interval",
-            "0.5",
+            str(SITE_PROBE_INTERVAL_S),
             "--signals-bind",
             f"127.0.0.1:{site.signals_port}",
             "--signals-poll-interval",

@@ -68,8 +68,8 @@ REORDER_BOUND_S = 2 * SCRAPE_INTERVAL_S
 REORDER_SLACK_S = 0.5
 """Polling granularity and a busy 2-core machine."""
 UNREACHABLE_BOUND_S = 6.0
-"""Kill to Unreachable to overlay without the site: a 0.5 s probe interval, a failed
-connect, one render round, and a busy 2-core machine."""
+"""Kill to Unreachable to overlay without the site: the demo's 1 s site probe interval,
+a failed connect, one render round, and a busy 2-core machine."""
 
 
 def _overlay_ok(look: Any, site: str) -> Any:
@@ -151,7 +151,7 @@ async def test_wrong_fingerprint_never_active(mesh: DemoMesh, look: Any) -> None
     # A site whose certificate was never verified gets no traffic from central.
     central_overlay = look.overlay("central")
     assert central_overlay is not None and central_overlay.find("vllm-west") is None
-    # Several probe rounds (0.5 s each) later it has still never been Active.
+    # Several probe rounds (1 s each) later it has still never been Active.
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
         assert (await _site_phases(look, "central"))["west"][0] == "Connecting"
@@ -377,7 +377,7 @@ async def test_killed_site_leaves_the_overlay_when_unreachable_then_back(
 ) -> None:
     """SIGKILL west: east drops its candidates once west is Unreachable (§14), not at the TTL.
 
-    Bound: the site probe (every 500 ms here) fails at once on a refused connect,
+    Bound: the site probe (every 1 s here) fails at once on a refused connect,
     so west is Unreachable and out of east's overlay within
     `UNREACHABLE_BOUND_S`, well before staleCandidateTtlSeconds (10 s) would
     evict a record. A restart makes west Active again and its candidates return.
