@@ -414,11 +414,13 @@ async def main_async(quick: bool, providers: int, parts: set[str]) -> dict[str, 
                 "reconcile_changed_over_dumps"
             ]
     warmup_s, measure_s = (10.0, 15.0) if quick else (20.0, 60.0)
-    steady, latency = await live_mesh(
-        (3 if quick else 10) if "latency" in parts else 0,
-        warmup_s,
-        measure_s if "steady" in parts else 0.0,
-    )
+    steady, latency = None, None
+    if parts & {"steady", "latency"}:
+        steady, latency = await live_mesh(
+            (3 if quick else 10) if "latency" in parts else 0,
+            warmup_s,
+            measure_s if "steady" in parts else 0.0,
+        )
     _print_live(steady, latency)
     if steady is not None:
         result["steady_cpu"] = steady

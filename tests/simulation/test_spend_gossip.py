@@ -1,17 +1,15 @@
-"""How a site's spend slot travels: by gossip after a restart, and by push-pull only
-when its state lane outgrew a datagram.
+"""How a site's spend slot travels: by gossip after a restart, and by prompt
+push-pull rounds when its state lane outgrew a datagram.
 
 The spend G-Counter rides in the state lane with the site's provider records. A
 lane larger than a datagram's room (`SwimConfig.datagram_budget_bytes` less the
-headroom) is never piggybacked (`grid.core.swim.dissemination`), so its changes
-wait for the next push-pull (every 30 s): the lag the fault campaign saw after
-its faults had added a provider each. The second test reproduces it and fails
-until the spend travels some other way.
+headroom) is never piggybacked (`grid.core.swim.dissemination`). Left to the
+periodic push-pull (every 30 s), its changes arrived up to 30 s late: the lag
+the fault campaign saw once its faults had added a provider each. Such a lane
+now owes push-pull rounds of its own (`grid.core.swim.oversize`).
 """
 
 from __future__ import annotations
-
-import pytest
 
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
@@ -84,11 +82,6 @@ def _put(provider_id: str, record: ProviderRecord) -> Change:
     return lambda snap: snap.put_provider(provider_id, record)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the spend slot rides in the state lane, which past a datagram's room "
-    "travels by push-pull only",
-)
 def test_spend_spreads_by_gossip_when_the_state_lane_outgrew_a_datagram(
     sim_seed: int,
 ) -> None:

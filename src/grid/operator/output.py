@@ -43,7 +43,7 @@ from grid.core.resources.network_spec import ConsumerSpec
 from grid.core.resources.overlay_status import Distribution
 from grid.core.routing.render import Rendered, poll_ranking
 from grid.core.vocabulary import OverlayFormat
-from grid.errors import AlreadyExists, GridError, NotFound
+from grid.errors import AlreadyExists, Conflict, GridError, NotFound
 from grid.operator.resilience import WriteFailed, WriteGuard, WriteSite
 
 CONFIG_KEY = LAYOUTS[OverlayFormat.GRID].config_key
@@ -56,6 +56,8 @@ CONSUMER_APPLY_FAILED = "ConsumerConfigApplyFailed"
 """The reason a gateway's praxis.yaml ConfigMap could not be written (tried again next round)."""
 NAME_MAX = 63
 """Kubernetes name limit for the ConfigMap; longer names are shortened."""
+ConfigMaps = dict[tuple[str, str], dict[str, Any]]
+"""Per (namespace, name): a ConfigMap as this process last stored it (`upsert_configmap`)."""
 
 
 def configmap_name(network: str, gateway: str, fmt: OverlayFormat = OverlayFormat.GRID) -> str:
@@ -132,6 +134,8 @@ class OverlayWriter:
         """Retries and counts the ConfigMap writes (`grid.operator.resilience`)."""
         self._held: dict[tuple[str, str], tuple[OverlayFormat, Distribution | None]] = {}
         """Per (network, gateway): the layout and what its ConfigMap holds, once read."""
+        self.configmaps: ConfigMaps = {}
+        """The ConfigMaps as last stored here: a write replaces from them (`upsert_configmap`)."""
         self.per_gateway = False
         """With more than one gateway at the site, each gets ``{overlay_dir}/{gateway}/``."""
         self.writes = 0
@@ -190,6 +194,7 @@ class OverlayWriter:
                 {layout.config_key: config, layout.envelope_key: envelope},
                 annotations=configmap_annotations(fmt, rendered.envelope),
                 drop=other,
+                known=self.configmaps,
             ),
         )
         if directory is not None:
@@ -221,6 +226,7 @@ class OverlayWriter:
                 namespace,
                 _labels(network, gateway),
                 {BUDGETS_KEY: text},
+                known=self.configmaps,
             ),
         )
         held = self._held.get((network, gateway))
@@ -261,11 +267,17 @@ async def upsert_configmap(
     *,
     annotations: Mapping[str, str] | None = None,
     drop: Iterable[str] = (),
+    known: ConfigMaps | None = None,
 ) -> dict[str, Any]:
     """Create the ConfigMap, or replace the keys of ``data`` (keeping the other keys and the
     resourceVersion): the overlay and the budget view share one ConfigMap. ``drop`` names
     keys to remove; ``annotations``, when given, replace the ConfigMap's. Returns the
-    object as stored."""
+    object as stored.
+
+    ``known`` keeps what each write stored, so the next one replaces from it without
+    reading the ConfigMap back. The replace is optimistic (its resourceVersion): when
+    someone else wrote or removed the ConfigMap meanwhile it is refused, and the write
+    reads the ConfigMap again and goes on from what it holds."""
     obj: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -274,6 +286,25 @@ async def upsert_configmap(
     }
     if annotations:
         obj["metadata"]["annotations"] = dict(annotations)
+    key = (namespace, name)
+    current = known.pop(key, None) if known is not None else None
+    if current is not None:
+        try:
+            stored = await store.replace(_merged(obj, current, annotations is None, drop))
+        except (Conflict, NotFound):
+            current = None
+    if current is None:
+        stored = await _read_and_write(store, obj, annotations is None, drop)
+    if known is not None:
+        known[key] = stored
+    return stored
+
+
+async def _read_and_write(
+    store: ResourceStore, obj: dict[str, Any], keep_annotations: bool, drop: Iterable[str]
+) -> dict[str, Any]:
+    """`upsert_configmap` from what the store holds now: create, or replace the keys."""
+    name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
     try:
         current = await store.get("ConfigMap", name, namespace=namespace)
     except NotFound:
@@ -281,12 +312,20 @@ async def upsert_configmap(
             return await store.create(obj)
         except AlreadyExists:
             current = await store.get("ConfigMap", name, namespace=namespace)
-    obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-    if annotations is None and current["metadata"].get("annotations"):
-        obj["metadata"]["annotations"] = current["metadata"]["annotations"]
-    kept = {k: v for k, v in (current.get("data") or {}).items() if k not in set(drop)}
-    obj["data"] = {**kept, **data}
-    return await store.replace(obj)
+    return await store.replace(_merged(obj, current, keep_annotations, drop))
+
+
+def _merged(
+    obj: dict[str, Any], current: Mapping[str, Any], keep_annotations: bool, drop: Iterable[str]
+) -> dict[str, Any]:
+    """``obj`` over ``current``: its resourceVersion, the other keys (less ``drop``) and,
+    with ``keep_annotations``, its annotations."""
+    metadata = {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
+    if keep_annotations and current["metadata"].get("annotations"):
+        metadata["annotations"] = current["metadata"]["annotations"]
+    dropped = set(drop)
+    kept = {k: v for k, v in (current.get("data") or {}).items() if k not in dropped}
+    return {**obj, "metadata": metadata, "data": {**kept, **obj["data"]}}
 
 
 class ConsumerConfigWriter:
@@ -378,6 +417,7 @@ class ConsumerConfigWriter:
                         scope.namespace,
                         _labels(scope.network, scope.gateway),
                         {PRAXIS_KEY: result.text},
+                        known=self._overlays.configmaps,
                     ),
                 )
         except (GridError, OSError) as exc:

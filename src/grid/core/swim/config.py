@@ -96,6 +96,14 @@ class SwimConfig:
     intervals repair missed gossip and heal partitions sooner but each exchange
     carries the whole member table and item set."""
 
+    oversize_push_pull_interval_s: float = 1.0
+    """Least seconds between two push-pull rounds that spread an item too large
+    for a datagram (`grid.core.swim.oversize`): such an item is exchanged with
+    up to `gossip_nodes` members at once instead of waiting for the periodic
+    push-pull. 0 leaves such items to the periodic push-pull. Shorter intervals
+    spread a large, often-changing lane (say, a site's state with its spend)
+    sooner at the cost of more exchanges."""
+
     push_pull_scale_threshold: int = 32
     """Above this many members the push-pull interval grows with the cluster:
     it is multiplied by 1 + ⌈log2(n) - log2(threshold)⌉ (memberlist's scaling),
@@ -183,6 +191,8 @@ class SwimConfig:
             raise ValidationError("must be >= 1", path="retransmit_mult")
         if self.push_pull_interval_s < 0:
             raise ValidationError("must be >= 0", path="push_pull_interval_s")
+        if self.oversize_push_pull_interval_s < 0:
+            raise ValidationError("must be >= 0", path="oversize_push_pull_interval_s")
         if self.push_pull_scale_threshold < 1:
             raise ValidationError("must be >= 1", path="push_pull_scale_threshold")
         if self.datagram_budget_bytes < 128:
@@ -235,3 +245,7 @@ class SwimConfig:
     def retransmit_limit(self, members: int) -> int:
         """How many times each node sends one update, for `members` known members."""
         return self.retransmit_mult * max(1, math.ceil(math.log10(members + 1)))
+
+    def oversize_rounds(self, members: int) -> int:
+        """Push-pull rounds each holder gives an oversize item: ⌈log10(n + 1)⌉."""
+        return max(1, math.ceil(math.log10(members + 1)))

@@ -73,6 +73,13 @@ class PushPullTick:
 
 
 @dataclass(frozen=True, slots=True)
+class OversizeTick:
+    """Time for a push-pull round that spreads items too large for a datagram."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class GossipTick:
     """Time to send queued gossip to a few random members (when any is queued)."""
 
@@ -100,6 +107,7 @@ Timer = (
     | RelayTimeout
     | SuspicionTimeout
     | PushPullTick
+    | OversizeTick
     | GossipTick
     | ProofTimeout
     | ProofTick

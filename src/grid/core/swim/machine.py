@@ -1,10 +1,9 @@
 """The SWIM membership machine with the Lifeguard refinements, sans I/O.
 
-`SwimMachine` is a pure, synchronous state machine. It owns the member table,
-the suspicion timers, the piggyback queue and the newest broadcast item per
-(origin, lane). It reads no clock, opens no socket and draws randomness only
-from the injected `random.Random`. One task owns one machine, so it needs no
-locks.
+`SwimMachine` is a pure, synchronous state machine that owns the member table,
+the suspicion timers, the piggyback queue and the newest item per (origin,
+lane). It reads no clock, opens no socket and draws randomness only from the
+injected `random.Random`; one task owns it, so it needs no locks.
 
 Inputs (each takes `now`, seconds on the adapter's monotonic clock):
 
@@ -28,9 +27,8 @@ Each input returns effects (see `grid.core.swim.effects`): `Send`, `Schedule`,
 themselves: `grid.core.swim.runtime.Driver` does, and carries out the effects.
 
 The probe cycle (ping, ping-req, nack, suspect, with Lifeguard's local health)
-is `grid.core.swim.probing`.
-A suspected member refutes by raising its incarnation. Otherwise it is declared
-dead when its dynamic suspicion timeout expires (`grid.core.swim.suspicion`).
+is `grid.core.swim.probing`, suspicion timeouts `grid.core.swim.suspicion`, and
+the rounds of items too large for a datagram `grid.core.swim.oversize`.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from grid.core.swim.dissemination import SizeEstimator
 from grid.core.swim.effects import (
     Effect,
     GossipTick,
+    OversizeTick,
     ProbeTick,
     ProbeTimeout,
     ProofTick,
@@ -342,6 +341,8 @@ class SwimMachine:
                 return self._on_gossip_tick(now) if epoch == current else []
             case PushPullTick(epoch=epoch):
                 return self._on_push_pull_tick(timer, now) if epoch == current else []
+            case OversizeTick(epoch=epoch):
+                return self._on_oversize_tick(now) if epoch == current else []
             case ProbeTimeout():
                 return self._prober.on_probe_timeout(timer)
             case RelayTimeout():
@@ -356,9 +357,12 @@ class SwimMachine:
                 assert_never(timer)
 
     def _arm_gossip(self, now: float, out: list[Effect]) -> None:
-        """Schedule the next gossip tick when news waits and none is pending."""
+        """Schedule the next gossip tick, and oversize round, when one is due."""
         if self._members.live_count == 0:
             return
+        oversize = self._view.oversize
+        if oversize and (at := oversize.arm(now)) is not None:
+            out.append(Schedule(OversizeTick(self._epoch), at))
         if not (self._view.gossip_queue or self._introductions):
             return
         at = self._gossip.arm(now)
@@ -439,6 +443,14 @@ class SwimMachine:
         interval = self.config.push_pull_interval(self._members.live_count + 1)
         out.append(Schedule(timer, now + interval))
         return out
+
+    def _on_oversize_tick(self, now: float) -> list[Effect]:
+        """Exchange state with a few members not known to hold every owed oversize item."""
+        partners = self._view.oversize.round(
+            now, self._members, self._rng, self.config.gossip_nodes
+        )
+        message = self.push_pull_message(join=False) if partners else None
+        return [PushPullRequest(m.address, message) for m in partners if message]
 
     # -- anti-entropy ------------------------------------------------------
 

@@ -55,6 +55,7 @@ from grid.core.swim.messages import (
     PushPull,
     Suspect,
 )
+from grid.core.swim.oversize import OversizeRelay
 from grid.core.swim.suspicion import Suspicion
 
 ItemAdmission = Callable[[BroadcastItem], Sequence[BroadcastItem]]
@@ -92,6 +93,7 @@ class Membership:
         self.vouch: MemberVouch | None = None
         self.applicants = Applicants(self.me, config, rng, counters)
         self.health = LocalHealth(config.awareness_max_multiplier)
+        self.oversize = OversizeRelay(config.oversize_push_pull_interval_s)
         self._limits: dict[int, int] = {}
 
     def me(self) -> Alive:
@@ -106,6 +108,7 @@ class Membership:
         """Drop everything queued (we left)."""
         self.queue = self.new_queue()
         self.gossip_queue = self.new_queue()
+        self.oversize.clear()
 
     def retransmit_limit(self) -> int:
         """λ·⌈log10(n + 1)⌉ for the current n (live members plus ourselves)."""
@@ -131,8 +134,15 @@ class Membership:
             self.gossip_queue.enqueue_update(update, size)
 
     def queue_item(self, item: BroadcastItem) -> None:
-        """Queue `item` in both queues (see `gossip`)."""
+        """Queue `item` in both queues (see `gossip`).
+
+        An item too large for any datagram owes push-pull rounds instead
+        (`grid.core.swim.oversize`).
+        """
         size = self.size_of(item)
+        cfg = self.config
+        if size + PART_OVERHEAD_BYTES > cfg.datagram_budget_bytes - DATAGRAM_HEADROOM_BYTES:
+            self.oversize.owe(item, cfg.oversize_rounds(self.table.live_count + 1))
         self.queue.enqueue_item(item, size)
         if self.config.gossip_interval_s > 0:
             self.gossip_queue.enqueue_item(item, size)
@@ -214,6 +224,7 @@ class Membership:
                 update = Suspect(update.member, update.address, update.incarnation, remote.source)
             updates.append(update)
         self.absorb(updates, remote.items, now, out, gossip=True, trusted=trusted)
+        self.oversize.held_by(remote.source, remote.items)
         alive = MemberState.ALIVE
         return [
             member_id
