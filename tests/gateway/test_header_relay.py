@@ -11,6 +11,9 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from grid.gateway.config import Cluster
+from grid.gateway.settings import GatewaySettings
+from grid.gateway.upstream import Upstream
 from grid.testing.edge_rig import Answer, chat, edge_rig
 
 SECRET = "do-not-forward-7f3a"
@@ -65,6 +68,30 @@ async def test_connection_listed_headers_stay_behind_and_repeats_survive(
     assert all(SECRET not in value for value in upstream.values())
     assert upstream.getall("X-Tag") == ["first", "second"]
     assert upstream["Authorization"].startswith("Bearer ")
+
+
+async def test_a_clusters_cookie_never_reaches_another_clients_request() -> None:
+    received: list[CIMultiDict[str]] = []
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", _provider(200, received))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = int(runner.addresses[0][1])
+    # A named host: aiohttp's default jar would keep cookies of a name, not of an IP.
+    upstream = Upstream(Cluster("c1", (f"localhost:{port}",)), GatewaySettings())
+    try:
+        for _ in range(2):  # two clients' requests through the same pooled session
+            url = f"{upstream.next_base()}/v1/chat/completions"
+            async with upstream.open().post(url, json=chat()) as r:
+                assert r.headers.getall("Set-Cookie", []) == ["a=1; Path=/", "b=2; Path=/"]
+                await r.read()
+    finally:
+        await upstream.close()
+        await runner.cleanup()
+    assert len(received) == 2
+    assert "Cookie" not in received[1], received[1].getall("Cookie")
 
 
 async def test_a_reloaded_configs_credentials_apply_to_the_next_request(tmp_path: Path) -> None:

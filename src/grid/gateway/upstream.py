@@ -65,6 +65,9 @@ class Upstream:
                 # identity when the client named no encoding. (`skip_auto_headers`
                 # would put aiohttp on a slower header path on every request.)
                 auto_decompress=False,
+                # A proxy keeps no cookies: a cluster's Set-Cookie goes to the client
+                # that caused it, never into another client's request.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self.session
 
