@@ -286,6 +286,7 @@ async def upsert_configmap(
     }
     if annotations:
         obj["metadata"]["annotations"] = dict(annotations)
+    drop = tuple(drop)  # read twice when an optimistic replace is refused
     key = (namespace, name)
     current = known.pop(key, None) if known is not None else None
     if current is not None:
