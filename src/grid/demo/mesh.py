@@ -54,6 +54,11 @@ SITE_PROBE_INTERVAL_S = 1.0
 """The operators' ``--site-probe-interval``: each round probes every peer's egress
 with an mTLS handshake (resumed, still the largest cost of a site at rest). At 1 s a
 killed site is Unreachable at the others within about two seconds."""
+RENDER_GAP_S = 1.0
+"""The operators' ``--render-gap``: the least time between two render rounds. The
+demo's bursty providers move their load on every 1 s scrape, and each site hears of
+them and of the record refreshes at their own moments; with a gap of a scrape
+interval those changes render together about once a second instead of three times."""
 DEMO_TOKEN = b"sk-demo-placeholder-not-a-key"
 """The demo's placeholder API token: in the stores' Secret and the mounted file only."""
 CREDENTIAL_SECRET = ("openai-credentials", "token")
@@ -217,6 +222,8 @@ class DemoMesh:
             str(RECORD_REFRESH_S),
             "--site-probe-interval",
             str(SITE_PROBE_INTERVAL_S),
+            "--render-gap",
+            str(RENDER_GAP_S),
             "--signals-bind",
             f"127.0.0.1:{site.signals_port}",
             "--signals-poll-interval",

@@ -22,6 +22,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,17 +129,29 @@ async def render_rounds(
     interval_s: float,
     round_: Callable[[], Awaitable[None]],
     failures: RoundFailures | None = None,
+    gap_s: float = 0.0,
 ) -> None:
     """Run ``round_`` whenever ``dirty`` is set, and at least every ``interval_s``.
+
+    A round starts no sooner than ``gap_s`` (at most ``interval_s``) after the start
+    of the one before: what marks the view dirty meanwhile goes into that one round.
+    A change after a quiet spell still starts its round at once.
 
     A round that fails is counted and tried again after a back-off (`guarded_rounds`);
     the loop never ends on a failure."""
     failures = failures or RoundFailures()
+    loop = asyncio.get_running_loop()
+    gap_s = min(gap_s, interval_s)
+    last = -math.inf
     while True:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(interval_s):
                 await dirty.wait()
+        wait = last + gap_s - loop.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
         dirty.clear()
+        last = loop.time()
         await guarded_rounds("render", failures, round_)
 
 

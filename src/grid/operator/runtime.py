@@ -251,8 +251,10 @@ class Operator:
         tasks.start("swim-events", self._events)
         tasks.start("sites", self.site_rounds.run)
         paced = settled(self._render_round, self.settings.render_settle_s)
-        interval = self.settings.render_interval_s
-        tasks.start("render", lambda: render_rounds(self._dirty, interval, paced, self.failures))
+        interval, gap = self.settings.render_interval_s, self.settings.render_gap_s
+        tasks.start(
+            "render", lambda: render_rounds(self._dirty, interval, paced, self.failures, gap)
+        )
         network_now = lambda: self.served.network  # noqa: E731
         tasks.start(
             "cert-rotation",

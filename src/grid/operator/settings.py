@@ -182,6 +182,16 @@ class OperatorSettings(BaseModel):
             "render once."
         ),
     )
+    render_gap_s: float = Field(
+        0.0,
+        ge=0,
+        le=1.0,
+        description=(
+            "Least seconds between the starts of two render rounds (0 to 1, never past "
+            "the render interval): changes that keep coming (a provider whose load "
+            "moves on every scrape) render once per gap instead of once each."
+        ),
+    )
     shutdown_timeout_s: float = Field(
         5.0,
         ge=0,
