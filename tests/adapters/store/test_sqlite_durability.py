@@ -75,6 +75,52 @@ async def test_a_watcher_sees_writes_made_through_another_connection(tmp_path: P
         await writer_side.close()
 
 
+def big_configmap(text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "grid-overlay", "namespace": "grid"},
+        "data": {"grid-overlay.json": text * (70 * 1024 // len(text) + 1)},
+    }
+
+
+async def test_a_large_object_written_elsewhere_is_read_afresh_not_from_the_kept_copy(
+    tmp_path: Path,
+) -> None:
+    """A replace starts from the kept parse only while the row is still at its version."""
+    path = tmp_path / "store.db"
+    ours = await SqliteStore.open(path)
+    theirs = await SqliteStore.open(path)
+    try:
+        written = await ours.create(big_configmap("a"))
+        written = await ours.replace({**big_configmap("b"), "metadata": written["metadata"]})
+        assert ours.parsed.hits == 1
+        # Unchanged data: the kept copy stands in for the stored row, and is not handed out.
+        same = await ours.replace({**big_configmap("b"), "metadata": written["metadata"]})
+        assert ours.parsed.hits == 2
+        assert same == written and same is not written
+        same["data"]["grid-overlay.json"] = "changed by the caller"
+        assert (
+            await ours.replace({**big_configmap("b"), "metadata": written["metadata"]}) == written
+        )
+        assert ours.parsed.hits == 3
+        # Another opener of the file moves the row on; ours must see its write.
+        mine = await theirs.get("ConfigMap", "grid-overlay", namespace="grid")
+        moved = await theirs.patch_status(
+            "ConfigMap", "grid-overlay", {"by": "them"}, namespace="grid"
+        )
+        assert mine["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
+        later = await ours.replace({**big_configmap("c"), "metadata": moved["metadata"]})
+        assert ours.parsed.hits == 3
+        assert later["status"] == {"by": "them"}
+        again = await ours.get("ConfigMap", "grid-overlay", namespace="grid")
+        assert again == later
+        assert again["data"]["grid-overlay.json"].startswith("ccc")
+    finally:
+        await ours.close()
+        await theirs.close()
+
+
 async def test_close_ends_an_open_watch(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "store.db", watch_poll_interval_s=0.02)
     await store.create(provider("vllm"))

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from grid.adapters.store import objects
+from grid.adapters.store.parsed_copies import ParsedCopies
 from grid.adapters.store.port import EventType, Expired, LabelSelector, Obj, WatchEvent
 from grid.adapters.tracing import status_write_span
 from grid.errors import AlreadyExists, GridError, NotFound
@@ -106,6 +107,8 @@ class SqliteStore:
         self._watched: Counter[str] = Counter()
         self._heads: tuple[int, asyncio.Future[_Heads]] | None = None
         self._closed = False
+        self.parsed = ParsedCopies()
+        """Large objects as last written, so the next write need not parse them."""
 
     @classmethod
     async def open(
@@ -201,23 +204,24 @@ class SqliteStore:
         """One write transaction: ``change(current, next_rv)`` returns the event to
         record, or the unchanged current object when there is nothing to write."""
         conn = self._conn
+        key = (kind, ns, name)
         conn.execute("BEGIN IMMEDIATE")
         try:
-            row = conn.execute(
-                "SELECT body FROM objects WHERE kind=? AND namespace=? AND name=?", (kind, ns, name)
-            ).fetchone()
+            current = self._current(key)
             rv = _meta(conn, "resource_version") + 1
-            outcome = change(None if row is None else json.loads(row[0]), rv)
+            outcome = change(current, rv)
             if not isinstance(outcome, tuple):
                 conn.execute("ROLLBACK")
                 return outcome
             event_type, stored = outcome
             body = _dumps(stored)  # one serialisation for the object and its event
             if event_type is EventType.DELETED:
+                self.parsed.forget(key)
                 conn.execute(
                     "DELETE FROM objects WHERE kind=? AND namespace=? AND name=?", (kind, ns, name)
                 )
             else:
+                self.parsed.put(key, rv, stored, len(body))
                 conn.execute(
                     "INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?)",
                     (kind, ns, name, rv, body),
@@ -230,8 +234,21 @@ class SqliteStore:
             conn.execute("COMMIT")
             return stored
         except BaseException:
+            self.parsed.forget(key)
             conn.execute("ROLLBACK")
             raise
+
+    def _current(self, key: tuple[str, str, str]) -> Obj | None:
+        """The stored object at ``key`` (inside a write), from a kept copy when one is current."""
+        where = "FROM objects WHERE kind=? AND namespace=? AND name=?"
+        row = self._conn.execute(f"SELECT resource_version {where}", key).fetchone()
+        if row is None:
+            return None
+        kept = self.parsed.get(key, row[0])
+        if kept is not None:
+            return kept
+        current: Obj = json.loads(self._conn.execute(f"SELECT body {where}", key).fetchone()[0])
+        return current
 
     def _compact(self, conn: sqlite3.Connection, rv: int) -> None:
         """Trim the event log in steps so the trimming cost is amortized."""
