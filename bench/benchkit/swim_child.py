@@ -4,8 +4,9 @@ Run as ``python -P bench/benchkit/swim_child.py NAME CONFIG_JSON [SEED]`` by
 `benchkit.swim_clusters.GridCluster`; it imports only what the node needs, so
 its RSS is the SWIM node's (the operator runs the same `SwimNode` with much
 more around it). The cluster key arrives as one hex line on stdin; events
-(``alive``/``dead``/...) and, on a ``stats`` line, the bytes sent so far and two
-admission counters (challenged members dropped unanswered, announcements refused)
+(``alive``/``dead``/...) and, on a ``stats`` line, the bytes sent so far and three
+admission counters (challenged members dropped unanswered, announcements refused,
+members admitted on a late answer)
 go out as JSON lines on stdout. The child dies with its parent (``PR_SET_PDEATHSIG``).
 """
 
@@ -69,7 +70,8 @@ async def child_main(node_id: str, config_json: str, seed: str | None) -> None:
             admission = node.counters.members
             refused = sum(admission.refused.values())
             emit({"sent": node.counters.bytes_sent, "t": time.monotonic(),
-                  "unanswered": admission.unanswered, "refused": refused})  # fmt: skip
+                  "unanswered": admission.unanswered, "refused": refused,
+                  "late": admission.answered_late})  # fmt: skip
     pump.cancel()
     await node.stop()
 

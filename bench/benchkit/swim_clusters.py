@@ -240,7 +240,7 @@ class GridCluster(Mesh):
             elif msg.get("ev") == "dead":
                 member.dead.setdefault(msg["m"], []).append(msg["t"])
             elif "sent" in msg and member.stats is not None and not member.stats.done():
-                member.admission = {k: int(msg[k]) for k in ("unanswered", "refused")}
+                member.admission = {k: int(msg[k]) for k in ("unanswered", "refused", "late")}
                 member.stats.set_result(float(msg["sent"]))
 
     async def start(self) -> float:

@@ -133,6 +133,7 @@ def _admission(members: list[Member]) -> dict[str, int]:
     return {
         "unanswered_challenges": sum(m.admission["unanswered"] for m in members),
         "refused_announcements": sum(m.admission["refused"] for m in members),
+        "late_answers": sum(m.admission["late"] for m in members),
     }
 
 

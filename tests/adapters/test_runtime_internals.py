@@ -128,8 +128,9 @@ async def test_heap_trim_runs_once_for_many_closes() -> None:
 def test_the_startup_heap_is_frozen_out_of_later_collections() -> None:
     import gc
 
-    from grid.adapters.runtime_internals import freeze_startup_heap
+    from grid.adapters.runtime_internals import YOUNG_COLLECTION_THRESHOLD, freeze_startup_heap
 
+    thresholds = gc.get_threshold()
     try:
         freeze_startup_heap()
         frozen = gc.get_freeze_count()
@@ -137,5 +138,8 @@ def test_the_startup_heap_is_frozen_out_of_later_collections() -> None:
         made_since = [[i] for i in range(100)]
         assert gc.get_freeze_count() == frozen  # only what existed is frozen
         assert made_since
+        # The young generation is scanned far less often; the older ones as before.
+        assert gc.get_threshold() == (YOUNG_COLLECTION_THRESHOLD, *thresholds[1:])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)

@@ -120,3 +120,9 @@ def _admission(members: AdmissionCounters) -> Iterator[CounterMetricFamily]:
     )
     unanswered.add_metric([], members.unanswered)
     yield unanswered
+    late = CounterMetricFamily(
+        "grid_swim_members_answered_late",
+        "Announced SWIM members admitted on an answer that came after its challenge timed out.",
+    )
+    late.add_metric([], members.answered_late)
+    yield late

@@ -49,6 +49,9 @@ from grid.errors import ProtocolError, ValidationError
 
 log = logging.getLogger(__name__)
 
+RECEIVE_BUFFER_BYTES = 2 * 1024 * 1024
+"""The kernel receive buffer a SWIM socket asks for (memberlist asks for the same)."""
+
 EDGE_REASONS: tuple[str, ...] = (
     "oversize",
     "malformed",
@@ -271,10 +274,17 @@ async def open_endpoint(
     *,
     datagram_bytes_max: int = 1400,
     limits: codec.CodecLimits = codec.DEFAULT_LIMITS,
+    receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES,
 ) -> DatagramEndpoint:
-    """Bind a UDP socket on ``host:port`` and return its endpoint."""
+    """Bind a UDP socket on ``host:port`` and return its endpoint.
+
+    The socket asks for a ``receive_buffer_bytes`` kernel buffer (the kernel caps
+    it at ``net.core.rmem_max``): with the default of about 208 KiB a burst of
+    80 full datagrams overflows it while the loop is busy, and the kernel drops
+    gossip before the node ever sees it.
+    """
     loop = asyncio.get_running_loop()
-    _, endpoint = await loop.create_datagram_endpoint(
+    transport, endpoint = await loop.create_datagram_endpoint(
         lambda: DatagramEndpoint(
             keyring,
             counters,
@@ -284,4 +294,9 @@ async def open_endpoint(
         ),
         local_addr=(host, port),
     )
+    sock = transport.get_extra_info("socket")
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
+    except OSError:  # a platform that refuses keeps its default buffer
+        log.debug("the SWIM socket keeps the default receive buffer")
     return endpoint

@@ -38,15 +38,19 @@ async def read_body(
     request: web.Request, max_bytes: int, grace_s: float, min_rate: float, timeout_s: float
 ) -> bytes:
     """The whole body, or `BodyTooLarge` / `BodyTooSlow`."""
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    hard = started + timeout_s
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise BodyTooLarge
+    content = request.content
+    if content.is_eof():  # the whole body arrived with the head (a small one): no wait
+        body = content.read_nowait()
+        if len(body) > max_bytes:
+            raise BodyTooLarge
+        return body
+    started = asyncio.get_running_loop().time()
+    hard = started + timeout_s
     parts: list[bytes] = []
     received = 0
-    content = request.content
     while True:
         if content.is_eof():  # the rest is buffered already: nothing to wait for or time
             chunk = content.read_nowait()

@@ -22,7 +22,6 @@ never logged, counted by value or kept: only its digest is compared.
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from prometheus_client.registry import Collector
 
 from grid import errors
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
+from grid.adapters.file_stamp import FileStamp, file_stamp
 from grid.core.identity import (
     KeySet,
     KeysFileError,
@@ -80,7 +80,7 @@ class ClientAuth(Collector):
         self.keys = KeySet()
         self.reloads = {"accepted": 0, "rejected": 0}
         self._path = Path(config.keys_file) if config.keys_file else None
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: FileStamp | None = None
         self._failing = False
         if self._path is not None:
             self._stamp = (-1, -1, -1)  # never a real stamp: the first poll reads
@@ -118,11 +118,7 @@ class ClientAuth(Collector):
         path = self._path
         if path is None:
             return False
-        try:
-            st = os.stat(path)
-            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
-        except OSError:
-            stamp = None
+        stamp = file_stamp(path)
         if stamp == self._stamp:
             return False
         self._stamp = stamp

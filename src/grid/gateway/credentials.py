@@ -10,7 +10,7 @@ send an empty credential. Values never enter logs, metrics or errors.
 
 from __future__ import annotations
 
-import os
+from grid.adapters.file_stamp import FileStamp, file_stamp
 
 CREDENTIAL_MAX_BYTES = 16 * 1024
 """Largest credential file read; longer files count as missing (a token is far shorter)."""
@@ -20,16 +20,14 @@ class CredentialFiles:
     """Reads and caches the credential files the config names."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, tuple[tuple[int, int, int], str | None]] = {}
+        self._cache: dict[str, tuple[FileStamp, str | None]] = {}
 
     def value(self, path: str) -> str | None:
         """The file's credential (whitespace-trimmed), or None when missing or empty."""
-        try:
-            st = os.stat(path)
-        except OSError:
+        stamp = file_stamp(path)
+        if stamp is None:
             self._cache.pop(path, None)
             return None
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         cached = self._cache.get(path)
         if cached is not None and cached[0] == stamp:
             return cached[1]

@@ -35,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
+from grid.adapters.file_stamp import FileStamp, file_stamp
 from grid.core.identity import tenant_key
 from grid.core.json_document import DocumentError, decode_json
 from grid.core.metering.bounds import UsageBound, billable
@@ -77,7 +78,7 @@ class TenantMeter(Collector):
         self.view_rejected = 0
         self.implausible: dict[str, int] = {}
         """Answers per cluster whose reported usage exceeded their bound."""
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: FileStamp | None = None
         self._restore()
         self.poll()
 
@@ -166,11 +167,7 @@ class TenantMeter(Collector):
         """Reload the budget view if its file changed; True when a new view was taken."""
         if self.budgets_path is None:
             return False
-        try:
-            st = os.stat(self.budgets_path)
-            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
-        except OSError:
-            stamp = None
+        stamp = file_stamp(self.budgets_path)
         if stamp == self._stamp:
             return False
         self._stamp = stamp

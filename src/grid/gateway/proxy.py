@@ -106,7 +106,7 @@ BROKE_OFF = Refusal(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Answered:
     """A cluster's answer to one attempt: relayed (``response``) or failed over from."""
 
@@ -191,7 +191,7 @@ class Proxy:
         if request.method != "POST" or target is None:
             return self.refuse(NOT_FOUND)
         admitted = await self.admit(request)
-        if isinstance(admitted, web.Response):
+        if not isinstance(admitted, tuple):  # (a Response is an ABC: a slower check)
             return admitted
         tenant, body = admitted
         rules = self.rules
@@ -305,14 +305,18 @@ class Proxy:
         next one (``last`` is the index of the plan's last attempt)."""
         candidate, index = attempt.candidate, attempt.index
         headers = attempt.headers
-        with request_trace.attempt(candidate, index, headers) as span:
-            answer = await self._send(
-                request, attempt, plan.body, headers, plan.failover, index == last
-            )
-            if isinstance(answer, str):
-                request_trace.attempt_ended(span, answer)
-            else:
-                request_trace.attempt_ended(span, answer.outcome, answer.status)
+        final = index == last
+        if not request_trace.recording():  # not sampled: no span to open or end
+            answer = await self._send(request, attempt, plan.body, headers, plan.failover, final)
+        else:
+            with request_trace.attempt(candidate, index, headers) as span:
+                answer = await self._send(
+                    request, attempt, plan.body, headers, plan.failover, final
+                )
+                if isinstance(answer, str):
+                    request_trace.attempt_ended(span, answer)
+                else:
+                    request_trace.attempt_ended(span, answer.outcome, answer.status)
         if isinstance(answer, str) or answer.response is None:
             if index < last:
                 request_trace.failed_over(

@@ -16,9 +16,10 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import re
 import zlib
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import quote
 
 import aiohttp
@@ -59,19 +60,22 @@ def _spellings(secret: str) -> tuple[bytes, ...]:
     return tuple(sorted((s for s in spellings if s), key=len, reverse=True))
 
 
-def _holds(value: bytes, forms: tuple[bytes, ...]) -> bool:
-    return any(form in value for form in forms)
-
-
 @dataclass(frozen=True)
 class Masker:
     """Every spelling of one secret, and what masking them does to bodies and headers."""
 
     forms: tuple[bytes, ...]
+    _any: re.Pattern[bytes] | None = field(init=False, repr=False, compare=False)
+    """Finds any of `forms` in one pass (None without forms)."""
+
+    def __post_init__(self) -> None:
+        found = re.compile(b"|".join(map(re.escape, self.forms))) if self.forms else None
+        object.__setattr__(self, "_any", found)
 
     @classmethod
     def of(cls, secret: str | None) -> Masker:
-        return cls(_spellings(secret) if secret else ())
+        """The masker of ``secret`` (one per credential value, made once)."""
+        return _masker(secret) if secret else _NO_SECRET
 
     def body(self, data: bytes, cut: bool = False) -> bytes:
         """``data`` with every spelling masked; a ``cut`` body also loses a trailing prefix."""
@@ -88,18 +92,24 @@ class Masker:
     def headers(self, headers: MultiMapping[str], drop: Collection[str] = ()) -> CIMultiDict[str]:
         """The headers, in order and repeats kept, without any whose value holds a
         spelling of the secret, and without those named in ``drop`` (lower-case)."""
-        forms = self.forms
-        if not forms:
-            if not drop:
-                return CIMultiDict(headers)
-            return CIMultiDict([(n, v) for n, v in headers.items() if n.lower() not in drop])
-        return CIMultiDict(
-            [
-                (n, v)
-                for n, v in headers.items()
-                if n.lower() not in drop and not _holds(v.encode(), forms)
-            ]
-        )
+        out = CIMultiDict(headers)
+        for name in drop:
+            if name in out:
+                del out[name]  # every value of that name
+        if self._any is None:  # no secret to look for
+            return out
+        holds = self._any.search
+        if any(holds(v.encode()) for v in out.values()):
+            out = CIMultiDict([(n, v) for n, v in out.items() if not holds(v.encode())])
+        return out
+
+
+_NO_SECRET = Masker(())
+
+
+@functools.lru_cache(maxsize=64)
+def _masker(secret: str) -> Masker:
+    return Masker(_spellings(secret))
 
 
 async def error_answer(

@@ -28,6 +28,12 @@ _TRACER = trace.get_tracer("grid.gateway")
 OUTCOME = "grid.outcome"
 
 
+def recording() -> bool:
+    """Whether the request's server span records (tracing on and the request sampled);
+    when it does not, every function here is a no-op."""
+    return trace.get_current_span().is_recording()
+
+
 def routed(model: str, tenant: str | None, snapshot: Snapshot, first: Candidate) -> None:
     """Put the routing decision on the request's server span."""
     span = trace.get_current_span()

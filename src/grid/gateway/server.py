@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from dataclasses import replace
 from pathlib import Path
 
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from grid.adapters.file_stamp import file_stamp
 from grid.adapters.http_listener import HttpListener
 from grid.adapters.tracing import server_middlewares
 from grid.core.address import format_address, parse_address
@@ -43,17 +43,6 @@ from grid.gateway.upstream import Upstream, upstreams
 log = logging.getLogger(__name__)
 
 
-def _stamp(path: Path | None) -> tuple[int, int, int] | None:
-    """A file's identity (inode, size, mtime), or None."""
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 class Gateway:
     """The routing gateway; `start`, then `stop` to drain and exit."""
 
@@ -69,7 +58,7 @@ class Gateway:
         turns on poll mode: candidates are re-ranked by the signals pulled from it."""
         self.config = config
         self.config_path = config_path
-        self._config_stamp = _stamp(config_path)
+        self._config_stamp = file_stamp(config_path)
         self.settings = settings or GatewaySettings()
         self.overlay: OverlayFile | None = None
         if config.overlay_file is not None:
@@ -333,7 +322,7 @@ class Gateway:
         admin and route settings need a restart; clusters and credentials apply
         at once. A file that does not load changes nothing.
         """
-        stamp = _stamp(self.config_path)
+        stamp = file_stamp(self.config_path)
         if self.config_path is None or stamp == self._config_stamp:
             return
         self._config_stamp = stamp

@@ -10,13 +10,13 @@ good snapshot, and an invalid file at cold start refuses to start.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from grid.adapters.bounded_file import UnreadableFile, read_bounded
+from grid.adapters.file_stamp import FileStamp, file_stamp
 from grid.core.json_document import DocumentError, decode_json
 from grid.core.overlay import (
     admission_state_problem,
@@ -289,28 +289,21 @@ class OverlayFile:
         self.group_key = group_key
         self.expected_scope = expected_scope
         self.max_bytes = max_bytes
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: FileStamp | None = None
         self.accepted = 0
         self.rejected = 0
         self.last_rejection: str | None = None
         self.snapshot = self._load_cold()
 
-    def _file_stamp(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
-
     def _load_cold(self) -> Snapshot:
-        self._stamp = self._file_stamp()
+        self._stamp = file_stamp(self.path)
         snapshot = read_overlay(self.path, self.expected_scope, self.max_bytes, self.group_key)
         self.accepted += 1
         return snapshot
 
     def poll(self) -> bool:
         """Reload if the file changed; True when a new snapshot was swapped in."""
-        stamp = self._file_stamp()
+        stamp = file_stamp(self.path)
         if stamp == self._stamp:
             return False
         self._stamp = stamp

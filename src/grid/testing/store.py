@@ -17,11 +17,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from grid.adapters.store import objects
+from grid.adapters.store.event_log import EVENT_LOG_RETENTION
 from grid.adapters.store.port import EventType, Expired, LabelSelector, Obj, WatchEvent
 from grid.errors import AlreadyExists, GridError, NotFound
-
-EVENT_LOG_RETENTION = 10_000
-"""Events kept for watch resumption; older resumes raise `Expired`. More costs memory."""
 
 _Key = tuple[str, str, str]
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from grid.adapters.store.port import EventType
+from grid.adapters.store.port import EventType, Expired
 from grid.adapters.store.sqlite import SqliteStore
 from grid.adapters.store.url import DEFAULT_STORE_URL, open_store, parse_store_url
 from grid.errors import GridError, ValidationError
@@ -73,6 +73,100 @@ async def test_a_watcher_sees_writes_made_through_another_connection(tmp_path: P
     finally:
         await watcher_side.close()
         await writer_side.close()
+
+
+def big_configmap(text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "grid-overlay", "namespace": "grid"},
+        "data": {"grid-overlay.json": text * (70 * 1024 // len(text) + 1)},
+    }
+
+
+async def test_a_large_object_written_elsewhere_is_read_afresh_not_from_the_kept_copy(
+    tmp_path: Path,
+) -> None:
+    """A replace starts from the kept parse only while the row is still at its version."""
+    path = tmp_path / "store.db"
+    ours = await SqliteStore.open(path)
+    theirs = await SqliteStore.open(path)
+    try:
+        written = await ours.create(big_configmap("a"))
+        written = await ours.replace({**big_configmap("b"), "metadata": written["metadata"]})
+        assert ours.parsed.hits == 1
+        # Unchanged data: the kept copy stands in for the stored row, and is not handed out.
+        same = await ours.replace({**big_configmap("b"), "metadata": written["metadata"]})
+        assert ours.parsed.hits == 2
+        assert same == written and same is not written
+        same["data"]["grid-overlay.json"] = "changed by the caller"
+        assert (
+            await ours.replace({**big_configmap("b"), "metadata": written["metadata"]}) == written
+        )
+        assert ours.parsed.hits == 3
+        # Another opener of the file moves the row on; ours must see its write.
+        mine = await theirs.get("ConfigMap", "grid-overlay", namespace="grid")
+        moved = await theirs.patch_status(
+            "ConfigMap", "grid-overlay", {"by": "them"}, namespace="grid"
+        )
+        assert mine["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
+        later = await ours.replace({**big_configmap("c"), "metadata": moved["metadata"]})
+        assert ours.parsed.hits == 3
+        assert later["status"] == {"by": "them"}
+        again = await ours.get("ConfigMap", "grid-overlay", namespace="grid")
+        assert again == later
+        assert again["data"]["grid-overlay.json"].startswith("ccc")
+    finally:
+        await ours.close()
+        await theirs.close()
+
+
+async def test_the_event_log_is_bounded_by_size_and_a_resume_before_it_is_expired(
+    tmp_path: Path,
+) -> None:
+    """Large bodies are trimmed by their summed size, long before the count bound."""
+    path = tmp_path / "store.db"
+    store = await SqliteStore.open(path, event_log_bytes=400_000)
+    try:
+        first = written = await store.create(big_configmap("a"))  # about 72 kB a body
+        for step in "bcdefghijk":
+            written = await store.replace({**big_configmap(step), "metadata": written["metadata"]})
+        with sqlite3.connect(path) as conn:
+            held, count = conn.execute("SELECT SUM(length(body)), COUNT(*) FROM events").fetchone()
+            kept = conn.execute("SELECT value FROM meta WHERE key='event_bytes'").fetchone()[0]
+        assert held <= 400_000 and int(kept) == held
+        assert 3 <= count < 11
+        with pytest.raises(Expired):
+            async with contextlib.aclosing(
+                store.watch("ConfigMap", first["metadata"]["resourceVersion"])
+            ) as events:
+                await anext(events)
+        # A resume within what is kept sees the newest change.
+        since = str(int(written["metadata"]["resourceVersion"]) - 1)
+        async with contextlib.aclosing(store.watch("ConfigMap", since)) as events:
+            event = await anext(events)
+        assert event.object["data"]["grid-overlay.json"].startswith("kkk")
+    finally:
+        await store.close()
+
+
+async def test_a_file_without_the_summed_size_counts_it_once_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    store = await SqliteStore.open(path)
+    await store.create(provider("vllm"))
+    await store.create(provider("tgi"))
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        held = conn.execute("SELECT SUM(length(body)) FROM events").fetchone()[0]
+        conn.execute("DELETE FROM meta WHERE key='event_bytes'")
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 16_384
+    reopened = await SqliteStore.open(path)
+    await reopened.create(provider("sglang"))
+    await reopened.close()
+    with sqlite3.connect(path) as conn:
+        kept = conn.execute("SELECT value FROM meta WHERE key='event_bytes'").fetchone()[0]
+        now = conn.execute("SELECT SUM(length(body)) FROM events").fetchone()[0]
+    assert held < int(kept) == now
 
 
 async def test_close_ends_an_open_watch(tmp_path: Path) -> None:

@@ -192,3 +192,50 @@ def test_an_applicant_is_never_probed_gossiped_to_or_counted(make_machine: Machi
         now += 1.0
     assert SINK not in targets  # only the bare challenges ever went there
     assert machine.live_count == 2 and machine.member("fake-0000") is None
+
+
+def test_an_answer_that_comes_after_the_timeout_still_admits_while_the_address_cools(
+    make_machine: MachineFactory,
+):
+    """On saturated cores acks come late; they prove the member as well as a timely one."""
+    machine, _ = make_machine(peers=3)
+    newcomer = Alive("newcomer", "10.5.5.5:7946", 1)
+    out = machine.handle_packet(peer_address(1), Ping(1, "p1", "me", updates=(newcomer,)), 1.0)
+    effects = fire_all(machine, out, until=5.0)  # both challenges time out
+    first, second = (s.message for s in sends_to(effects, newcomer.address))
+    assert isinstance(first, Ping) and isinstance(second, Ping)
+    assert machine.unproven_count == 0 and machine.admission.unanswered == 1
+    # A stranger holding the number, or a number we never sent, proves nothing.
+    machine.handle_packet(newcomer.address, Ack(first.seq, "someone"), 5.5)
+    machine.handle_packet(newcomer.address, Ack(first.seq ^ 1, "newcomer"), 5.5)
+    assert machine.member("newcomer") is None
+    # The first challenge's answer, seconds late: admitted, the address no longer cools.
+    machine.handle_packet(newcomer.address, Ack(first.seq, "newcomer"), 6.0)
+    record = machine.member("newcomer")
+    assert record is not None and record.state is MemberState.ALIVE
+    assert machine.admission.answered == 1 and machine.admission.answered_late == 1
+    flood(machine, [Alive("other", newcomer.address, 0)], 7.0)
+    assert machine.admission.refused["cooling_down"] == 0
+    # Its other challenge is spent: a second answer does nothing more.
+    machine.handle_packet(newcomer.address, Ack(second.seq, "newcomer"), 6.1)
+    assert machine.admission.answered == 1
+
+
+def test_a_late_answer_after_the_address_has_cooled_proves_nothing(
+    make_machine: MachineFactory,
+):
+    machine, _ = make_machine(peers=3)
+    newcomer = Alive("newcomer", "10.5.5.5:7946", 1)
+    out = machine.handle_packet(peer_address(1), Ping(1, "p1", "me", updates=(newcomer,)), 1.0)
+    effects = fire_all(machine, out, until=5.0)
+    first = sends_to(effects, newcomer.address)[0].message
+    assert isinstance(first, Ping)
+    later = 5.0 + machine.config.unproven_retry_s
+    # Announced again once the address has cooled: a fresh applicant, fresh challenges.
+    again = machine.handle_packet(peer_address(2), Ping(2, "p2", "me", updates=(newcomer,)), later)
+    fresh = sends_to(again, newcomer.address)[0].message
+    assert isinstance(fresh, Ping) and fresh.seq != first.seq
+    machine.handle_packet(newcomer.address, Ack(first.seq, "newcomer"), later + 0.1)
+    assert machine.member("newcomer") is None and machine.admission.answered_late == 0
+    machine.handle_packet(newcomer.address, Ack(fresh.seq, "newcomer"), later + 0.2)
+    assert machine.member("newcomer") is not None and machine.admission.answered == 1

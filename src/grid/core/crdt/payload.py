@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, assert_never
+from typing import Literal, assert_never, get_args
 
 from google.protobuf.message import DecodeError, Message
 
@@ -58,14 +58,7 @@ SignalName = Literal[
     "requests",
 ]
 
-SIGNAL_FIELDS: tuple[SignalName, ...] = (
-    "queue_depth",
-    "kv_cache_utilization",
-    "prefix_cache_hit_ratio",
-    "p99_latency_ms",
-    "cost_per_million_input_tokens",
-    "requests",
-)
+SIGNAL_FIELDS: tuple[SignalName, ...] = get_args(SignalName)
 
 
 class PayloadError(ProtocolError):

@@ -41,6 +41,17 @@ class _Parts(NamedTuple):
     """Every number of ``head`` and ``tail`` passes `is_plain_number`."""
 
 
+class _Made(NamedTuple):
+    """What the last build made of one candidate: its parts, document and text."""
+
+    parts: _Parts
+    rank: int
+    group: int | None
+    document: dict[str, Any]
+    text: str | None
+    plain: bool
+
+
 class CandidateCache:
     """Each candidate's wire form, kept from one overlay build to the next.
 
@@ -55,8 +66,8 @@ class CandidateCache:
     """
 
     def __init__(self) -> None:
-        self._parts: dict[int, _Parts] = {}
-        self._next: dict[int, _Parts] = {}
+        self._made: dict[int, _Made] = {}
+        self._next: dict[int, _Made] = {}
         self.reused = 0
         """Candidates of the last build whose wire form was reused."""
 
@@ -67,15 +78,20 @@ class CandidateCache:
 
     def end(self) -> None:
         """Finish a build: keep its candidates only."""
-        self._parts, self._next = self._next, {}
+        self._made, self._next = self._next, {}
 
     def document(
         self, ranked: Ranked, shared: SharedWire, group: int | None, weight_field: str | None
     ) -> dict[str, Any]:
-        """`candidate_wire` of ``ranked``, from the cache when its inputs are the same."""
+        """`candidate_wire` of ``ranked``, from the cache when its inputs are the same.
+
+        A candidate back at the same rank and group gets the very document and
+        text the last build made (documents are never changed once built).
+        """
         evaluation = ranked.evaluation
         candidate = evaluation.candidate
-        parts = self._parts.get(id(candidate))
+        made = self._made.get(id(candidate))
+        parts = None if made is None else made.parts
         if (
             parts is None
             or parts.candidate is not candidate
@@ -87,26 +103,35 @@ class CandidateCache:
                 parts.breakdown is evaluation.breakdown or parts.breakdown == evaluation.breakdown
             )
         ):
-            parts = _parts_of(ranked, group, weight_field)
+            made, parts = None, _parts_of(ranked, group, weight_field)
         else:
             self.reused += 1
-        self._next[id(candidate)] = parts
         rank = ranked.rank
-        if group is None:
-            document = {**parts.head, "rank": rank, **parts.tail}
-        else:
-            document = {**parts.head, "rank": rank, "selection_group": group, **parts.tail}
-        if not (
-            parts.plain and is_plain_number(rank) and (group is None or is_plain_number(group))
-        ):
+        if made is None or made.rank != rank or made.group != group:
+            made = _made_of(parts, rank, group)
+        self._next[id(candidate)] = made
+        if not made.plain:
             shared.plain_numbers = False
         if shared.texts is not None:
-            if parts.text is None:
+            if made.text is None:
                 shared.texts = None
             else:
-                head, middle, tail = parts.text
-                shared.texts.append(f"{head}{rank!r}{middle}{'' if group is None else group}{tail}")
-        return document
+                shared.texts.append(made.text)
+        return made.document
+
+
+def _made_of(parts: _Parts, rank: int, group: int | None) -> _Made:
+    """One candidate's document and text at ``rank`` and ``group``."""
+    if group is None:
+        document = {**parts.head, "rank": rank, **parts.tail}
+    else:
+        document = {**parts.head, "rank": rank, "selection_group": group, **parts.tail}
+    plain = parts.plain and is_plain_number(rank) and (group is None or is_plain_number(group))
+    text = None
+    if parts.text is not None:
+        head, middle, tail = parts.text
+        text = f"{head}{rank!r}{middle}{'' if group is None else group}{tail}"
+    return _Made(parts, rank, group, document, text, plain)
 
 
 def _parts_of(ranked: Ranked, group: int | None, weight_field: str | None) -> _Parts:

@@ -26,6 +26,13 @@ challenges drawn from one token bucket (`unproven_probe_rate_per_s`, burst
 `unproven_probe_burst`). An address that never answered is left alone for
 `unproven_retry_s`. A flood therefore costs each member it reaches a few
 bounded challenges, not a table entry, and nothing spreads.
+
+An answer that comes late still proves the member: every challenge sent to an
+applicant stays answerable while it waits and, once it was dropped, while its
+address cools. On saturated cores acks arrive after the timeout; before, each
+such member was dropped and its address cooled for the full `unproven_retry_s`,
+and a mass join on two cores waited on push-pull for 92 to 112 s. A late answer
+sends nothing more and holds nothing beyond the cooling address it belongs to.
 """
 
 from __future__ import annotations
@@ -68,6 +75,8 @@ class AdmissionCounters:
 
     answered: int = 0
     """Members admitted on a direct answer to a challenge."""
+    answered_late: int = 0
+    """Of those, admitted on an answer that came after their challenge timed out."""
     vouched: int = 0
     """Members admitted on the verifier's word."""
     unanswered: int = 0
@@ -86,6 +95,8 @@ class _Applicant:
     attempts: int = 0
     seq: int | None = None
     """The challenge in flight, if any."""
+    sent: list[int] = field(default_factory=list)
+    """Every challenge sent to it: an answer to any of them proves it."""
 
 
 class Applicants:
@@ -96,6 +107,7 @@ class Applicants:
         "_by_seq",
         "_config",
         "_cooling",
+        "_late",
         "_me",
         "_refilled_at",
         "_rng",
@@ -120,6 +132,8 @@ class Applicants:
         self._by_seq: dict[int, str] = {}
         self._waiting: deque[str] = deque()
         self._cooling: dict[str, float] = {}
+        self._late: dict[str, _Applicant] = {}
+        """Applicants dropped unanswered, by address, while their address cools."""
         self._tokens = float(config.unproven_probe_burst)
         self._refilled_at: float | None = None
         self._tick_armed = False
@@ -131,6 +145,7 @@ class Applicants:
         """Forget every applicant and challenge (we left); the budget stays spent."""
         self._by_address.clear()
         self._by_seq.clear()
+        self._late.clear()
         self._waiting.clear()
         self._tick_armed = False
 
@@ -155,15 +170,23 @@ class Applicants:
         self.pump(now, out)
 
     def on_ack(self, ack: Ack) -> Alive | None:
-        """The announcement an ack proves (its member answered our challenge), or None."""
+        """The announcement an ack proves (its member answered a challenge of ours), or None."""
         address = self._by_seq.get(ack.seq)
         if address is None:
             return None
         applicant = self._by_address.get(address)
-        if applicant is None or applicant.seq != ack.seq or applicant.member != ack.source:
+        late = applicant is None
+        if late:
+            applicant = self._late.get(address)
+        if applicant is None or ack.seq not in applicant.sent or applicant.member != ack.source:
             return None
-        del self._by_seq[ack.seq]
-        del self._by_address[address]
+        self._forget(applicant)
+        if late:
+            del self._late[address]
+            self._cooling.pop(address, None)
+            self.counters.answered_late += 1
+        else:
+            del self._by_address[address]
         self.counters.answered += 1
         return Alive(applicant.member, applicant.address, applicant.incarnation)
 
@@ -172,9 +195,11 @@ class Applicants:
         return seq in self._by_seq
 
     def on_timeout(self, timer: ProofTimeout, now: float) -> list[Effect]:
-        """A challenge went unanswered: try again, or drop the applicant and cool its address."""
+        """A challenge went unanswered: try again, or drop the applicant and cool its address.
+
+        Its challenges stay answerable (`on_ack`) until the address has cooled."""
         out: list[Effect] = []
-        address = self._by_seq.pop(timer.seq, None)
+        address = self._by_seq.get(timer.seq)
         applicant = None if address is None else self._by_address.get(address)
         if applicant is None or applicant.seq != timer.seq:
             return out
@@ -185,7 +210,7 @@ class Applicants:
             return out
         del self._by_address[applicant.address]
         self.counters.unanswered += 1
-        self._cool(applicant.address, now)
+        self._cool(applicant, now)
         return out
 
     def on_tick(self, now: float) -> list[Effect]:
@@ -222,6 +247,7 @@ class Applicants:
         while seq in self._by_seq:
             seq = self._rng.getrandbits(64)
         applicant.seq = seq
+        applicant.sent.append(seq)
         applicant.attempts += 1
         self._by_seq[seq] = applicant.address
         self.counters.challenges += 1
@@ -238,12 +264,27 @@ class Applicants:
             first = next(iter(cooling))
             if cooling[first] > now:
                 break
-            del cooling[first]  # expired, in order: every address cools as long
+            self._uncool(first)  # expired, in order: every address cools as long
         return address in cooling
 
-    def _cool(self, address: str, now: float) -> None:
+    def _cool(self, applicant: _Applicant, now: float) -> None:
         cooling = self._cooling
-        cooling.pop(address, None)
+        address = applicant.address
+        self._uncool(address)
         if len(cooling) >= max(1, self._config.unproven_max):
-            del cooling[next(iter(cooling))]
+            self._uncool(next(iter(cooling)))
         cooling[address] = now + self._config.unproven_retry_s
+        self._late[address] = applicant
+
+    def _uncool(self, address: str) -> None:
+        """The address cools no longer: a late answer from it proves nothing now."""
+        self._cooling.pop(address, None)
+        late = self._late.pop(address, None)
+        if late is not None:
+            self._forget(late)
+
+    def _forget(self, applicant: _Applicant) -> None:
+        """Its challenges are answered or given up: their numbers are no longer ours."""
+        for seq in applicant.sent:
+            if self._by_seq.get(seq) == applicant.address:
+                del self._by_seq[seq]

@@ -11,8 +11,7 @@ Inputs (each takes `now`, seconds on the adapter's monotonic clock):
 - `leave(now)`: announce a graceful leave and stop.
 - `handle_packet(src_address, message, now)`: a decoded datagram.
 - `handle_timer(timer, now)`: a timer scheduled earlier is due.
-- `handle_push_pull(request, now)`: a peer's anti-entropy request; returns our
-  reply (to send back on the same connection) and effects.
+- `handle_push_pull(request, now)`: a peer's anti-entropy request; (reply, effects).
 - `handle_push_pull_reply(reply, now)`: the reply to a `PushPullRequest` of ours.
 - `publish(item, now)`: an item of ours to disseminate (its revision must grow).
 - `forget_origin(origin)`, `restore(members)`: owner housekeeping.
@@ -23,8 +22,8 @@ its (origin, lane) before the machine holds, delivers or relays anything
 leaves no trace, so it can neither shadow later items nor spread.
 
 Each input returns effects (see `grid.core.swim.effects`): `Send`, `Schedule`,
-`Notify`, `Deliver` and `PushPullRequest`. Runtimes never call these inputs
-themselves: `grid.core.swim.runtime.Driver` does, and carries out the effects.
+`Notify`, `Deliver` and `PushPullRequest`; `grid.core.swim.runtime.Driver` calls
+the inputs and carries out the effects.
 
 The probe cycle (ping, ping-req, nack, suspect, with Lifeguard's local health)
 is `grid.core.swim.probing`, suspicion timeouts `grid.core.swim.suspicion`, and
@@ -39,6 +38,7 @@ from enum import StrEnum
 from typing import assert_never
 
 from grid.core.swim.admission import AdmissionCounters, MemberVouch
+from grid.core.swim.anti_entropy import reply_to
 from grid.core.swim.config import SwimConfig
 from grid.core.swim.dissemination import SizeEstimator
 from grid.core.swim.effects import (
@@ -469,9 +469,10 @@ class SwimMachine:
     def handle_push_pull(self, request: PushPull, now: float) -> tuple[PushPull, list[Effect]]:
         """Answer a peer's push-pull request: our state (the reply) and effects.
 
-        Our reply is taken before merging, so it carries only what we knew.
+        Our reply is taken before merging, so it carries only what we knew, less
+        what the request holds already (`grid.core.swim.anti_entropy`).
         """
-        reply = self.push_pull_message(join=False)
+        reply = reply_to(request, self.push_pull_message(join=False))
         if self.status is not NodeStatus.JOINED:
             return reply, []
         out: list[Effect] = []

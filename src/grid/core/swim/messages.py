@@ -157,11 +157,13 @@ Datagram = Ping | PingReq | Ack | Nack | Gossip
 
 @dataclass(frozen=True, slots=True)
 class PushPull:
-    """Anti-entropy state exchanged over TCP: full member table and items.
+    """Anti-entropy state exchanged over TCP: member table and items.
 
-    `members` holds one update per known member (its current state, including
-    tombstones of dead and left members, and the sender itself). `join` is true
-    when the sender is joining and wants the receiver's full state back.
+    In a request, `members` holds one update per known member (its current
+    state, including tombstones of dead and left members, and the sender
+    itself). A reply leaves out what the request held already
+    (`grid.core.swim.anti_entropy`), unless `join` is true: the sender is joining
+    and wants the receiver's full state back.
     """
 
     source: str
