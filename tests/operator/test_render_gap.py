@@ -31,6 +31,7 @@ def rounds_started(
     async def main() -> None:
         dirty = asyncio.Event()
         task = asyncio.create_task(render_rounds(dirty, interval_s, round_, gap_s=gap_s))
+        # Virtual time: these sleeps place the inputs on the fake clock; nothing waits.
         for at in changes:
             await asyncio.sleep(max(0.0, at - loop.time()))
             dirty.set()

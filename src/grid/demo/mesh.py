@@ -35,6 +35,7 @@ import yaml
 from grid.adapters.store.sqlite import SqliteStore
 from grid.demo import plan as p
 from grid.demo.network_edit import set_network_spec
+from grid.demo.paces import operator_pace_args
 from grid.demo.pki import DevPki, write_dev_pki
 from grid.errors import AlreadyExists
 
@@ -45,20 +46,6 @@ RESTART_BACKOFF_S = 1.0
 PRAXIS_TIMEOUT_S = 30.0
 """How long to wait for every site's praxis.yaml to list every cluster before the
 gateways start anyway with what is rendered (a missing cluster is then skipped)."""
-RECORD_REFRESH_S = 3.0
-"""The operators' ``--record-refresh``: how long an own record that no check changed
-goes before it is sent again with a new sample time. A third of the demo's
-staleCandidateTtlSeconds (10 s), so a record is re-sent three times before a peer
-would evict it; faster only makes every site render again for a new sample time."""
-SITE_PROBE_INTERVAL_S = 1.0
-"""The operators' ``--site-probe-interval``: each round probes every peer's egress
-with an mTLS handshake (resumed, still the largest cost of a site at rest). At 1 s a
-killed site is Unreachable at the others within about two seconds."""
-RENDER_GAP_S = 1.0
-"""The operators' ``--render-gap``: the least time between two render rounds. The
-demo's bursty providers move their load on every 1 s scrape, and each site hears of
-them and of the record refreshes at their own moments; with a gap of a scrape
-interval those changes render together about once a second instead of three times."""
 DEMO_TOKEN = b"sk-demo-placeholder-not-a-key"
 """The demo's placeholder API token: in the stores' Secret and the mounted file only."""
 CREDENTIAL_SECRET = ("openai-credentials", "token")
@@ -218,12 +205,7 @@ class DemoMesh:
             str(certs.cert),
             "--key",
             str(certs.key),
-            "--record-refresh",
-            str(RECORD_REFRESH_S),
-            "--site-probe-interval",
-            str(SITE_PROBE_INTERVAL_S),
-            "--render-gap",
-            str(RENDER_GAP_S),
+            *operator_pace_args(),
             "--signals-bind",
             f"127.0.0.1:{site.signals_port}",
             "--signals-poll-interval",
@@ -233,8 +215,6 @@ class DemoMesh:
                 if self.gateways
                 else ()
             ),
-            "--budget-scrape-interval",
-            "0.5",
         )
 
     async def start(self) -> None:
