@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from grid.core.resources import (
@@ -41,7 +41,12 @@ from grid.core.routing.candidate import (
     provider_candidates,
     with_cost,
 )
-from grid.core.routing.signals import ProviderSignals, SignalsDocument, is_fresh
+from grid.core.routing.signals import (
+    FRESHNESS_MAX_AGE,
+    ProviderSignals,
+    SignalsDocument,
+    is_fresh,
+)
 from grid.core.vocabulary import KIND_NOUNS
 from grid.errors import ValidationError
 
@@ -257,6 +262,48 @@ def sample_clock(entry: ProviderSignals | None, site: str, view: DraftView) -> t
         and signals.generated_at - entry.observed_at > timedelta(seconds=ttl)
     )
     return stale, evicted
+
+
+class SampleClock:
+    """`sample_clock` of every entry of one view, as two comparisons per entry.
+
+    A render asks what the clock decides of each of a thousand samples against
+    one ``generated_at``. Rather than subtract each sample's age, this takes
+    the two instants once (the oldest fresh sample, the oldest sample not
+    evicted) and compares each ``observed_at`` with them. Datetime arithmetic is
+    exact in microseconds, so both give the same answers; where the instants
+    cannot be taken the same way (``generated_at`` not in UTC, or out of range)
+    each entry goes through `sample_clock`.
+    """
+
+    __slots__ = ("_bounds", "_local", "_view")
+
+    def __init__(self, view: DraftView) -> None:
+        self._view = view
+        self._local = view.local_site
+        self._bounds: tuple[datetime, datetime | None] | None = None
+        signals = view.signals
+        if signals is None or signals.generated_at.tzinfo is not UTC:
+            return
+        at = signals.generated_at
+        try:
+            oldest_fresh = at - FRESHNESS_MAX_AGE
+            kept_from = None if view.ttl is None else at - timedelta(seconds=view.ttl)
+        except OverflowError:
+            return
+        self._bounds = (oldest_fresh, kept_from)
+
+    def __call__(self, entry: ProviderSignals | None, site: str) -> tuple[bool, bool]:
+        """``sample_clock(entry, site, view)``."""
+        bounds = self._bounds
+        if bounds is None or entry is None:
+            return sample_clock(entry, site, self._view)
+        observed = entry.observed_at
+        kept_from = bounds[1]
+        return (
+            observed < bounds[0],
+            kept_from is not None and site != self._local and observed < kept_from,
+        )
 
 
 def _pre_exclusion(

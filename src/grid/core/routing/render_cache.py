@@ -35,9 +35,9 @@ from grid.core.routing.candidate import CandidateInput
 from grid.core.routing.candidate_draft import (
     CandidateDraft,
     DraftView,
+    SampleClock,
     draft_for,
     provider_sites,
-    sample_clock,
 )
 from grid.core.routing.ranking import GroupScore, group_score
 from grid.core.routing.scoring import Evaluation, ScoringContext
@@ -53,7 +53,9 @@ class _KeptDraft(NamedTuple):
 
 class _KeptProvider(NamedTuple):
     provider: InferenceProvider
-    drafts: Mapping[str, _KeptDraft | None]
+    name: tuple[str, str | None]
+    """The provider's name and site label (what `RenderCache` keeps it under)."""
+    drafts: dict[str, _KeptDraft | None]
     """Per hosting site, in `provider_sites` order (None: not drafted yet)."""
 
 
@@ -96,6 +98,8 @@ class RenderCache:
     def __init__(self) -> None:
         self._view: tuple[Any, ...] | None = None
         self._drafts: dict[tuple[str, str | None], _KeptProvider] = {}
+        self._by_id: dict[int, _KeptProvider] = {}
+        """The same entries by the identity of the provider each holds."""
         self._context: tuple[Any, ...] | None = None
         self._scores: dict[int, _KeptScore] = {}
         self.candidates = CandidateCache()
@@ -108,44 +112,61 @@ class RenderCache:
     def drafts(
         self, providers: Sequence[InferenceProvider], view: DraftView
     ) -> list[CandidateDraft]:
-        """`drafts_for` of each provider in order, kept drafts where their inputs hold."""
+        """`drafts_for` of each provider in order, kept drafts where their inputs hold.
+
+        A provider that is the very object of the last render is found by its
+        identity (the operator's record views hand out the same object while its
+        record is); any other by its name and site label, and kept while equal.
+        """
         key = _view_key(view)
         if key != self._view:
-            self._view, self._drafts = key, {}
-        kept, fresh = self._drafts, {}
+            self._view, self._drafts, self._by_id = key, {}, {}
+        by_name, by_id = self._drafts, self._by_id
+        fresh: dict[tuple[str, str | None], _KeptProvider] = {}
+        fresh_by_id: dict[int, _KeptProvider] = {}
         made: list[CandidateDraft] = []
         self.drafted = 0
+        clock = SampleClock(view)
+        index = view.signal_index
         for provider in providers:
-            # Names are unique per site, and a site label names where one is.
-            name = (provider.name, provider.metadata.labels.get(SITE_LABEL))
-            old = kept.get(name)
-            if old is None or not (old.provider is provider or old.provider == provider):
-                old = _KeptProvider(provider, dict.fromkeys(provider_sites(provider, view)))
-            drafts = self._site_drafts(provider, old.drafts, view)
+            old = by_id.get(id(provider))
+            if old is None or old.provider is not provider:
+                old = self._by_name(provider, by_name, view)
+            drafts = old.drafts
+            name = old.name[0]
+            for site, kept in drafts.items():
+                entry = index.get((site, name))
+                at = clock(entry, site)
+                if (
+                    kept is None
+                    or kept.clock != at
+                    or not (kept.entry is entry or kept.entry == entry)
+                ):
+                    if drafts is old.drafts:
+                        drafts = dict(drafts)
+                    drafts[site] = kept = _KeptDraft(entry, at, draft_for(provider, view, site))
+                    self.drafted += 1
+                made.append(kept.draft)
             if drafts is not old.drafts:
-                old = _KeptProvider(provider, drafts)
-            fresh[name] = old
-            made.extend(d.draft for d in drafts.values() if d is not None)
-        self._drafts = fresh
+                old = _KeptProvider(provider, old.name, drafts)
+            fresh[old.name] = old
+            fresh_by_id[id(old.provider)] = old
+        self._drafts, self._by_id = fresh, fresh_by_id
         return made
 
-    def _site_drafts(
-        self, provider: InferenceProvider, kept: Mapping[str, _KeptDraft | None], view: DraftView
-    ) -> Mapping[str, _KeptDraft | None]:
-        """The provider's draft at each of its sites, kept where entry and clock are.
-
-        ``kept`` itself when every one is kept; otherwise a new mapping with none missing.
-        """
-        drafts: dict[str, _KeptDraft | None] | None = None
-        for site, old in kept.items():
-            entry = view.signal_index.get((site, provider.name))
-            clock = sample_clock(entry, site, view)
-            if old is None or old.clock != clock or not (old.entry is entry or old.entry == entry):
-                if drafts is None:
-                    drafts = dict(kept)
-                drafts[site] = _KeptDraft(entry, clock, draft_for(provider, view, site))
-                self.drafted += 1
-        return kept if drafts is None else drafts
+    @staticmethod
+    def _by_name(
+        provider: InferenceProvider,
+        kept: Mapping[tuple[str, str | None], _KeptProvider],
+        view: DraftView,
+    ) -> _KeptProvider:
+        """What is kept of a provider equal to ``provider``, else a new entry with no drafts."""
+        # Names are unique per site, and a site label names where one is.
+        name = (provider.name, provider.metadata.labels.get(SITE_LABEL))
+        old = kept.get(name)
+        if old is None or not (old.provider is provider or old.provider == provider):
+            old = _KeptProvider(provider, name, dict.fromkeys(provider_sites(provider, view)))
+        return old
 
     def scorer(
         self, context: ScoringContext, policy: RoutingPolicy

@@ -97,7 +97,8 @@ class SignalsDocument:
         return {(e.site, e.name): e for e in self.providers}
 
 
-_FRESHNESS_MAX_AGE = timedelta(seconds=FRESHNESS_MAX_AGE_S)
+FRESHNESS_MAX_AGE = timedelta(seconds=FRESHNESS_MAX_AGE_S)
+"""`FRESHNESS_MAX_AGE_S` as a timedelta."""
 
 
 def is_fresh(
@@ -105,7 +106,7 @@ def is_fresh(
 ) -> bool:
     """True unless the entry is older than ``max_age_s`` relative to ``generated_at``."""
     max_age = (
-        _FRESHNESS_MAX_AGE if max_age_s == FRESHNESS_MAX_AGE_S else timedelta(seconds=max_age_s)
+        FRESHNESS_MAX_AGE if max_age_s == FRESHNESS_MAX_AGE_S else timedelta(seconds=max_age_s)
     )
     return generated_at - entry.observed_at <= max_age
 
