@@ -124,15 +124,45 @@ class Ordering:
         self,
         kept: list[CandidateInput],
         evaluations: list[Evaluation],
-        keys: list[SortKey],
+        keys: list[SortKey] | None,
         excluded: list[tuple[CandidateInput, Evaluation, ExclusionReason]],
+        previous: Ordering | None = None,
     ) -> None:
-        """``kept[i]`` is ranked by ``keys[i]`` and shares ``evaluations[i]``."""
+        """``kept[i]`` is ranked by ``keys[i]`` and shares ``evaluations[i]``.
+
+        ``keys`` None: ``kept`` is in rank order already (`presorted`).
+        """
         self._kept = kept
         self._evaluations = evaluations
-        self._order = sorted(range(len(keys)), key=keys.__getitem__)  # stable
+        self._order: Sequence[int] = (
+            range(len(kept)) if keys is None else sorted(range(len(keys)), key=keys.__getitem__)
+        )  # stable
         self._excluded = excluded
         self._ranked: list[RankedCandidate] = []
+        self._previous: tuple[list[CandidateInput], list[Evaluation], list[RankedCandidate]]
+        self._previous = ([], [], [])
+        if previous is not None and keys is None and previous.in_rank_order:
+            self._previous = (previous._kept, previous._evaluations, previous._ranked)
+
+    @classmethod
+    def presorted(
+        cls,
+        kept: list[CandidateInput],
+        evaluations: list[Evaluation],
+        excluded: list[tuple[CandidateInput, Evaluation, ExclusionReason]],
+        previous: Ordering | None = None,
+    ) -> Ordering:
+        """Candidates already in rank order (`grid.core.routing.order_cache`).
+
+        A record of ``previous`` (an ordering in rank order too) is reused where
+        the same candidate sits at the same place with the same evaluation.
+        """
+        return cls(kept, evaluations, None, excluded, previous)
+
+    @property
+    def in_rank_order(self) -> bool:
+        """Whether the candidates were given in rank order (`presorted`)."""
+        return isinstance(self._order, range)
 
     def __len__(self) -> int:
         """How many candidates are ranked (excluded ones not counted)."""
@@ -142,10 +172,21 @@ class Ordering:
         """The first ``n`` ranked candidates (all of them when ``None``)."""
         stop = len(self._order) if n is None else max(0, min(n, len(self._order)))
         ranked, kept, evaluations, order = self._ranked, self._kept, self._evaluations, self._order
+        was_kept, was_evaluated, was_ranked = self._previous
+        reusable = min(len(was_ranked), len(was_kept))
         for position in range(len(ranked), stop):
             index = order[position]
-            evaluation = evaluations[index].for_candidate(kept[index])
-            ranked.append(RankedCandidate(evaluation, position))
+            candidate, shared = kept[index], evaluations[index]
+            if (
+                position < reusable
+                and was_kept[position] is candidate
+                and was_evaluated[position] is shared
+            ):
+                ranked.append(was_ranked[position])
+            else:
+                ranked.append(RankedCandidate(shared.for_candidate(candidate), position))
+        if len(ranked) == len(order):
+            self._previous = ([], [], [])
         return tuple(ranked[:stop])
 
     @cached_property

@@ -369,8 +369,10 @@ def evaluate_network(
     # Each eligible draft is one group: its candidates share one evaluation.
     eligible = [d.candidates for d in drafts if d.exclusion is None]
     policy = network.spec.effective_routing_policy
-    score = cache.scorer(context, policy) if cache is not None else None
-    ordering = order_candidates(eligible, context, policy, score)
+    if cache is None:
+        ordering = order_candidates(eligible, context, policy)
+    else:
+        ordering = cache.ordered(eligible, context, policy)
     return Evaluated(drafts, ordering, context, candidates_max, policy)
 
 

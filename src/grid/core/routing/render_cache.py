@@ -16,16 +16,18 @@ derives from it alone:
 * each of its candidates' wire form and canonical text
   (`grid.core.overlay.candidate_cache.CandidateCache`).
 
-What a model's ranking shares is never kept: the sort over every candidate, the
-selection groups, the ranks and the digest are computed again in every round,
-from the kept parts. A render with a cache gives exactly the documents, text
+The rank order is kept too (`grid.core.routing.order_cache.OrderCache`): the
+candidates of the providers that changed are taken out of the last order and
+put back by binary search, and each ranked record that kept its place is reused.
+The selection groups and the digest are computed again in every round, from
+the kept parts. A render with a cache gives exactly the documents, text
 and digest of one without (a property test drives random rounds through both).
 Each kind of entry keeps only what the last render used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -39,7 +41,8 @@ from grid.core.routing.candidate_draft import (
     draft_for,
     provider_sites,
 )
-from grid.core.routing.ranking import GroupScore, group_score
+from grid.core.routing.order_cache import OrderCache
+from grid.core.routing.ranking import GroupScore, Ordering, group_score
 from grid.core.routing.scoring import Evaluation, ScoringContext
 from grid.core.routing.signals import ProviderSignals
 from grid.core.vocabulary import RoutingPolicy
@@ -104,6 +107,8 @@ class RenderCache:
         self._scores: dict[int, _KeptScore] = {}
         self.candidates = CandidateCache()
         """The overlay candidates' wire forms (`build_overlay_parts` takes it)."""
+        self.order = OrderCache()
+        """The last rank order (`ordered`)."""
         self.drafted = 0
         """Drafts the last render made afresh (the others were kept)."""
         self.scored = 0
@@ -194,3 +199,12 @@ class RenderCache:
             return old.evaluation, old.key
 
         return score
+
+    def ordered(
+        self,
+        groups: Iterable[Sequence[CandidateInput]],
+        context: ScoringContext,
+        policy: RoutingPolicy,
+    ) -> Ordering:
+        """`order_candidates` of ``groups`` through `scorer`, kept from the last order."""
+        return self.order.order(groups, self.scorer(context, policy))
