@@ -101,11 +101,13 @@ class RoundSummary:
         """Count one gateway's rendered overlay."""
         self.gateways.append(gateway)
         self.revisions.append(revision)
-        self.models.update(str(c["name"]) for c in candidates)
+        self.models.update(map(str, {c["name"] for c in candidates}))
         self.candidates += len(candidates)
+        freshness = self.freshness
         for c in candidates:
             where = (str(c["site"]), str(c["cluster"]))
-            self.freshness[where] = self.freshness.get(where, True) and bool(c["fresh"])
+            fresh = freshness.get(where, True)
+            freshness[where] = fresh and bool(c["fresh"])
         self.written += int(written)
 
     def describe(self, span: Span) -> None:

@@ -98,16 +98,24 @@ def _text(document: dict[str, Any]) -> str:
 
 
 @settings(max_examples=300)
-@given(st.lists(build, min_size=1, max_size=8))
-def test_cached_builds_equal_builds_from_scratch(builds: list[Any]) -> None:
+@given(st.lists(build, min_size=1, max_size=8), st.booleans())
+def test_cached_builds_equal_builds_from_scratch(builds: list[Any], same_records: bool) -> None:
+    """``same_records``: a candidate whose verdict and rank held comes back as the very
+    ranked record of the last build (as a render's kept rank order hands it out)."""
     cache = CandidateCache()
     verdicts = [(AdmissionState.NEW_AND_EXISTING, SelectionTier.SAME_SITE, 1)] * len(POOL)
+    records: dict[tuple[Any, ...], Placed] = {}
     for order, count, changes, mode, groups in builds:
         verdicts = [old if new is None else new for old, new in zip(verdicts, changes, strict=True)]
-        ranked = [
-            Placed(Verdict(POOL[i], verdicts[i][0], verdicts[i][1], BREAKDOWNS[verdicts[i][2]]), r)
-            for r, i in enumerate(order[:count])
-        ]
+        ranked = []
+        for r, i in enumerate(order[:count]):
+            key = (i, *verdicts[i], r)
+            placed = records.get(key) if same_records else None
+            if placed is None:
+                admission, tier, breakdown = verdicts[i]
+                placed = Placed(Verdict(POOL[i], admission, tier, BREAKDOWNS[breakdown]), r)
+                records[key] = placed
+            ranked.append(placed)
         selection = None if mode is None else Selection.for_mode(mode, groups[: len(ranked)])
         args = ("mesh", "east", ranked, T0, SCOPE, PROVENANCE, selection)
         kept = build_overlay_parts(*args, cache=cache)

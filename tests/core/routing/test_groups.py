@@ -302,3 +302,42 @@ def test_reader_accepts_every_value_upstream_writes() -> None:
     assert check_overlay_structure(_bare(admission_state="none")) is None
     assert check_overlay_structure(_bare(admission_state="excluded")) is not None
     assert TIER_ORDER[SelectionTier.UNKNOWN] > TIER_ORDER[SelectionTier.CROSS_REGION]
+
+
+def _groups_by_wire_key(ranked: list[Any], policy: RoutingPolicy) -> tuple[int, ...]:
+    """The §14 numbering spelled out with `group_key`, the wire names themselves."""
+    last: dict[tuple[str, str], tuple[tuple[str, ...], int]] = {}
+    groups = []
+    for item in ranked:
+        model = (item.evaluation.candidate.kind, item.evaluation.candidate.name)
+        key = group_key(item.evaluation, policy)
+        previous = last.get(model)
+        group = 0 if previous is None else previous[1] + (previous[0] != key)
+        last[model] = (key, group)
+        groups.append(group)
+    return tuple(groups)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(sorted(GEOS)),
+            st.sampled_from([None, 0.0, 0.5, 0.95]),
+            st.booleans(),
+            st.sampled_from(["llama", "qwen"]),
+        ),
+        max_size=25,
+    ),
+    st.sampled_from(list(RoutingPolicy)),
+)
+def test_groups_follow_the_wire_names_of_the_group_key(
+    drawn: list[tuple[str, float | None, bool, str]], policy: RoutingPolicy
+) -> None:
+    candidates = [
+        candidate(site, f"p{i}", queue, fresh, model)
+        for i, (site, queue, fresh, model) in enumerate(drawn)
+    ]
+    context = ScoringContext("east", GEOS["east"])
+    kept = list(order_candidates([(c,) for c in candidates], context, policy).top())
+    assert assign_groups(kept, policy) == _groups_by_wire_key(kept, policy)

@@ -45,6 +45,8 @@ class _Made(NamedTuple):
     """What the last build made of one candidate: its parts, document and text."""
 
     parts: _Parts
+    ranked: Ranked
+    """The ranked record it was made for, or last found equal for."""
     rank: int
     group: int | None
     document: dict[str, Any]
@@ -86,11 +88,36 @@ class CandidateCache:
         """`candidate_wire` of ``ranked``, from the cache when its inputs are the same.
 
         A candidate back at the same rank and group gets the very document and
-        text the last build made (documents are never changed once built).
+        text the last build made (documents are never changed once built). The
+        very ranked record of the last build (records are frozen) is known at once.
         """
+        candidate = ranked.evaluation.candidate
+        made = self._made.get(id(candidate))
+        if (
+            made is None
+            or made.ranked is not ranked
+            or made.group != group
+            or made.parts.weight_field != weight_field
+        ):
+            made = self._remade(ranked, made, group, weight_field)
+        else:
+            self.reused += 1
+        self._next[id(candidate)] = made
+        if not made.plain:
+            shared.plain_numbers = False
+        if shared.texts is not None:
+            if made.text is None:
+                shared.texts = None
+            else:
+                shared.texts.append(made.text)
+        return made.document
+
+    def _remade(
+        self, ranked: Ranked, made: _Made | None, group: int | None, weight_field: str | None
+    ) -> _Made:
+        """``ranked``'s wire form from what ``made`` (the last build's) still holds."""
         evaluation = ranked.evaluation
         candidate = evaluation.candidate
-        made = self._made.get(id(candidate))
         parts = None if made is None else made.parts
         if (
             parts is None
@@ -108,19 +135,11 @@ class CandidateCache:
             self.reused += 1
         rank = ranked.rank
         if made is None or made.rank != rank or made.group != group:
-            made = _made_of(parts, rank, group)
-        self._next[id(candidate)] = made
-        if not made.plain:
-            shared.plain_numbers = False
-        if shared.texts is not None:
-            if made.text is None:
-                shared.texts = None
-            else:
-                shared.texts.append(made.text)
-        return made.document
+            return _made_of(parts, ranked, rank, group)
+        return made._replace(ranked=ranked)
 
 
-def _made_of(parts: _Parts, rank: int, group: int | None) -> _Made:
+def _made_of(parts: _Parts, ranked: Ranked, rank: int, group: int | None) -> _Made:
     """One candidate's document and text at ``rank`` and ``group``."""
     if group is None:
         document = {**parts.head, "rank": rank, **parts.tail}
@@ -131,7 +150,7 @@ def _made_of(parts: _Parts, rank: int, group: int | None) -> _Made:
     if parts.text is not None:
         head, middle, tail = parts.text
         text = f"{head}{rank!r}{middle}{'' if group is None else group}{tail}"
-    return _Made(parts, rank, group, document, text, plain)
+    return _Made(parts, ranked, rank, group, document, text, plain)
 
 
 def _parts_of(ranked: Ranked, group: int | None, weight_field: str | None) -> _Parts:

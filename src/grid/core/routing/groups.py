@@ -60,14 +60,20 @@ def assign_groups(ranked: Iterable[Grouped], policy: RoutingPolicy) -> tuple[int
 
     A candidate starts a new group when its group key differs from that of the
     previous candidate of the same ``(kind, name)``; the first of each
-    ``(kind, name)`` is group 0.
+    ``(kind, name)`` is group 0. (The key is compared as its states and
+    freshness, which are equal exactly when their wire names are: `group_key`.)
     """
-    last: dict[tuple[str, str], tuple[GroupKey, int]] = {}
+    score_first = policy is RoutingPolicy.SCORE_FIRST
+    last: dict[tuple[str, str], tuple[tuple[object, ...], int]] = {}
     groups: list[int] = []
     for item in ranked:
         evaluation = item.evaluation
-        model = (evaluation.candidate.kind, evaluation.candidate.name)
-        key = group_key(evaluation, policy)
+        candidate = evaluation.candidate
+        model = (candidate.kind, candidate.name)
+        if score_first:
+            key: tuple[object, ...] = (evaluation.admission, bool(candidate.fresh))
+        else:
+            key = (evaluation.admission, evaluation.tier, bool(candidate.fresh))
         previous = last.get(model)
         group = 0
         if previous is not None:
