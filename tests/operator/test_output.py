@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from grid.adapters.store.encoded import EncodedText
+from grid.adapters.store.sqlite import SqliteStore
 from grid.core.resources import API_VERSION, SITE_LABEL, GridNetwork, GridSite, InferenceProvider
 from grid.core.routing.render import Rendered, RenderInputs, render
+from grid.core.routing.render_cache import RenderCache
 from grid.operator.output import (
     CONFIG_KEY,
     ENVELOPE_KEY,
     NAME_MAX,
     OverlayWriter,
+    _file_values,
     atomic_write,
     configmap_name,
     dumps,
@@ -241,3 +246,30 @@ async def test_several_gateways_at_one_site_each_get_their_own_directory(
     assert await writer.write(rendered) is True
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edge"]
     assert (tmp_path / "edge" / CONFIG_KEY).read_text() == dumps(rendered.overlay)
+
+
+async def test_a_render_through_a_cache_hands_the_store_its_json_literals(tmp_path: Path) -> None:
+    """The kept literals spare the store escaping the overlay again; what it stores
+    (object row and event) is the plain serialisation all the same."""
+    sqlite = await SqliteStore.open(tmp_path / "store.db")
+    try:
+        writer = OverlayWriter(sqlite, tmp_path / "out")
+        cache = RenderCache()
+        for providers in (["a", "c"], ["a", "b", "c"]):
+            rendered = render(_inputs(providers), site="east", gateway="edge", now=NOW, cache=cache)
+            config, envelope = _file_values(rendered)
+            assert isinstance(config, EncodedText) and isinstance(envelope, EncodedText)
+            assert config.literal == json.dumps(dumps(rendered.overlay))
+            assert envelope.literal == json.dumps(dumps(rendered.envelope))
+            assert await writer.write(rendered) is True
+        cm = await sqlite.get("ConfigMap", "grid-overlay-prod-edge", namespace="gw")
+        assert cm["data"][CONFIG_KEY] == dumps(rendered.overlay)
+    finally:
+        await sqlite.close()
+    conn = sqlite3.connect(tmp_path / "store.db")
+    rows = conn.execute("SELECT body FROM objects WHERE kind='ConfigMap'").fetchall()
+    events = conn.execute("SELECT body FROM events WHERE kind='ConfigMap'").fetchall()
+    conn.close()
+    plain = json.dumps(json.loads(rows[0][0]), sort_keys=True, separators=(",", ":"))
+    assert rows[0][0] == events[-1][0] == plain
+    assert not isinstance(_file_values(_render(["a"]))[0], EncodedText)  # no cache, no literal

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from grid.adapters.store.encoded import EncodedText
 from grid.adapters.store.port import ResourceStore
 from grid.core.overlay.configmap import (
     LAYOUTS,
@@ -180,7 +181,7 @@ class OverlayWriter:
             held = self._held[key] = (fmt, stored)
         if held[1] is not None and held[1].revision == revision:
             return False
-        config, envelope = (f"{text}\n" for text in rendered.texts)
+        config, envelope = _file_values(rendered)
         other = {
             k for f, o in LAYOUTS.items() if f is not fmt for k in (o.config_key, o.envelope_key)
         }
@@ -248,6 +249,20 @@ class OverlayWriter:
             return Distribution.of(envelope, str(cm["metadata"].get("resourceVersion", "")))
         except (NotFound, ValueError, AttributeError, KeyError, TypeError):
             return None
+
+
+def _file_values(rendered: Rendered) -> tuple[str, str]:
+    """The two file texts (each ending in a newline), as `EncodedText` when the render
+    kept their JSON string literals: the store then splices them in unescaped again."""
+    texts = rendered.file_texts
+    config, envelope = f"{texts.config}\n", f"{texts.envelope}\n"
+    if texts.config_literal is None or texts.envelope_literal is None:
+        return config, envelope
+    newline = '\\n"'  # a literal's closing quote, after the escaped newline
+    return (
+        EncodedText(config, texts.config_literal[:-1] + newline),
+        EncodedText(envelope, texts.envelope_literal[:-1] + newline),
+    )
 
 
 def _labels(network: str, gateway: str) -> dict[str, str]:

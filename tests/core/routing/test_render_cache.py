@@ -255,6 +255,12 @@ def _assert_same_rounds(first: tuple[Any, ...], steps: list[tuple[Any, ...]]) ->
         scratch = _round(mesh, None, None)
         assert kept.texts == (_text(scratch.overlay), _text(scratch.envelope)), change
         assert kept.texts == scratch.texts
+        files = kept.file_texts
+        # The kept literals are the files' JSON string literals, as a store writes them.
+        if files.config_literal is not None:
+            assert files.config_literal == json.dumps(files.config)
+            assert files.envelope_literal == json.dumps(files.envelope)
+        assert scratch.file_texts.config_literal is None
         assert kept.overlay == scratch.overlay
         assert kept.envelope == scratch.envelope
         assert kept.envelope["revision"]["value"] == canonical_digest(scratch.overlay)
@@ -305,6 +311,8 @@ def test_a_round_with_one_change_redrafts_and_rescores_only_that_provider() -> N
     assert cache.candidates.reused == len(second.overlay["candidates"]) - 2
     assert second.envelope["revision"] != first.envelope["revision"]
     assert second.texts == (_text(second.overlay), _text(second.envelope))
+    assert second.file_texts.config_literal == json.dumps(second.texts[0])
+    assert second.file_texts.envelope_literal == json.dumps(second.texts[1])
 
 
 def _fields(queue: float) -> dict[str, Any]:

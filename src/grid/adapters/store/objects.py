@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from grid.adapters.store.encoded import EncodedText
 from grid.adapters.store.port import DEFAULT_NAMESPACE, STORED_KINDS, LabelSelector, Obj, StoredKind
 from grid.core.resources.types import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 from grid.errors import Conflict, GridError, ValidationError
@@ -146,13 +147,14 @@ def _plain_copy(value: Any) -> Any:
     """A deep copy of JSON data the round trip keeps as it is, or `_NotPlain`.
 
     Plain is exactly ``dict`` (string keys), ``list``, ``str``, ``int``, finite
-    ``float``, ``bool`` and ``None``, no subclasses: for those ``json.loads(json.dumps(v))``
-    is an equal copy of the same types, made here without writing the text (an
-    overlay ConfigMap holds a megabyte of it).
+    ``float``, ``bool`` and ``None``, no subclasses but `EncodedText` (a string):
+    for those ``json.loads(json.dumps(v))`` is an equal copy of the same types (an
+    `EncodedText` comes back a plain string, equal), made here without writing the
+    text (an overlay ConfigMap holds a megabyte of it).
     """
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return value
+    if kind is str or kind is int or kind is bool or value is None or kind is EncodedText:
+        return value  # immutable, so shared (an `EncodedText` keeps its literal)
     if kind is dict:
         copied = {}
         for key, item in value.items():

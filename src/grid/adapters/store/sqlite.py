@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from grid.adapters.store import event_log, objects
+from grid.adapters.store.encoded import dumps_object
 from grid.adapters.store.event_log import EVENT_LOG_BYTES, EVENT_LOG_RETENTION
 from grid.adapters.store.parsed_copies import ParsedCopies
 from grid.adapters.store.port import EventType, Expired, LabelSelector, Obj, WatchEvent
@@ -81,7 +82,7 @@ def _utc_now() -> dt.datetime:
 
 
 def _dumps(obj: Obj) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return dumps_object(obj)  # json.dumps, splicing in what `EncodedText` values carry
 
 
 class SqliteStore:

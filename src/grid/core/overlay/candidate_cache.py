@@ -18,6 +18,7 @@ from grid.core.overlay.digest import (
     candidate_text_parts,
     canonical_breakdown,
     is_plain_number,
+    json_literal_inside,
 )
 from grid.core.overlay.document import Ranked, Routed, SharedWire, candidate_wire
 from grid.core.vocabulary import AdmissionState, ScoreBreakdown, SelectionTier
@@ -39,6 +40,8 @@ class _Parts(NamedTuple):
     text: CandidateTextParts | None
     plain: bool
     """Every number of ``head`` and ``tail`` passes `is_plain_number`."""
+    literal: CandidateTextParts | None
+    """``text``'s three parts each as the inside of a JSON string literal."""
 
 
 class _Made(NamedTuple):
@@ -52,6 +55,8 @@ class _Made(NamedTuple):
     document: dict[str, Any]
     text: str | None
     plain: bool
+    literal: str | None
+    """``text`` as the inside of a JSON string literal (`json_literal_inside`)."""
 
 
 class CandidateCache:
@@ -110,6 +115,11 @@ class CandidateCache:
                 shared.texts = None
             else:
                 shared.texts.append(made.text)
+        if shared.literals is not None:
+            if made.literal is None:
+                shared.literals = None
+            else:
+                shared.literals.append(made.literal)
         return made.document
 
     def _remade(
@@ -146,11 +156,16 @@ def _made_of(parts: _Parts, ranked: Ranked, rank: int, group: int | None) -> _Ma
     else:
         document = {**parts.head, "rank": rank, "selection_group": group, **parts.tail}
     plain = parts.plain and is_plain_number(rank) and (group is None or is_plain_number(group))
-    text = None
+    text = literal = None
     if parts.text is not None:
         head, middle, tail = parts.text
-        text = f"{head}{rank!r}{middle}{'' if group is None else group}{tail}"
-    return _Made(parts, ranked, rank, group, document, text, plain)
+        number, group_text = repr(rank), "" if group is None else str(group)
+        text = f"{head}{number}{middle}{group_text}{tail}"
+        if parts.literal is not None:
+            # Digits need no escape: the literal is cut where the text is.
+            head, middle, tail = parts.literal
+            literal = f"{head}{number}{middle}{group_text}{tail}"
+    return _Made(parts, ranked, rank, group, document, text, plain, literal)
 
 
 def _parts_of(ranked: Ranked, group: int | None, weight_field: str | None) -> _Parts:
@@ -172,6 +187,15 @@ def _parts_of(ranked: Ranked, group: int | None, weight_field: str | None) -> _P
         text = candidate_text_parts(document, breakdown_text)
     except (TypeError, KeyError):
         text = None
+    literal = (
+        None
+        if text is None
+        else (
+            json_literal_inside(text[0]),
+            json_literal_inside(text[1]),
+            json_literal_inside(text[2]),
+        )
+    )
     return _Parts(
         evaluation.candidate,
         evaluation.admission,
@@ -183,4 +207,5 @@ def _parts_of(ranked: Ranked, group: int | None, weight_field: str | None) -> _P
         tail,
         text,
         shared.plain_numbers,
+        literal,
     )

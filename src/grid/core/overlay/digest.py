@@ -173,6 +173,19 @@ def dumps(value: Any) -> bytes:
 encode_string = json.encoder.encode_basestring
 """The string escaper of ``json.dumps(ensure_ascii=False)``: exactly JCS's escapes."""
 
+_encode_ascii = json.encoder.encode_basestring_ascii
+
+
+def json_literal_inside(text: str) -> str:
+    """``json.dumps(text)`` without its quotes: what a JSON document that holds ``text``
+    as a string writes for it (ASCII, every other character escaped).
+
+    Escaping goes character by character, so the inside of the literal of a
+    concatenation is the concatenation of the insides: a writer that keeps the
+    pieces of a text (`grid.core.overlay.candidate_cache`) escapes only new ones.
+    """
+    return _encode_ascii(text)[1:-1]
+
 
 def canonical_breakdown(wire: Mapping[str, float | int]) -> str:
     """The JCS text of a ``score_breakdown`` whose numbers are all plain."""

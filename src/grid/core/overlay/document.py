@@ -171,6 +171,9 @@ class SharedWire:
     """The canonical text of each candidate so far, when asked for (see `canonical_candidate`);
     ``None`` once a candidate holds anything that writer does not know."""
     breakdown_texts: dict[ScoreBreakdown, str] = field(default_factory=dict)
+    literals: list[str] | None = None
+    """Each text of ``texts`` as the inside of a JSON string literal, when a
+    `CandidateCache` keeps them (`grid.core.overlay.digest.json_literal_inside`)."""
 
 
 def candidate_wire(
@@ -316,6 +319,9 @@ class BuiltOverlay(NamedTuple):
     overlay: dict[str, Any]
     envelope: dict[str, Any]
     candidates_text: str | None
+    candidates_literal: str | None = None
+    """``candidates_text`` as the inside of a JSON string literal, when a cache kept
+    each candidate's (a store writing the overlay as a string splices it in)."""
 
 
 def build_overlay_and_envelope(
@@ -358,7 +364,7 @@ def build_overlay_parts(
     build reuses its wire form (`CandidateCache`); the documents, the text and
     the digest are the same as without it.
     """
-    shared = SharedWire(texts=[])
+    shared = SharedWire(texts=[], literals=[] if cache is not None else None)
     if cache is not None:
         cache.begin()
     overlay = _build_overlay(network, local_site, ranked, generated_at, shared, selection, cache)
@@ -374,7 +380,11 @@ def build_overlay_parts(
             overlay.get("selection_policy"),
             overlay.get("selection_load_aware"),
         )
+    literal = None
     if value is None:
         joined = None
         value = digest(overlay, numbers_checked=shared.plain_numbers)
-    return BuiltOverlay(overlay, envelope_with_digest(overlay, scope, provenance, value), joined)
+    elif shared.literals is not None:
+        literal = ",".join(shared.literals)
+    envelope = envelope_with_digest(overlay, scope, provenance, value)
+    return BuiltOverlay(overlay, envelope, joined, literal)

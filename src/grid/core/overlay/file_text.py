@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
+
+from grid.core.overlay.digest import json_literal_inside
 
 _CANDIDATES_SLOT = '"candidates":[]'
 _OVERLAY_SLOT = '"overlay":null'
@@ -37,11 +39,19 @@ def _spliced(document: Mapping[str, Any], key: str, empty: Any, slot: str, insid
     is a key, so a single occurrence is the field itself; otherwise the whole
     document is serialised.
     """
+    around = _around(document, key, empty, slot)
+    if around is None:
+        return document_text(document)
+    return f"{around[0]}{inside}{around[1]}"
+
+
+def _around(document: Mapping[str, Any], key: str, empty: Any, slot: str) -> tuple[str, str] | None:
+    """The text before and after ``slot`` in ``document`` with ``key`` holding ``empty``."""
     text = document_text({**document, key: empty})
     at = text.find(slot)
     if at < 0 or text.find(slot, at + 1) >= 0:
-        return document_text(document)
-    return f"{text[:at]}{inside}{text[at + len(slot) :]}"
+        return None
+    return text[:at], text[at + len(slot) :]
 
 
 def overlay_text(overlay: Mapping[str, Any], candidates_text: str | None) -> str:
@@ -62,3 +72,43 @@ def envelope_text(envelope: Mapping[str, Any], overlay_file_text: str | None) ->
         return document_text(envelope)
     inside = f'"overlay":{overlay_file_text}'
     return _spliced(envelope, "overlay", None, _OVERLAY_SLOT, inside)
+
+
+class FileTexts(NamedTuple):
+    """The two files' text and, when known, each one's JSON string literal.
+
+    ``config_literal`` and ``envelope_literal`` are ``json.dumps`` of the file
+    text (ASCII escapes, quotes included), made from the candidates' kept
+    literals instead of escaping a megabyte again, or ``None``.
+    """
+
+    config: str
+    envelope: str
+    config_literal: str | None = None
+    envelope_literal: str | None = None
+
+
+def file_texts(
+    overlay: Mapping[str, Any],
+    envelope: Mapping[str, Any],
+    candidates_text: str | None,
+    candidates_literal: str | None = None,
+) -> FileTexts:
+    """`overlay_text` and `envelope_text`, with their literals from ``candidates_literal``.
+
+    ``candidates_literal`` is ``candidates_text`` as the inside of a JSON string
+    literal (`grid.core.overlay.document.BuiltOverlay.candidates_literal`).
+    """
+    config = overlay_text(overlay, candidates_text)
+    whole = envelope_text(envelope, config)
+    if candidates_text is None or candidates_literal is None:
+        return FileTexts(config, whole)
+    config_around = _around(overlay, "candidates", [], _CANDIDATES_SLOT)
+    envelope_around = _around(envelope, "overlay", None, _OVERLAY_SLOT)
+    if config_around is None or envelope_around is None:
+        return FileTexts(config, whole)
+    before, after = map(json_literal_inside, config_around)
+    config_inside = f'{before}\\"candidates\\":[{candidates_literal}]{after}'
+    before, after = map(json_literal_inside, envelope_around)
+    envelope_inside = f'{before}\\"overlay\\":{config_inside}{after}'
+    return FileTexts(config, whole, f'"{config_inside}"', f'"{envelope_inside}"')

@@ -28,7 +28,7 @@ from grid.core.overlay import (
     Selection,
 )
 from grid.core.overlay.document import build_overlay_parts
-from grid.core.overlay.file_text import envelope_text, overlay_text
+from grid.core.overlay.file_text import FileTexts, file_texts
 from grid.core.resources import (
     AgentProvider,
     AgentToolProvider,
@@ -204,12 +204,22 @@ class Rendered:
     evaluated: Evaluated
     candidates_text: str | None = None
     """The candidates' canonical text (`grid.core.overlay.document.BuiltOverlay`)."""
+    candidates_literal: str | None = None
+    """That text as the inside of a JSON string literal, when the render cache kept it."""
 
     @cached_property
+    def file_texts(self) -> FileTexts:
+        """The file text of the overlay and of the envelope, and their JSON string
+        literals when known (`grid.core.overlay.file_text`)."""
+        return file_texts(
+            self.overlay, self.envelope, self.candidates_text, self.candidates_literal
+        )
+
+    @property
     def texts(self) -> tuple[str, str]:
         """The file text of the overlay and of the envelope (`grid.core.overlay.file_text`)."""
-        config = overlay_text(self.overlay, self.candidates_text)
-        return config, envelope_text(self.envelope, config)
+        texts = self.file_texts
+        return texts.config, texts.envelope
 
     @property
     def rows(self) -> tuple[CandidateRow, ...]:
@@ -485,4 +495,12 @@ def render(
         selection,
         cache.candidates if cache is not None else None,
     )
-    return Rendered(network, scope, built.overlay, built.envelope, evaluated, built.candidates_text)
+    return Rendered(
+        network,
+        scope,
+        built.overlay,
+        built.envelope,
+        evaluated,
+        built.candidates_text,
+        built.candidates_literal,
+    )
