@@ -293,6 +293,13 @@ class SampleClock:
             return
         self._bounds = (oldest_fresh, kept_from)
 
+    @property
+    def bounds(self) -> tuple[datetime, datetime | None] | None:
+        """The oldest fresh instant and the oldest not evicted (None: no TTL), or None
+        where every entry goes through `sample_clock`. A sample is stale when its
+        ``observed_at`` is before the first, evicted (a remote one) before the second."""
+        return self._bounds
+
     def __call__(self, entry: ProviderSignals | None, site: str) -> tuple[bool, bool]:
         """``sample_clock(entry, site, view)``."""
         bounds = self._bounds
