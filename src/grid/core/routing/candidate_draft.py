@@ -17,9 +17,10 @@ consulted to check that a referenced key exists; no value is ever read.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from grid.core.resources import (
@@ -331,8 +332,8 @@ def _pre_exclusion(
     return None, ""
 
 
-def _route(candidate: CandidateInput) -> tuple[str, str, str]:
-    return candidate.kind, candidate.site, candidate.cluster
+_route: Callable[[CandidateInput], tuple[str, str, str]] = attrgetter("kind", "site", "cluster")
+"""A candidate's route: its kind, site and cluster."""
 
 
 def check_duplicates(drafts: Sequence[CandidateDraft]) -> None:
@@ -342,9 +343,7 @@ def check_duplicates(drafts: Sequence[CandidateDraft]) -> None:
     model), so only drafts whose route another draft shares can collide; the
     others are skipped without changing which collision is reported first.
     """
-    routes = [
-        (c.kind, c.site, c.cluster) for c in (d.candidates[0] for d in drafts if d.candidates)
-    ]
+    routes = list(map(_route, [d.candidates[0] for d in drafts if d.candidates]))
     if len(set(routes)) == len(routes):
         return  # every provider has a route of its own
     shared = {route for route, n in Counter(routes).items() if n > 1}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Container, Iterable
+from operator import attrgetter
 from typing import NamedTuple
 
 from grid.core.crdt.snapshot import StateLaneValue
@@ -35,7 +36,7 @@ class _Block(NamedTuple):
 def _block(origin: str, state: StateLaneValue) -> _Block:
     items = sorted(state.live_providers().items())
     records = [OriginRecord(origin, pid, r) for pid, r in items if r.site == origin]
-    records.sort(key=lambda r: r.record.name)  # stable: provider id order within a name
+    records.sort(key=attrgetter("record.name"))  # stable: provider id order within a name
     # A record's observed_at is a number of seconds (never NaN: records check it).
     oldest = min((r.record.observed_at for r in records), default=math.inf)
     return _Block(state, records, oldest)
