@@ -254,14 +254,12 @@ class OverlayWriter:
 def _file_values(rendered: Rendered) -> tuple[str, str]:
     """The two file texts (each ending in a newline), as `EncodedText` when the render
     kept their JSON string literals: the store then splices them in unescaped again."""
-    texts = rendered.file_texts
-    config, envelope = f"{texts.config}\n", f"{texts.envelope}\n"
+    texts = rendered.file_lines
     if texts.config_literal is None or texts.envelope_literal is None:
-        return config, envelope
-    newline = '\\n"'  # a literal's closing quote, after the escaped newline
+        return texts.config, texts.envelope
     return (
-        EncodedText(config, texts.config_literal[:-1] + newline),
-        EncodedText(envelope, texts.envelope_literal[:-1] + newline),
+        EncodedText(texts.config, texts.config_literal),
+        EncodedText(texts.envelope, texts.envelope_literal),
     )
 
 

@@ -48,10 +48,10 @@ from grid.core.resources.phases import SitePhase
 from grid.core.resources.secret import Secret
 from grid.core.routing.admission_policy import pressure_ratio, pressure_signals, stabilized
 from grid.core.routing.hysteresis import Hysteresis, PressureRules
+from grid.core.routing.live_cache import LiveRecordCache
 from grid.core.routing.mesh_view import (
     OriginRecord,
     RecordViews,
-    live_records,
     mesh_inputs,
     mesh_offers,
     signals_document,
@@ -202,6 +202,8 @@ class OverlayLoop:
         """When time alone changes the last round's view (a record turns stale or leaves it)."""
         self.record_views = RecordViews()
         """Each replica record's provider and signals entry, kept while the record is."""
+        self.live_records = LiveRecordCache()
+        """Each origin's live records, kept while its state is the same object."""
         self.caches: dict[tuple[str, str | None], RenderCache] = {}
         """Per served gateway (name, namespace): what its next render may keep."""
 
@@ -250,8 +252,8 @@ class OverlayLoop:
         ttl = network.spec.stale_candidate_ttl_seconds
         trusted = {name for name, phase in site_phases.items() if phase in ROUTABLE}
         views = self.record_views
-        records = live_records(
-            (views.origin(o, pid, r) for o, pid, r in replica.providers()),
+        records = self.live_records.live(
+            replica.provider_states(),
             self.site,
             now.timestamp(),
             float(ttl) if ttl is not None else None,

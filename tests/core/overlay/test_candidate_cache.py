@@ -135,6 +135,13 @@ def test_cached_builds_equal_builds_from_scratch(builds: list[Any], same_records
             )
             assert files.config_literal == json.dumps(files.config)
             assert files.envelope_literal == json.dumps(files.envelope)
+            lines = file_texts(
+                kept.overlay, kept.envelope, kept.candidates_text, kept.candidates_literal, "\n"
+            )
+            assert lines.config == f"{files.config}\n"
+            assert lines.envelope == f"{files.envelope}\n"
+            assert lines.config_literal == json.dumps(lines.config)
+            assert lines.envelope_literal == json.dumps(lines.envelope)
         config = overlay_text(kept.overlay, kept.candidates_text)
         assert config == _text(scratch.overlay)
         assert envelope_text(kept.envelope, config) == _text(scratch.envelope)

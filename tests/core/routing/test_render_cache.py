@@ -328,3 +328,56 @@ def _fields(queue: float) -> dict[str, Any]:
         "weight": 1,
         "access": (),
     }
+
+
+def _named(name: str, network: str, cost: float) -> InferenceProvider:
+    return InferenceProvider.model_validate(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "InferenceProvider",
+            "metadata": {"name": name, "labels": {SITE_LABEL: OWN}},
+            "spec": {
+                "gridNetworkRef": network,
+                "backendKind": "local",
+                "providerKind": "self_hosted",
+                "models": [{"name": "llama"}],
+                "cost": {"perMillionInputTokens": cost},
+            },
+        }
+    )
+
+
+POOL = [
+    _named(name, network, cost)
+    for name in ("a", "b", "c")
+    for network in (NETWORK, "other")
+    for cost in (1.0, 2.0)
+]
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(st.sampled_from(range(len(POOL))), max_size=8),
+    st.lists(
+        st.tuples(st.integers(0, 7), st.sampled_from(range(len(POOL))), st.booleans()),
+        max_size=12,
+    ),
+)
+def test_providers_sorted_by_name_through_the_cache_are_sorted_afresh(
+    first: list[int], steps: list[tuple[int, int, bool]]
+) -> None:
+    """Replacing a provider by one of another name or network sorts again; by one of
+    the same name and network reuses the order; either way it is the stable sort."""
+    cache = RenderCache()
+    providers = [POOL[i] for i in first]
+    for at, pick, grow in [(0, 0, False), *steps]:
+        if grow:
+            providers.insert(at % (len(providers) + 1), POOL[pick])
+        elif providers:
+            providers[at % len(providers)] = POOL[pick]
+        expected = sorted(
+            (p for p in providers if p.spec.grid_network_ref == NETWORK),
+            key=lambda p: p.metadata.name,
+        )
+        assert cache.by_name(tuple(providers), NETWORK) == expected
+        assert [id(p) for p in cache.by_name(providers, NETWORK)] == [id(p) for p in expected]

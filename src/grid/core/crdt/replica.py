@@ -53,6 +53,7 @@ from grid.core.crdt.snapshot import (
     LaneValue,
     MetadataLaneValue,
     PrivateKeyRefused,
+    StateLaneValue,
 )
 from grid.core.swim.messages import BroadcastItem, Lane
 from grid.errors import ProtocolError
@@ -369,11 +370,18 @@ class GridState:
 
     def providers(self) -> Iterator[tuple[str, str, ProviderRecord]]:
         """Every live provider record of a trusted origin as ``(origin, provider_id, record)``."""
-        for origin in self.origins():
-            if not self.trusted(origin):
-                continue
-            for pid, record in sorted(self._snapshots[origin].state.live_providers().items()):
+        for origin, state in self.provider_states():
+            for pid, record in sorted(state.live_providers().items()):
                 yield origin, pid, record
+
+    def provider_states(self) -> Iterator[tuple[str, StateLaneValue]]:
+        """Each trusted origin's state lane, in origin order, as `providers` reads it.
+
+        Lane values are immutable: one that is the same object as before holds the
+        same records (`grid.core.routing.live_cache` keeps what it made of each)."""
+        for origin in self.origins():
+            if self.trusted(origin):
+                yield origin, self._snapshots[origin].state
 
     def capabilities(self, kind: str) -> frozenset[str]:
         """The union of one capability kind across every origin."""

@@ -93,22 +93,26 @@ def file_texts(
     envelope: Mapping[str, Any],
     candidates_text: str | None,
     candidates_literal: str | None = None,
+    end: str = "",
 ) -> FileTexts:
-    """`overlay_text` and `envelope_text`, with their literals from ``candidates_literal``.
+    """`overlay_text` and `envelope_text` (each followed by ``end``), with their literals.
 
     ``candidates_literal`` is ``candidates_text`` as the inside of a JSON string
-    literal (`grid.core.overlay.document.BuiltOverlay.candidates_literal`).
+    literal (`grid.core.overlay.document.BuiltOverlay.candidates_literal`). Each
+    text and literal is written once from its pieces: a file is a megabyte.
     """
-    config = overlay_text(overlay, candidates_text)
-    whole = envelope_text(envelope, config)
-    if candidates_text is None or candidates_literal is None:
-        return FileTexts(config, whole)
-    config_around = _around(overlay, "candidates", [], _CANDIDATES_SLOT)
+    config_around = None
+    if candidates_text is not None:
+        config_around = _around(overlay, "candidates", [], _CANDIDATES_SLOT)
     envelope_around = _around(envelope, "overlay", None, _OVERLAY_SLOT)
     if config_around is None or envelope_around is None:
+        config = overlay_text(overlay, candidates_text)
+        return FileTexts(f"{config}{end}", f"{envelope_text(envelope, config)}{end}")
+    (c0, c1), (e0, e1) = config_around, envelope_around
+    config = f'{c0}"candidates":[{candidates_text}]{c1}{end}'
+    whole = f'{e0}"overlay":{c0}"candidates":[{candidates_text}]{c1}{e1}{end}'
+    if candidates_literal is None:
         return FileTexts(config, whole)
-    before, after = map(json_literal_inside, config_around)
-    config_inside = f'{before}\\"candidates\\":[{candidates_literal}]{after}'
-    before, after = map(json_literal_inside, envelope_around)
-    envelope_inside = f'{before}\\"overlay\\":{config_inside}{after}'
-    return FileTexts(config, whole, f'"{config_inside}"', f'"{envelope_inside}"')
+    c0, c1, e0, e1, tail = map(json_literal_inside, (c0, c1, e0, e1, end))
+    inside = f'{c0}\\"candidates\\":[{candidates_literal}]{c1}'
+    return FileTexts(config, whole, f'"{inside}{tail}"', f'"{e0}\\"overlay\\":{inside}{e1}{tail}"')

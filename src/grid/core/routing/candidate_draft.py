@@ -17,9 +17,10 @@ consulted to check that a referenced key exists; no value is ever read.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from grid.core.resources import (
@@ -293,6 +294,13 @@ class SampleClock:
             return
         self._bounds = (oldest_fresh, kept_from)
 
+    @property
+    def bounds(self) -> tuple[datetime, datetime | None] | None:
+        """The oldest fresh instant and the oldest not evicted (None: no TTL), or None
+        where every entry goes through `sample_clock`. A sample is stale when its
+        ``observed_at`` is before the first, evicted (a remote one) before the second."""
+        return self._bounds
+
     def __call__(self, entry: ProviderSignals | None, site: str) -> tuple[bool, bool]:
         """``sample_clock(entry, site, view)``."""
         bounds = self._bounds
@@ -324,8 +332,8 @@ def _pre_exclusion(
     return None, ""
 
 
-def _route(candidate: CandidateInput) -> tuple[str, str, str]:
-    return candidate.kind, candidate.site, candidate.cluster
+_route: Callable[[CandidateInput], tuple[str, str, str]] = attrgetter("kind", "site", "cluster")
+"""A candidate's route: its kind, site and cluster."""
 
 
 def check_duplicates(drafts: Sequence[CandidateDraft]) -> None:
@@ -335,9 +343,7 @@ def check_duplicates(drafts: Sequence[CandidateDraft]) -> None:
     model), so only drafts whose route another draft shares can collide; the
     others are skipped without changing which collision is reported first.
     """
-    routes = [
-        (c.kind, c.site, c.cluster) for c in (d.candidates[0] for d in drafts if d.candidates)
-    ]
+    routes = list(map(_route, [d.candidates[0] for d in drafts if d.candidates]))
     if len(set(routes)) == len(routes):
         return  # every provider has a route of its own
     shared = {route for route, n in Counter(routes).items() if n > 1}

@@ -25,6 +25,7 @@ import functools
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from operator import attrgetter
 
 from grid.core.crdt.offer import OfferReplica, origin_offers
 from grid.core.crdt.record import ModelInfo, ProviderRecord, RecordSignals
@@ -175,23 +176,8 @@ class RecordViews:
     def __init__(self) -> None:
         self._entries: dict[int, tuple[ProviderRecord, ProviderSignals]] = {}
         self._providers: dict[int, tuple[ProviderRecord, str, RemoteProvider]] = {}
-        self._origins: dict[int, OriginRecord] = {}
         self._seen_entries: dict[int, tuple[ProviderRecord, ProviderSignals]] = {}
         self._seen_providers: dict[int, tuple[ProviderRecord, str, RemoteProvider]] = {}
-        self._seen_origins: dict[int, OriginRecord] = {}
-
-    def origin(self, origin: str, provider_id: str, record: ProviderRecord) -> OriginRecord:
-        """``OriginRecord(origin, provider_id, record)``."""
-        kept = self._origins.get(id(record))
-        if (
-            kept is None
-            or kept.record is not record
-            or kept.origin != origin
-            or kept.provider_id != provider_id
-        ):
-            kept = OriginRecord(origin, provider_id, record)
-        self._seen_origins[id(record)] = kept
-        return kept
 
     def entry(self, record: ProviderRecord) -> ProviderSignals:
         """`signals_entry` of ``record``."""
@@ -213,7 +199,6 @@ class RecordViews:
         """Forget the records the round just ended did not read."""
         self._entries, self._seen_entries = self._seen_entries, {}
         self._providers, self._seen_providers = self._seen_providers, {}
-        self._origins, self._seen_origins = self._seen_origins, {}
 
 
 RemoteProvider = tuple[InferenceProvider, frozenset[tuple[str, str, str]]] | None
@@ -255,7 +240,7 @@ def live_records(
         if remote and stale_ttl_s is not None and now_s - item.record.observed_at > stale_ttl_s:
             continue
         kept.append(item)
-    return sorted(kept, key=lambda r: (r.origin, r.record.name, r.provider_id))
+    return sorted(kept, key=attrgetter("origin", "record.name", "provider_id"))
 
 
 GRID_ID_LABEL = "grid.praxis-proxy.io/grid-id"
@@ -306,7 +291,8 @@ def signals_document(
 ) -> SignalsDocument:
     """A ``scope=grid`` signals document (§6) of every live record (``views`` keeps entries)."""
     entry = signals_entry if views is None else views.entry
-    entries = sorted((entry(r.record) for r in records), key=lambda e: (e.site, e.name))
+    # attrgetter builds the same (site, name) keys as a lambda would, in C.
+    entries = sorted((entry(r.record) for r in records), key=attrgetter("site", "name"))
     return SignalsDocument(
         schema_version=SIGNALS_SCHEMA_VERSION,
         network=network,
@@ -350,16 +336,21 @@ def mesh_inputs(
         for m in p.spec.models
     }
     remote = []
+    name = network.name
     for r in records:
-        if r.origin == own_site or (r.record.site, r.record.name) in taken:
+        if r.origin == own_site:
             continue
-        made = remote_of(r.record, network.name)
+        record = r.record
+        where = (record.site, record.name)
+        if where in taken:
+            continue
+        made = remote_of(record, name)
         if made is None:
             continue
         provider, wanted = made
-        if wanted & routes:
+        if not wanted.isdisjoint(routes):
             continue
-        taken.add((r.record.site, r.record.name))
+        taken.add(where)
         routes |= wanted
         remote.append(provider)
     own_agents = {(provider_site(a, own_site), a.name) for a in agents}

@@ -215,6 +215,13 @@ class Rendered:
             self.overlay, self.envelope, self.candidates_text, self.candidates_literal
         )
 
+    @cached_property
+    def file_lines(self) -> FileTexts:
+        """`file_texts` with each file's closing newline, as the operator writes them."""
+        return file_texts(
+            self.overlay, self.envelope, self.candidates_text, self.candidates_literal, "\n"
+        )
+
     @property
     def texts(self) -> tuple[str, str]:
         """The file text of the overlay and of the envelope (`grid.core.overlay.file_text`)."""
@@ -364,14 +371,14 @@ def evaluate_network(
         geographies,
         network.spec.stale_candidate_ttl_seconds,
     )
-    providers = sorted(
-        (p for p in inputs.providers if p.spec.grid_network_ref == name),
-        key=_by_name,
-    )
     if cache is None:
+        providers = sorted(
+            (p for p in inputs.providers if p.spec.grid_network_ref == name),
+            key=_by_name,
+        )
         drafts = tuple([d for p in providers for d in drafts_for(p, view)])
     else:
-        drafts = tuple(cache.drafts(providers, view))
+        drafts = tuple(cache.drafts(cache.by_name(inputs.providers, name), view))
     routes = routes_of(inputs.agents, inputs.offers, sites, name, default_site)
     drafts += tuple(agent_draft(r, view) for r in routes)
     check_duplicates(drafts)

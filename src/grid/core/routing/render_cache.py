@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from itertools import compress
+from operator import is_not
 from typing import Any, NamedTuple
 
 from grid.core.overlay.candidate_cache import CandidateCache
@@ -103,6 +105,8 @@ class RenderCache:
         self._drafts: dict[tuple[str, str | None], _KeptProvider] = {}
         self._by_id: dict[int, _KeptProvider] = {}
         """The same entries by the identity of the provider each holds."""
+        self._listed: tuple[str, tuple[InferenceProvider, ...], list[int]] | None = None
+        """The network, providers and sorted order of the last `by_name`."""
         self._context: tuple[Any, ...] | None = None
         self._scores: dict[int, _KeptScore] = {}
         self.candidates = CandidateCache()
@@ -132,6 +136,9 @@ class RenderCache:
         made: list[CandidateDraft] = []
         self.drafted = 0
         clock = SampleClock(view)
+        # The clock's two instants, compared here inline (a call per sample costs more).
+        oldest_fresh, kept_from = clock.bounds or (None, None)
+        local = view.local_site
         index = view.signal_index
         for provider in providers:
             old = by_id.get(id(provider))
@@ -141,7 +148,14 @@ class RenderCache:
             name = old.name[0]
             for site, kept in drafts.items():
                 entry = index.get((site, name))
-                at = clock(entry, site)
+                if oldest_fresh is None or entry is None:
+                    at = clock(entry, site)
+                else:
+                    observed = entry.observed_at
+                    at = (
+                        observed < oldest_fresh,
+                        kept_from is not None and site != local and observed < kept_from,
+                    )
                 if (
                     kept is None
                     or kept.clock != at
@@ -208,3 +222,33 @@ class RenderCache:
     ) -> Ordering:
         """`order_candidates` of ``groups`` through `scorer`, kept from the last order."""
         return self.order.order(groups, self.scorer(context, policy))
+
+    def by_name(
+        self, providers: Sequence[InferenceProvider], network: str
+    ) -> list[InferenceProvider]:
+        """The providers of ``network`` sorted by name (a stable sort), as a render takes them.
+
+        When each provider that is not the very object of the last call has the
+        name and network of the one it replaced, the sort is the last one's: its
+        order is applied to the new providers instead of sorting them again.
+        """
+        given = tuple(providers)
+        last = self._listed
+        if last is not None and last[0] == network and len(last[1]) == len(given):
+            before, order = last[1], last[2]
+            moved = compress(range(len(given)), map(is_not, before, given))
+            if all(_same_place(before[i], given[i]) for i in moved):
+                self._listed = (network, given, order)
+                return list(map(given.__getitem__, order))
+        kept = [i for i, p in enumerate(given) if p.spec.grid_network_ref == network]
+        order = sorted(kept, key=lambda i: given[i].metadata.name)
+        self._listed = (network, given, order)
+        return list(map(given.__getitem__, order))
+
+
+def _same_place(old: InferenceProvider, new: InferenceProvider) -> bool:
+    """Whether ``new`` sorts where ``old`` did: same network, same name."""
+    return (
+        old.spec.grid_network_ref == new.spec.grid_network_ref
+        and old.metadata.name == new.metadata.name
+    )
