@@ -32,8 +32,7 @@ import aiohttp
 
 from grid.adapters.agent_discovery import (
     DiscoveryError,
-    McpConnections,
-    list_mcp_tools,
+    McpSession,
     read_agent_card,
 )
 from grid.adapters.probe_sessions import PROBE_KEEPALIVE_S, probe_session
@@ -89,8 +88,8 @@ class AgentState:
     tls: ssl.SSLContext | None = None
     session: aiohttp.ClientSession | None = field(default=None, repr=False)
     """The kept-alive session of the agent card reads, opened by the first one."""
-    mcp: McpConnections | None = field(default=None, repr=False)
-    """The kept connections of the MCP discoveries, opened by the first one."""
+    mcp: McpSession | None = field(default=None, repr=False)
+    """The kept MCP session of the tool discoveries, opened by the first one."""
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     async def close(self) -> None:
@@ -277,15 +276,16 @@ class AgentController:
     async def _http_discover(
         self, provider: AgentProvider, headers: Mapping[str, str], tls: ssl.SSLContext | None
     ) -> Found:
-        """Discover over the provider's kept connections; the credential goes with each
-        discovery's requests only, never into what is kept."""
+        """Discover over the provider's kept session or connections. An MCP session holds
+        the credential headers it was opened with, in memory only, and is renewed when
+        they change; an agent card read sends them with its request only."""
         state = self._states.get((provider.kind, provider.name))
         if state is None:
             raise DiscoveryError("Unreachable", "the provider is no longer hosted")
         if isinstance(provider, AgentToolProvider):
             if state.mcp is None:
-                state.mcp = McpConnections(tls, PROBE_KEEPALIVE_S)
-            return await list_mcp_tools(provider.spec.endpoint, headers, tls, connections=state.mcp)
+                state.mcp = McpSession(provider.spec.endpoint, tls, keepalive_s=PROBE_KEEPALIVE_S)
+            return await state.mcp.list_tools(headers)
         if state.session is None:
             state.session = probe_session()
         return await read_agent_card(state.session, provider.spec.endpoint, headers, tls)

@@ -17,17 +17,15 @@ makes a returned write survive a power cut as well as a process crash.
 Watchers are woken at once by writes of their kind from their own process, and
 look for writes from other processes every `WATCH_POLL_INTERVAL_S`: one query per
 interval for every watcher of the store together (the newest event of each
-watched kind), on a shared tick, so a watcher runs its own query only when its
-kind has news.
+watched kind), in one task (`grid.adapters.store.watch_poll`), so a watcher is
+woken, and runs its own query, only when its kind has news.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import json
-import math
 import sqlite3
 import uuid
 from collections import Counter
@@ -41,6 +39,7 @@ from grid.adapters.store.encoded import dumps_object
 from grid.adapters.store.event_log import EVENT_LOG_BYTES, EVENT_LOG_RETENTION
 from grid.adapters.store.parsed_copies import ParsedCopies
 from grid.adapters.store.port import EventType, Expired, LabelSelector, Obj, WatchEvent
+from grid.adapters.store.watch_poll import Heads, WatchPoll, file_signature
 from grid.adapters.tracing import status_write_span
 from grid.errors import AlreadyExists, GridError, NotFound
 
@@ -73,8 +72,6 @@ T = TypeVar("T")
 _Write = tuple[EventType, Obj]
 _Objs = list[Obj]  # aliases: inside the class, `list` names the method
 _Events = list[WatchEvent]
-_Heads = tuple[dict[str, int], int, int]
-"""The newest event version of each watched kind, the store head, the trim point."""
 
 
 def _utc_now() -> dt.datetime:
@@ -105,10 +102,14 @@ class SqliteStore:
         self._now = now
         self._retention = event_log_retention
         self._log_bytes = event_log_bytes
-        self._poll_s = watch_poll_interval_s
         self._changed: dict[str, asyncio.Event] = {}
         self._watched: Counter[str] = Counter()
-        self._heads: tuple[int, asyncio.Future[_Heads]] | None = None
+        self._poll = WatchPoll(
+            watch_poll_interval_s,
+            self._read_heads,
+            self._wake,
+            signature=lambda: file_signature(path, Path(f"{path}-wal")),
+        )
         self._closed = False
         self.parsed = ParsedCopies()
         """Large objects as last written, so the next write need not parse them."""
@@ -198,10 +199,14 @@ class SqliteStore:
 
     async def _write(self, kind: str, ns: str, name: str, change: Callable[..., Any]) -> Obj:
         result: Obj = await self._run(self._write_sync, kind, ns, name, change)
+        self._wake(kind)
+        return result
+
+    def _wake(self, kind: str) -> None:
+        """Wake ``kind``'s watchers: they read its events from where each stands."""
         changed = self._changed.pop(kind, None)
         if changed is not None:
             changed.set()
-        return result
 
     def _write_sync(
         self, kind: str, ns: str, name: str, change: Callable[[Obj | None, int], _Write | Obj]
@@ -361,34 +366,16 @@ class SqliteStore:
 
     async def _quiet(self, kind: str, changed: asyncio.Event, last: int) -> int:
         """Wait until ``kind`` may have events after ``last``: a write of it from this
-        process, or the shared poll finding one (or a trim past ``last``). Returns the
-        version up to which the polls found none of ``kind``."""
-        loop = asyncio.get_running_loop()
-        while not self._closed:
-            tick = math.floor(loop.time() / self._poll_s) + 1
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
-            # cancellation that arrives as the event fires, and the watch never ends.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(tick * self._poll_s):
-                    await changed.wait()
-                return last
-            newest, head, compacted = await self._polled_heads(tick)
-            if kind not in newest or newest[kind] > last or compacted > last:
-                return last
-            last = max(last, head)
+        process, or the shared poll finding one (or a trim past ``last``)."""
+        with self._poll.waiting(kind, last):
+            await changed.wait()
         return last
 
-    async def _polled_heads(self, tick: int) -> _Heads:
-        """The heads of every watched kind, read once per poll tick for all watchers."""
-        if self._heads is None or self._heads[0] != tick:
-            future = asyncio.ensure_future(
-                self._run(self._heads_sync, tuple(sorted(self._watched)))
-            )
-            future.add_done_callback(lambda f: f.cancelled() or f.exception())
-            self._heads = (tick, future)
-        return await asyncio.shield(self._heads[1])
+    async def _read_heads(self, kinds: tuple[str, ...]) -> Heads:
+        """The heads of ``kinds``, for the shared poll (`WatchPoll`)."""
+        return await self._run(self._heads_sync, kinds)
 
-    def _heads_sync(self, kinds: tuple[str, ...]) -> _Heads:
+    def _heads_sync(self, kinds: tuple[str, ...]) -> Heads:
         conn = self._conn
         conn.execute("BEGIN")
         try:
@@ -434,6 +421,7 @@ class SqliteStore:
         self._closed = True
         for changed in self._changed.values():
             changed.set()
+        await self._poll.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._conn.close)
         self._executor.shutdown(wait=False)
