@@ -19,7 +19,6 @@ from grid.operator.output import (
     ENVELOPE_KEY,
     NAME_MAX,
     OverlayWriter,
-    _file_values,
     atomic_write,
     configmap_name,
     dumps,
@@ -257,7 +256,9 @@ async def test_a_render_through_a_cache_hands_the_store_its_json_literals(tmp_pa
         cache = RenderCache()
         for providers in (["a", "c"], ["a", "b", "c"]):
             rendered = render(_inputs(providers), site="east", gateway="edge", now=NOW, cache=cache)
-            config, envelope = _file_values(rendered)
+            lines = rendered.file_lines
+            config = EncodedText.of(lines.config, lines.config_literal)
+            envelope = EncodedText.of(lines.envelope, lines.envelope_literal)
             assert isinstance(config, EncodedText) and isinstance(envelope, EncodedText)
             assert config.literal == json.dumps(dumps(rendered.overlay))
             assert envelope.literal == json.dumps(dumps(rendered.envelope))
@@ -272,4 +273,4 @@ async def test_a_render_through_a_cache_hands_the_store_its_json_literals(tmp_pa
     conn.close()
     plain = json.dumps(json.loads(rows[0][0]), sort_keys=True, separators=(",", ":"))
     assert rows[0][0] == events[-1][0] == plain
-    assert not isinstance(_file_values(_render(["a"]))[0], EncodedText)  # no cache, no literal
+    assert _render(["a"]).file_lines.config_literal is None  # no cache, no literal

@@ -181,7 +181,10 @@ class OverlayWriter:
             held = self._held[key] = (fmt, stored)
         if held[1] is not None and held[1].revision == revision:
             return False
-        config, envelope = _file_values(rendered)
+        # With their JSON literals kept, the store splices them in unescaped again.
+        texts = rendered.file_lines
+        config = EncodedText.of(texts.config, texts.config_literal)
+        envelope = EncodedText.of(texts.envelope, texts.envelope_literal)
         other = {
             k for f, o in LAYOUTS.items() if f is not fmt for k in (o.config_key, o.envelope_key)
         }
@@ -249,18 +252,6 @@ class OverlayWriter:
             return Distribution.of(envelope, str(cm["metadata"].get("resourceVersion", "")))
         except (NotFound, ValueError, AttributeError, KeyError, TypeError):
             return None
-
-
-def _file_values(rendered: Rendered) -> tuple[str, str]:
-    """The two file texts (each ending in a newline), as `EncodedText` when the render
-    kept their JSON string literals: the store then splices them in unescaped again."""
-    texts = rendered.file_lines
-    if texts.config_literal is None or texts.envelope_literal is None:
-        return texts.config, texts.envelope
-    return (
-        EncodedText(texts.config, texts.config_literal),
-        EncodedText(texts.envelope, texts.envelope_literal),
-    )
 
 
 def _labels(network: str, gateway: str) -> dict[str, str]:

@@ -39,6 +39,11 @@ class EncodedText(str):
         made.literal = literal
         return made
 
+    @staticmethod
+    def of(text: str, literal: str | None) -> str:
+        """``text`` carrying ``literal``, or ``text`` itself when there is none."""
+        return text if literal is None else EncodedText(text, literal)
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (EncodedText, (str(self), self.literal))
 

@@ -13,7 +13,7 @@ show every candidate, including excluded ones, with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cached_property
@@ -49,6 +49,7 @@ from grid.core.routing.candidate_draft import (
     site_geographies,
 )
 from grid.core.routing.capability import provider_with_capability
+from grid.core.routing.gateway_select import DEFAULT_NAMESPACE, select_gateway, select_network
 from grid.core.routing.groups import assign_groups
 from grid.core.routing.ranking import (
     Ordering,
@@ -96,9 +97,6 @@ AGENT_CAPABILITIES = {
     "agentToAgent": CandidateKind.A2A_AGENT,
 }
 """Upstream's site capability names of tools and agents, and their candidate kinds."""
-
-DEFAULT_NAMESPACE = "default"
-"""The gateway namespace when neither ``--namespace`` nor the gatewayRef names one."""
 
 
 @dataclass(frozen=True)
@@ -289,51 +287,6 @@ def gateway_ranking(evaluated: Evaluated) -> RerankContext | None:
             geographies.setdefault(candidate.site, candidate.geography)
     config = replace(context.config, enabled=True)
     return RerankContext(context.local_site, geographies, config)
-
-
-def select_gateway(
-    networks: Iterable[GridNetwork], gateway: str, namespace: str | None
-) -> tuple[GridNetwork, str | None, str]:
-    """The network listing ``gateway``, the gateway's localSiteName and namespace.
-
-    Raises `ValidationError` when no network (or more than one) lists it.
-    """
-    matches = [
-        (network, ref)
-        for network in networks
-        for ref in network.spec.gateway_refs
-        if ref.name == gateway and (namespace is None or ref.namespace in (None, namespace))
-    ]
-    where = f" in namespace {namespace!r}" if namespace else ""
-    if not matches:
-        raise ValidationError(
-            f"no GridNetwork lists gateway {gateway!r}{where} in spec.gatewayRefs",
-            path="spec.gatewayRefs",
-        )
-    if len(matches) > 1:
-        names = ", ".join(sorted(f"{n.name}" for n, _ in matches))
-        raise ValidationError(
-            f"gateway {gateway!r}{where} is listed by more than one GridNetwork ({names}); "
-            "pass --namespace to choose",
-            path="spec.gatewayRefs",
-        )
-    network, ref = matches[0]
-    return network, ref.local_site_name, namespace or ref.namespace or DEFAULT_NAMESPACE
-
-
-def select_network(
-    networks: Sequence[GridNetwork], sites: Sequence[GridSite], site: str
-) -> GridNetwork:
-    """The network a site belongs to (its GridSite's ``gridNetworkRef``), or the only one."""
-    owners = {s.spec.grid_network_ref for s in sites if s.name == site}
-    candidates = [n for n in networks if n.name in owners] or list(networks)
-    if len(candidates) != 1:
-        problem = "no GridNetwork" if not candidates else "more than one GridNetwork"
-        raise ValidationError(
-            f"{problem} found for site {site!r}; add a GridSite naming its gridNetworkRef",
-            path="spec.gridNetworkRef",
-        )
-    return candidates[0]
 
 
 def evaluate_network(
