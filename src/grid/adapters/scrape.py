@@ -35,6 +35,7 @@ from grid.core.routing.metrics_mapping import (
     ScrapedSignals,
     map_signals,
     select_pool,
+    source_families,
 )
 from grid.errors import GridError
 
@@ -72,8 +73,27 @@ def join_url(base: str, path: str) -> str:
     return base.rstrip("/") + "/" + path.lstrip("/")
 
 
-def parse_exposition(text: str) -> list[MetricFamily]:
-    """Parse the Prometheus text format into core metric families, or `ScrapeError`."""
+def only_families(text: str, names: tuple[str, ...]) -> str:
+    """The lines of ``text`` whose metric name starts with one of ``names``: samples
+    (any suffix: ``_total``, ``_bucket``...) and their ``# HELP`` and ``# TYPE`` lines.
+
+    Parsing is most of a scrape's cost, and a provider's exposition is mostly
+    families Grid never reads (Python's own, a server's request counters)."""
+    kept = []
+    for line in text.splitlines():
+        name = line.split(None, 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
+        if name.startswith(names):
+            kept.append(line)
+    return "\n".join(kept) + "\n" if kept else ""
+
+
+def parse_exposition(text: str, names: tuple[str, ...] | None = None) -> list[MetricFamily]:
+    """Parse the Prometheus text format into core metric families, or `ScrapeError`.
+
+    With ``names`` only the families they start (`only_families`) are parsed; when
+    none is there the whole text is, so that what is not an exposition still fails."""
+    if names is not None:
+        text = only_families(text, names) or text
     try:
         parsed = list(text_string_to_metric_families(text))
     except (ValueError, IndexError, KeyError, TypeError) as exc:
@@ -147,6 +167,7 @@ class ProviderScraper:
         self.tls = tls
         self._session = session
         self._previous_buckets: Buckets | None = None
+        self._families = source_families(self.config.signal_names)
 
     async def scrape(self) -> ScrapedSignals:
         """Fetch, parse and map once; raises `ScrapeError` on failure.
@@ -154,7 +175,7 @@ class ProviderScraper:
         With ``poolName`` only that pool's series count (`select_pool`).
         """
         text = await fetch_text(self._session, self.url, self.timeout_s, tls=self.tls)
-        families = parse_exposition(text)
+        families = parse_exposition(text, self._families)
         if self.config.pool_name is not None:
             families = select_pool(families, self.config.pool_name)
         scraped = map_signals(

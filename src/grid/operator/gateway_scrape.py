@@ -34,6 +34,7 @@ import aiohttp
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from grid.adapters.scrape import only_families
 from grid.core.live.selections import SelectionKey, SelectionWindow, recent_total
 from grid.core.metering.budgets import DIRECTIONS, CounterKey
 
@@ -58,21 +59,10 @@ class GatewayCounters:
 _FAMILIES = (_TOKENS, _UPSTREAM, _SELECTIONS)
 
 
-def _of_families(text: str) -> str:
-    """The lines of ``text`` that belong to `_FAMILIES`: their samples (any suffix)
-    and their ``# HELP`` and ``# TYPE`` comments."""
-    kept = []
-    for line in text.splitlines():
-        name = line.split(None, 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
-        if name.startswith(_FAMILIES):
-            kept.append(line)
-    return "\n".join(kept) + "\n" if kept else ""
-
-
 def read_exposition(text: str) -> GatewayCounters:
     """The families of a Prometheus text exposition in one pass; ValueError if it is not one."""
     counters = GatewayCounters()
-    for family in text_string_to_metric_families(_of_families(text) or text):
+    for family in text_string_to_metric_families(only_families(text, _FAMILIES) or text):
         if family.name == _TOKENS:
             for labels, value in _totals(family):
                 direction = labels.get("direction")

@@ -230,6 +230,16 @@ def _as_ratio(
     return max(0.0, value)
 
 
+def source_families(names: SignalNames) -> tuple[str, ...]:
+    """The metric names `map_signals` reads under ``names`` (each without ``_total``, and
+    `RUNNING_SOURCE`): an exposition line whose name starts with none of them cannot
+    change what it maps."""
+    sources = [names.queue_depth, names.kv_cache_utilization, names.prefix_cache_hit_ratio]
+    sources += [names.latency_p99_ms, *([names.healthy] if names.healthy else [])]
+    parts = {part.removesuffix("_total") for source in sources for part in source.split("/")}
+    return tuple(sorted(parts | {RUNNING_SOURCE}))
+
+
 def map_signals(
     families: Sequence[MetricFamily],
     names: SignalNames | None = None,
