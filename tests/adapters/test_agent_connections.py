@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from grid.adapters.agent_discovery import McpConnections, list_mcp_tools, read_agent_card
+from grid.adapters.agent_discovery import McpSession, list_mcp_tools, read_agent_card
 from grid.adapters.probe_sessions import PROBE_KEEPALIVE_S, probe_session
 from grid.testing.hostile_mcp import agent_card_app
 
@@ -85,16 +85,14 @@ async def counted(upstream: str) -> AsyncIterator[tuple[Counter, str]]:
 async def test_five_mcp_discoveries_over_kept_connections() -> None:
     async with mcp_server() as url, counted(url) as (counter, address):
         endpoint = f"http://{address}/mcp"
-        pool = McpConnections(None, PROBE_KEEPALIVE_S)
+        # A new credential opens a new session each time, over the same kept pool.
+        session = McpSession(endpoint, None, keepalive_s=PROBE_KEEPALIVE_S)
         try:
             for i in range(5):
-                tools = await asyncio.wait_for(
-                    list_mcp_tools(endpoint, {"x-api-key": f"key-{i}"}, None, connections=pool),
-                    30,
-                )
+                tools = await asyncio.wait_for(session.list_tools({"x-api-key": f"key-{i}"}), 30)
                 assert len(tools) == 2
         finally:
-            await pool.close()
+            await session.close()
         kept = counter.accepted
         sent = bytes(counter.sent)
     async with mcp_server() as url, counted(url) as (fresh, address):
