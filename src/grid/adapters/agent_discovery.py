@@ -255,12 +255,11 @@ class McpSession:
                         if not future.done():  # its caller may have given up
                             future.set_result(await _pages(session, self._limits))
                         future = None
-        except BaseException as exc:  # the SDK's task groups wrap failures in groups
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                raise
+        except asyncio.CancelledError:  # ended (`_end`, `close`): nobody waits on it
+            _fail([future, *_drain(requests)], DiscoveryError("Timeout", "the session ended"))
+            raise
+        except Exception as exc:  # the SDK's task groups wrap failures in groups
             _fail([future, *_drain(requests)], _discovery_error(exc))
-            if isinstance(exc, asyncio.CancelledError):
-                raise
 
     def _end(self) -> None:
         runner, self._runner = self._runner, None

@@ -25,9 +25,8 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from grid.core.routing.candidate import CandidateInput, ExclusionReason
-from grid.core.routing.ranking import GroupScore, Ordering, SortKey
+from grid.core.routing.ranking import GroupScore, Ordering, SortKey, exclusion
 from grid.core.routing.scoring import Evaluation
-from grid.core.vocabulary import AdmissionState
 
 _Excluded = tuple[CandidateInput, Evaluation, ExclusionReason]
 
@@ -50,10 +49,9 @@ def _kept_group(group: Sequence[CandidateInput], scored: GroupScore) -> _KeptGro
     keys: list[SortKey] = []
     excluded: list[_Excluded] = []
     for candidate in group:
-        if not candidate.healthy:
-            excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))
-        elif evaluation.admission is AdmissionState.EXCLUDED:
-            excluded.append((candidate, evaluation, ExclusionReason.ADMISSION_EXCLUDED))
+        reason = exclusion(candidate, evaluation)
+        if reason is not None:
+            excluded.append((candidate, evaluation, reason))
         else:
             members.append(candidate)
             keys.append((*shared_key, candidate.name, candidate.cluster))

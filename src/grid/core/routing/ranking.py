@@ -229,6 +229,15 @@ def group_score(
     return evaluation, _policy_order(_evaluation_key(evaluation) + _sample_key(candidate), policy)
 
 
+def exclusion(candidate: CandidateInput, evaluation: Evaluation) -> ExclusionReason | None:
+    """Why ``candidate`` (evaluated as ``evaluation``) is left out of the ranking, or None."""
+    if not candidate.healthy:
+        return ExclusionReason.UNHEALTHY
+    if evaluation.admission is AdmissionState.EXCLUDED:
+        return ExclusionReason.ADMISSION_EXCLUDED
+    return None
+
+
 def order_candidates(
     groups: Iterable[Sequence[CandidateInput]],
     context: ScoringContext,
@@ -257,10 +266,9 @@ def order_candidates(
         else:
             evaluation, shared_key = score(group[0])
         for candidate in group:
-            if not candidate.healthy:
-                excluded.append((candidate, evaluation, ExclusionReason.UNHEALTHY))
-            elif evaluation.admission is AdmissionState.EXCLUDED:
-                excluded.append((candidate, evaluation, ExclusionReason.ADMISSION_EXCLUDED))
+            reason = exclusion(candidate, evaluation)
+            if reason is not None:
+                excluded.append((candidate, evaluation, reason))
             else:
                 kept.append(candidate)
                 evaluations.append(evaluation)
