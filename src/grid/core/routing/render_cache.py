@@ -43,6 +43,7 @@ from grid.core.routing.candidate_draft import (
     draft_for,
     provider_sites,
 )
+from grid.core.routing.group_cache import GroupCache
 from grid.core.routing.order_cache import OrderCache
 from grid.core.routing.ranking import GroupScore, Ordering, group_score
 from grid.core.routing.scoring import Evaluation, ScoringContext
@@ -113,6 +114,8 @@ class RenderCache:
         """The overlay candidates' wire forms (`build_overlay_parts` takes it)."""
         self.order = OrderCache()
         """The last rank order (`ordered`)."""
+        self.groups = GroupCache()
+        """The last selection groups (`grid.core.routing.group_cache`)."""
         self.drafted = 0
         """Drafts the last render made afresh (the others were kept)."""
         self.scored = 0
