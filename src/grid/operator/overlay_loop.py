@@ -26,8 +26,6 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import itemgetter, not_
 from typing import Any
 
 from opentelemetry import trace
@@ -103,21 +101,13 @@ class RoundSummary:
         """Count one gateway's rendered overlay."""
         self.gateways.append(gateway)
         self.revisions.append(revision)
-        self.models.update(map(str, set(map(itemgetter("name"), candidates))))
+        self.models.update(map(str, {c["name"] for c in candidates}))
         self.candidates += len(candidates)
-        # A (site, cluster) is fresh while each of its candidates so far is; the
-        # candidates are read column by column, a thousand of them in C.
         freshness = self.freshness
-        where = list(
-            zip(
-                map(str, map(itemgetter("site"), candidates)),
-                map(str, map(itemgetter("cluster"), candidates)),
-                strict=True,
-            )
-        )
-        freshness.update({w: True for w in dict.fromkeys(where) if w not in freshness})
-        stale = map(not_, map(bool, map(itemgetter("fresh"), candidates)))
-        freshness.update(dict.fromkeys(compress(where, stale), False))
+        for c in candidates:
+            where = (str(c["site"]), str(c["cluster"]))
+            fresh = freshness.get(where, True)
+            freshness[where] = fresh and bool(c["fresh"])
         self.written += int(written)
 
     def describe(self, span: Span) -> None:
