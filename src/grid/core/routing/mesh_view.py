@@ -22,10 +22,12 @@ enforces the policy exactly as for its own providers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, is_, is_not
+from typing import NamedTuple
 
 from grid.core.crdt.offer import OfferReplica, origin_offers
 from grid.core.crdt.record import ModelInfo, ProviderRecord, RecordSignals
@@ -163,6 +165,87 @@ def _remote_or_none(record: ProviderRecord, network: str) -> InferenceProvider |
         return None
 
 
+class RemoteCache:
+    """The remote providers of the last `mesh_inputs`, place by place, to patch.
+
+    A round in which one record changed hands in the very record objects of the
+    last round but at that record's place (`grid.core.routing.live_cache`). The
+    places are compared all at once; where each changed record keeps its site,
+    name and routes, every record is taken or dropped as last time, and only
+    the changed ones get their provider again. Anything else builds afresh.
+    """
+
+    def __init__(self) -> None:
+        self._last: _Remote | None = None
+
+    def keep(
+        self,
+        records: Sequence[OriginRecord],
+        own_site: str,
+        own_providers: Sequence[InferenceProvider],
+        name: str,
+        places: list[tuple[RemoteProvider, int]],
+        remote: list[InferenceProvider],
+    ) -> None:
+        """Keep a build: each record's provider and routes, and its place in ``remote``."""
+        self._last = _Remote(tuple(records), own_site, tuple(own_providers), name, places, remote)
+
+    def patched(
+        self,
+        records: Sequence[OriginRecord],
+        own_site: str,
+        own_providers: Sequence[InferenceProvider],
+        name: str,
+        remote_of: Callable[[ProviderRecord, str], RemoteProvider],
+    ) -> list[InferenceProvider] | None:
+        """The last build's providers with the changed records' replaced, or None."""
+        last = self._last
+        if (
+            last is None
+            or (last.own_site, last.name) != (own_site, name)
+            or len(last.records) != len(records)
+            or len(last.own) != len(own_providers)
+            or not all(map(is_, last.own, own_providers))
+        ):
+            return None
+        records = tuple(records)
+        changed = list(compress(range(len(records)), map(is_not, records, last.records)))
+        if len(changed) * 4 > len(records):
+            return None
+        places, remote = list(last.places), list(last.remote)
+        for i in changed:
+            old, new = last.records[i].record, records[i]
+            if (
+                new.origin == own_site
+                or last.records[i].origin == own_site
+                or (old.site, old.name) != (new.record.site, new.record.name)
+            ):
+                return None
+            was, at = places[i]
+            made = remote_of(new.record, name)
+            if made is None or was is None:
+                if made is not was:
+                    return None  # taken or dropped in another way than last time
+                continue
+            if made[1] != was[1]:
+                return None
+            places[i] = (made, at)
+            if at >= 0:
+                remote[at] = made[0]
+        self._last = last._replace(records=records, places=places, remote=remote)
+        return list(remote)
+
+
+class _Remote(NamedTuple):
+    records: tuple[OriginRecord, ...]
+    own_site: str
+    own: tuple[InferenceProvider, ...]
+    name: str
+    places: list[tuple[RemoteProvider, int]]
+    """Each record's provider and routes (None: not made) and its place (-1: dropped)."""
+    remote: list[InferenceProvider]
+
+
 class RecordViews:
     """What a render reads of each provider record, kept while the record is the same object.
 
@@ -178,6 +261,8 @@ class RecordViews:
         self._providers: dict[int, tuple[ProviderRecord, str, RemoteProvider]] = {}
         self._seen_entries: dict[int, tuple[ProviderRecord, ProviderSignals]] = {}
         self._seen_providers: dict[int, tuple[ProviderRecord, str, RemoteProvider]] = {}
+        self.remote = RemoteCache()
+        """The last round's remote providers (`mesh_inputs` patches them)."""
 
     def entry(self, record: ProviderRecord) -> ProviderSignals:
         """`signals_entry` of ``record``."""
@@ -329,30 +414,13 @@ def mesh_inputs(
     ``views`` keeps each record's provider between rounds (`RecordViews`).
     """
     remote_of = remote_routes if views is None else views.provider
-    taken = {(provider_site(p, own_site), p.name) for p in own_providers}
-    routes = {
-        (provider_site(p, own_site), p.cluster, m.name)
-        for p in own_providers
-        for m in p.spec.models
-    }
-    remote = []
-    name = network.name
-    for r in records:
-        if r.origin == own_site:
-            continue
-        record = r.record
-        where = (record.site, record.name)
-        if where in taken:
-            continue
-        made = remote_of(record, name)
-        if made is None:
-            continue
-        provider, wanted = made
-        if not wanted.isdisjoint(routes):
-            continue
-        taken.add(where)
-        routes |= wanted
-        remote.append(provider)
+    remote = (
+        None
+        if views is None
+        else views.remote.patched(records, own_site, own_providers, network.name, remote_of)
+    )
+    if remote is None:
+        remote = _remote_providers(records, own_site, own_providers, network.name, remote_of, views)
     own_agents = {(provider_site(a, own_site), a.name) for a in agents}
     return RenderInputs(
         networks=(network,),
@@ -364,6 +432,48 @@ def mesh_inputs(
             o for o in offers if o.site != own_site and (o.site, o.provider) not in own_agents
         ),
     )
+
+
+def _remote_providers(
+    records: Sequence[OriginRecord],
+    own_site: str,
+    own_providers: Sequence[InferenceProvider],
+    name: str,
+    remote_of: Callable[[ProviderRecord, str], RemoteProvider],
+    views: RecordViews | None,
+) -> list[InferenceProvider]:
+    """The providers of the remote records `mesh_inputs` takes, in record order."""
+    taken = {(provider_site(p, own_site), p.name) for p in own_providers}
+    routes = {
+        (provider_site(p, own_site), p.cluster, m.name)
+        for p in own_providers
+        for m in p.spec.models
+    }
+    remote: list[InferenceProvider] = []
+    places: list[tuple[RemoteProvider, int]] = []
+    for r in records:
+        made: RemoteProvider = None
+        places.append((None, -1))
+        if r.origin == own_site:
+            continue
+        record = r.record
+        where = (record.site, record.name)
+        if where in taken:
+            continue
+        made = remote_of(record, name)
+        places[-1] = (made, -1)
+        if made is None:
+            continue
+        provider, wanted = made
+        if not wanted.isdisjoint(routes):
+            continue
+        taken.add(where)
+        routes |= wanted
+        places[-1] = (made, len(remote))
+        remote.append(provider)
+    if views is not None:
+        views.remote.keep(records, own_site, own_providers, name, places, remote)
+    return remote
 
 
 def mesh_offers(replica: OfferReplica, trusted: Container[str], own_site: str) -> list[AgentRoute]:
