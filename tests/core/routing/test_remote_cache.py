@@ -1,16 +1,17 @@
-"""Remote providers patched from the last round (`RemoteCache`) are the ones built afresh.
+"""Remote providers and signals entries patched from the last round are the ones built afresh.
 
 Random rounds replace, requeue, reroute (another cluster or model under the
 same name), add and remove live records at their places, drawn from
 a small domain: names that repeat (so one record shadows another), clusters and
 models that collide (so a record is dropped for a route already taken),
 records of the own site, and records that break a resource rule. After each
-round `mesh_inputs` through `RecordViews` must give exactly the providers of
-`mesh_inputs` without them.
+round `mesh_inputs` and `signals_document` through `RecordViews`
+(`grid.core.routing.record_cache`) must give exactly what they give without them.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from hypothesis import given, settings
@@ -19,9 +20,15 @@ from tests.core.routing.test_mesh_view import network, sites
 
 from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.resources import API_VERSION, InferenceProvider
-from grid.core.routing.mesh_view import OriginRecord, RecordViews, mesh_inputs
+from grid.core.routing.mesh_view import (
+    OriginRecord,
+    RecordViews,
+    mesh_inputs,
+    signals_document,
+)
 
 OWN = "east"
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 OWN_PROVIDER = InferenceProvider.model_validate(
     {
         "apiVersion": API_VERSION,
@@ -109,6 +116,21 @@ def test_patched_remote_providers_are_the_ones_built_afresh(
         views.next_round()
         scratch = mesh_inputs(grid, members, own, [], records, OWN)
         assert kept.providers == scratch.providers, change
+
+
+@settings(max_examples=300)
+@given(st.lists(record, max_size=12), st.lists(step, min_size=1, max_size=20))
+def test_patched_signals_entries_are_the_ones_sorted_afresh(
+    first: list[OriginRecord], steps: list[tuple[Any, ...]]
+) -> None:
+    records, views = list(first), RecordViews()
+    for change in [("same",), *steps]:
+        _apply(records, change)
+        args = ("grid-test", OWN, records)
+        kept = signals_document(*args, now=NOW, epoch=1, sequence=1, views=views)
+        views.next_round()
+        scratch = signals_document(*args, now=NOW, epoch=1, sequence=1)
+        assert kept == scratch, change
 
 
 def test_a_requeued_record_is_patched_in_place() -> None:

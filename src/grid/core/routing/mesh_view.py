@@ -25,9 +25,7 @@ import functools
 from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from itertools import compress
-from operator import attrgetter, is_, is_not
-from typing import NamedTuple
+from operator import attrgetter
 
 from grid.core.crdt.offer import OfferReplica, origin_offers
 from grid.core.crdt.record import ModelInfo, ProviderRecord, RecordSignals
@@ -42,6 +40,7 @@ from grid.core.resources import (
 from grid.core.resources.secret import Secret
 from grid.core.routing.agent_candidates import AgentRoute, offer_routes
 from grid.core.routing.candidate import SignalValues
+from grid.core.routing.record_cache import EntryCache, RemoteCache
 from grid.core.routing.render import RenderInputs
 from grid.core.routing.signals import SCHEMA_VERSION as SIGNALS_SCHEMA_VERSION
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
@@ -165,87 +164,6 @@ def _remote_or_none(record: ProviderRecord, network: str) -> InferenceProvider |
         return None
 
 
-class RemoteCache:
-    """The remote providers of the last `mesh_inputs`, place by place, to patch.
-
-    A round in which one record changed hands in the very record objects of the
-    last round but at that record's place (`grid.core.routing.live_cache`). The
-    places are compared all at once; where each changed record keeps its site,
-    name and routes, every record is taken or dropped as last time, and only
-    the changed ones get their provider again. Anything else builds afresh.
-    """
-
-    def __init__(self) -> None:
-        self._last: _Remote | None = None
-
-    def keep(
-        self,
-        records: Sequence[OriginRecord],
-        own_site: str,
-        own_providers: Sequence[InferenceProvider],
-        name: str,
-        places: list[tuple[RemoteProvider, int]],
-        remote: list[InferenceProvider],
-    ) -> None:
-        """Keep a build: each record's provider and routes, and its place in ``remote``."""
-        self._last = _Remote(tuple(records), own_site, tuple(own_providers), name, places, remote)
-
-    def patched(
-        self,
-        records: Sequence[OriginRecord],
-        own_site: str,
-        own_providers: Sequence[InferenceProvider],
-        name: str,
-        remote_of: Callable[[ProviderRecord, str], RemoteProvider],
-    ) -> list[InferenceProvider] | None:
-        """The last build's providers with the changed records' replaced, or None."""
-        last = self._last
-        if (
-            last is None
-            or (last.own_site, last.name) != (own_site, name)
-            or len(last.records) != len(records)
-            or len(last.own) != len(own_providers)
-            or not all(map(is_, last.own, own_providers))
-        ):
-            return None
-        records = tuple(records)
-        changed = list(compress(range(len(records)), map(is_not, records, last.records)))
-        if len(changed) * 4 > len(records):
-            return None
-        places, remote = list(last.places), list(last.remote)
-        for i in changed:
-            old, new = last.records[i].record, records[i]
-            if (
-                new.origin == own_site
-                or last.records[i].origin == own_site
-                or (old.site, old.name) != (new.record.site, new.record.name)
-            ):
-                return None
-            was, at = places[i]
-            made = remote_of(new.record, name)
-            if made is None or was is None:
-                if made is not was:
-                    return None  # taken or dropped in another way than last time
-                continue
-            if made[1] != was[1]:
-                return None
-            places[i] = (made, at)
-            if at >= 0:
-                remote[at] = made[0]
-        self._last = last._replace(records=records, places=places, remote=remote)
-        return list(remote)
-
-
-class _Remote(NamedTuple):
-    records: tuple[OriginRecord, ...]
-    own_site: str
-    own: tuple[InferenceProvider, ...]
-    name: str
-    places: list[tuple[RemoteProvider, int]]
-    """Each record's provider and routes (None: not made) and its place (-1: dropped)."""
-    remote: list[InferenceProvider]
-
-
 class RecordViews:
     """What a render reads of each provider record, kept while the record is the same object.
 
@@ -263,6 +181,8 @@ class RecordViews:
         self._seen_providers: dict[int, tuple[ProviderRecord, str, RemoteProvider]] = {}
         self.remote = RemoteCache()
         """The last round's remote providers (`mesh_inputs` patches them)."""
+        self.entries = EntryCache()
+        """The last round's signals entries in document order (`signals_document`)."""
 
     def entry(self, record: ProviderRecord) -> ProviderSignals:
         """`signals_entry` of ``record``."""
@@ -375,9 +295,11 @@ def signals_document(
     views: RecordViews | None = None,
 ) -> SignalsDocument:
     """A ``scope=grid`` signals document (§6) of every live record (``views`` keeps entries)."""
-    entry = signals_entry if views is None else views.entry
-    # attrgetter builds the same (site, name) keys as a lambda would, in C.
-    entries = sorted((entry(r.record) for r in records), key=attrgetter("site", "name"))
+    if views is not None:
+        entries = views.entries.entries(records, views.entry)
+    else:
+        # attrgetter builds the same (site, name) keys as a lambda would, in C.
+        entries = sorted((signals_entry(r.record) for r in records), key=attrgetter("site", "name"))
     return SignalsDocument(
         schema_version=SIGNALS_SCHEMA_VERSION,
         network=network,
