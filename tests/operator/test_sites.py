@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from grid.adapters.tls_probe import EgressListener, client_context, server_context
+from grid.adapters.egress_listener import EgressListener
+from grid.adapters.tls_probe import client_context, server_context
 from grid.core.resources import API_VERSION, AUTO_DISCOVER_LABEL, GridSite
 from grid.core.resources.phases import SitePhase
 from grid.core.swim.members import MemberState

@@ -267,33 +267,3 @@ def _failed(exc: BaseException, outcome: ProbeOutcome, start: float) -> ProbeRes
     return ProbeResult(
         False, error=type(exc).__name__, outcome=outcome, duration_s=time.monotonic() - start
     )
-
-
-class EgressListener:
-    """A minimal mTLS endpoint presenting the site certificate at the egress address.
-
-    In a cluster the site's gateway owns the egress; in the embedded default the
-    operator serves this stand-in so peers can verify the site's certificate.
-    It completes the handshake and closes the connection.
-    """
-
-    def __init__(self, ctx: ssl.SSLContext) -> None:
-        self._ctx = ctx
-        self._server: asyncio.Server | None = None
-
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        """Listen on host:port (0 picks a free port); returns the bound address."""
-
-        async def handle(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            writer.close()
-
-        self._server = await asyncio.start_server(handle, host, port, ssl=self._ctx)
-        bound = self._server.sockets[0].getsockname()
-        return str(bound[0]), int(bound[1])
-
-    async def stop(self) -> None:
-        """Stop listening."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None

@@ -38,13 +38,14 @@ import time
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
+from grid.adapters.egress_listener import EgressListener
 from grid.adapters.health_server import HealthServer
 from grid.adapters.store.kubernetes import KubernetesStore
 from grid.adapters.store.port import Expired, ResourceStore
 from grid.adapters.store.url import pod_namespace
 from grid.adapters.swim_metrics import SwimCollector
 from grid.adapters.swim_node import SwimNode
-from grid.adapters.tls_probe import EgressListener, client_context, server_context
+from grid.adapters.tls_probe import client_context, server_context
 from grid.adapters.tracing import outcome_span
 from grid.core.address import parse_address
 from grid.core.crdt.origin import AuthLimits
