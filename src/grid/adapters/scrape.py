@@ -2,8 +2,8 @@
 
 `ProviderScraper` fetches ``metricsConfig.endpoint`` (else ``spec.endpoint``)
 followed by ``metricsConfig.path``, bounded by ``metricsConfig.timeout`` and
-`METRICS_BODY_MAX_BYTES`, parses the Prometheus text format with
-``prometheus_client``'s parser, and hands the families to the pure
+`METRICS_BODY_MAX_BYTES`, parses the Prometheus text format
+(`grid.adapters.exposition`, ``prometheus_client``'s reading), and hands the families to the pure
 `grid.core.routing.metrics_mapping`. HTTPS requests use the provider's TLS context
 (``metricsConfig.tls``, ``healthCheck.tls``; `grid.adapters.provider_tls`) when
 one is given. It remembers the previous scrape's latency buckets so
@@ -24,14 +24,13 @@ import ssl
 from dataclasses import dataclass
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
+from grid.adapters.exposition import read_families
 from grid.core.resources.duration import parse_duration
 from grid.core.resources.provider_spec import HealthCheck, MetricsConfig
 from grid.core.routing.metrics_mapping import (
     Buckets,
     MetricFamily,
-    Sample,
     ScrapedSignals,
     map_signals,
     select_pool,
@@ -95,19 +94,11 @@ def parse_exposition(text: str, names: tuple[str, ...] | None = None) -> list[Me
     if names is not None:
         text = only_families(text, names) or text
     try:
-        parsed = list(text_string_to_metric_families(text))
-    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        return read_families(text)
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError) as exc:
         raise ScrapeError(
             ScrapeFailure.PARSE, "the metrics are not in Prometheus text format"
         ) from exc
-    return [
-        MetricFamily(
-            family.name,
-            family.type,
-            tuple(Sample(s.name, dict(s.labels), float(s.value)) for s in family.samples),
-        )
-        for family in parsed
-    ]
 
 
 async def fetch_text(

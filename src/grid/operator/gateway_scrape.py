@@ -31,12 +31,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
+from grid.adapters.exposition import read_families
 from grid.adapters.scrape import only_families
 from grid.core.live.selections import SelectionKey, SelectionWindow, recent_total
 from grid.core.metering.budgets import DIRECTIONS, CounterKey
+from grid.core.routing.metrics_mapping import MetricFamily
 
 SCRAPE_MAX_BYTES = 8 * 1024 * 1024
 """Largest gateway /metrics body read; a longer one fails that scrape."""
@@ -62,7 +62,7 @@ _FAMILIES = (_TOKENS, _UPSTREAM, _SELECTIONS)
 def read_exposition(text: str) -> GatewayCounters:
     """The families of a Prometheus text exposition in one pass; ValueError if it is not one."""
     counters = GatewayCounters()
-    for family in text_string_to_metric_families(only_families(text, _FAMILIES) or text):
+    for family in read_families(only_families(text, _FAMILIES) or text):
         if family.name == _TOKENS:
             for labels, value in _totals(family):
                 direction = labels.get("direction")
@@ -81,7 +81,7 @@ def read_exposition(text: str) -> GatewayCounters:
     return counters
 
 
-def _totals(family: Metric) -> Iterable[tuple[Mapping[str, str], float]]:
+def _totals(family: MetricFamily) -> Iterable[tuple[Mapping[str, str], float]]:
     """(labels, value) of each finite, non-negative ``{family}_total`` sample."""
     for sample in family.samples:
         total = sample.name == f"{family.name}_total"
@@ -113,7 +113,13 @@ class GatewayScrape:
         for url in self.targets():
             try:
                 counters[url] = read_exposition(await self._fetch(http, url))
-            except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError):
+            except (
+                aiohttp.ClientError,
+                TimeoutError,
+                ValueError,
+                OverflowError,
+                UnicodeDecodeError,
+            ):
                 self.failures += 1
         self.set_counters(counters)
         return counters

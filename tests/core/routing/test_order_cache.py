@@ -112,6 +112,7 @@ def test_a_kept_order_is_the_order_sorted_afresh_every_round(
         assert kept.top(top) == scratch.top(top), step
         assert kept.ranking == scratch.ranking, step
         assert len(kept) == len(scratch)
+        assert cache.scores_kept == len({id(g[0]) for g in groups if g})
 
 
 def test_one_changed_group_moves_only_its_candidates_and_keeps_the_other_records() -> None:

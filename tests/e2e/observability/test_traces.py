@@ -91,9 +91,13 @@ async def mesh(
 
 
 def _gateway_config(
-    mesh: DemoMesh, work: Path, broken: str | None, recording: tuple[str, str] | None
+    mesh: DemoMesh, work: Path, recorder: str | None
 ) -> tuple[Path, str, str, dict[str, Any]]:
-    """A copy of east's praxis.yaml on fresh ports, reading a frozen copy of the overlay."""
+    """A copy of east's praxis.yaml on fresh ports, reading a frozen copy of the overlay.
+
+    With ``recorder`` (an address), the copy's first candidate of the model is sent
+    where nothing listens and its second to ``recorder``: both are read from the
+    copy itself, since the live overlay's order moves with the providers' load."""
     site = mesh.plan.sites["east"]
     document = yaml.safe_load(site.praxis.read_text())
     public, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -105,15 +109,17 @@ def _gateway_config(
     filters = document["filter_chains"][0]["filters"]
     route = next(f for f in filters if f["filter"] == "intelligent_route")
     route["overlay_file"] = str(overlay)
-    if broken is not None:
+    broken = recording = None
+    if recorder is not None:
+        broken, recording = _model_clusters(json.loads(overlay.read_text()))[:2]
         # First viable first, so the broken rank 0 is tried first and fails over once.
         _pin_deterministic(overlay, route)
     clusters = next(f for f in filters if f["filter"] == "load_balancer")["clusters"]
     for cluster in clusters:
         if cluster["name"] == broken:
             cluster["endpoints"] = [f"127.0.0.1:{free_port()}"]  # nothing listens there
-        if recording is not None and cluster["name"] == recording[0]:
-            cluster["endpoints"] = [recording[1]]
+        if cluster["name"] == recording:
+            cluster["endpoints"] = [recorder]
     config = work / "praxis.yaml"
     config.write_text(yaml.safe_dump(document))
     return config, public, admin, json.loads(overlay.read_text())
@@ -187,17 +193,13 @@ async def test_a_failed_over_request_and_the_operator_leave_credential_free_trac
     site = mesh.plan.sites["east"]
     recorder: Upstream = await upstreams("second")
     # /readyz holds once the first overlay is out; the second provider's check may land later.
-    first, second = await eventually(
-        lambda: _two_model_clusters(site.overlay_dir), "two candidates of the model"
-    )
-    config, public, admin, envelope = _gateway_config(
-        mesh, tmp_path / "f", broken=first, recording=(second, recorder.address)
-    )
+    await eventually(lambda: _two_model_clusters(site.overlay_dir), "two candidates of the model")
+    config, public, admin, envelope = _gateway_config(mesh, tmp_path / "f", recorder.address)
     first, second = _model_clusters(envelope)[:2]  # the copy the gateway really reads
     failover = await spawn_gateway(config, public, admin, "--otlp-endpoint", receiver.endpoint)
     assert mesh.pki is not None
     certs = mesh.pki.sites["east"]
-    p_config, p_public, p_admin, _ = _gateway_config(mesh, tmp_path / "p", None, None)
+    p_config, p_public, p_admin, _ = _gateway_config(mesh, tmp_path / "p", None)
     poller = await spawn_gateway(
         p_config, p_public, p_admin,
         "--operator", f"127.0.0.1:{site.signals_port}",

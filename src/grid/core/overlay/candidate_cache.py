@@ -11,6 +11,9 @@ documents, the text and the digest are the ones a build without the cache makes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from itertools import compress
+from operator import is_not, ne, or_
 from typing import Any, NamedTuple
 
 from grid.core.overlay.digest import (
@@ -59,6 +62,19 @@ class _Made(NamedTuple):
     """``text`` as the inside of a JSON string literal (`json_literal_inside`)."""
 
 
+class _Build(NamedTuple):
+    """The last build, place by place: what `CandidateCache.documents` patches."""
+
+    ranked: Sequence[Ranked]
+    groups: Sequence[int] | None
+    weight_field: str | None
+    made: list[_Made]
+    documents: list[dict[str, Any]]
+    texts: list[str | None]
+    literals: list[str | None]
+    plain: list[bool]
+
+
 class CandidateCache:
     """Each candidate's wire form, kept from one overlay build to the next.
 
@@ -70,57 +86,80 @@ class CandidateCache:
     with the same admission, tier, score breakdown and selection fields. The
     candidate itself is frozen and held by the entry, so its identity stands
     for its fields. Only the last build's candidates are kept.
+
+    A place that holds the very ranked record of the last build's at that place,
+    with the same group, takes that build's document and text as they are; the
+    places are compared all at once, and only the others are looked at one by one.
     """
 
     def __init__(self) -> None:
-        self._made: dict[int, _Made] = {}
-        self._next: dict[int, _Made] = {}
+        self._last: _Build | None = None
         self.reused = 0
         """Candidates of the last build whose wire form was reused."""
 
-    def begin(self) -> None:
-        """Start a build: what it reuses or makes is all the next one will find."""
-        self._next = {}
+    def documents(
+        self,
+        ranked: Sequence[Ranked],
+        groups: Sequence[int] | None,
+        weight_field: str | None,
+        shared: SharedWire,
+    ) -> list[dict[str, Any]]:
+        """`candidate_wire` of each of ``ranked`` (with ``groups[i]`` when given), as one build.
+
+        Adds each candidate's text and literal to ``shared`` as `candidate_wire` would.
+        """
+        last = self._last
+        ranked, groups = tuple(ranked), None if groups is None else tuple(groups)
+        changed = _changed(last, ranked, groups, weight_field)
         self.reused = 0
+        places: Sequence[int]
+        if last is None or changed is None:
+            kept = {} if last is None else {_key(m): m for m in last.made}
+            blank: list[Any] = [None] * len(ranked)
+            build = _Build(ranked, groups, weight_field, *(list(blank) for _ in range(5)))
+            places = range(len(ranked))
+        else:
+            # A record that moved was at another changed place (every other one stayed).
+            kept = {_key(last.made[i]): last.made[i] for i in changed}
+            build = last._replace(
+                ranked=ranked,
+                groups=groups,
+                made=list(last.made),
+                documents=list(last.documents),
+                texts=list(last.texts),
+                literals=list(last.literals),
+                plain=list(last.plain),
+            )
+            self.reused = len(ranked) - len(changed)
+            places = changed
+        for i in places:
+            record = ranked[i]
+            group = None if groups is None else groups[i]
+            made = self._one(record, kept.get(id(record.evaluation.candidate)), group, weight_field)
+            build.made[i], build.documents[i] = made, made.document
+            build.texts[i], build.literals[i], build.plain[i] = made.text, made.literal, made.plain
+        self._last = build
+        _share(build, shared)
+        return list(build.documents)
 
-    def end(self) -> None:
-        """Finish a build: keep its candidates only."""
-        self._made, self._next = self._next, {}
-
-    def document(
-        self, ranked: Ranked, shared: SharedWire, group: int | None, weight_field: str | None
-    ) -> dict[str, Any]:
-        """`candidate_wire` of ``ranked``, from the cache when its inputs are the same.
+    def _one(
+        self, ranked: Ranked, made: _Made | None, group: int | None, weight_field: str | None
+    ) -> _Made:
+        """``ranked``'s wire form, given what the last build made of its candidate.
 
         A candidate back at the same rank and group gets the very document and
         text the last build made (documents are never changed once built). The
         very ranked record of the last build (records are frozen) is known at once.
         """
-        candidate = ranked.evaluation.candidate
-        made = self._made.get(id(candidate))
         if (
             made is None
             or made.ranked is not ranked
             or made.group != group
             or made.parts.weight_field != weight_field
         ):
-            made = self._remade(ranked, made, group, weight_field)
-        else:
-            self.reused += 1
-        self._next[id(candidate)] = made
-        if not made.plain:
-            shared.plain_numbers = False
-        if shared.texts is not None:
-            if made.text is None:
-                shared.texts = None
-            else:
-                shared.texts.append(made.text)
-        if shared.literals is not None:
-            if made.literal is None:
-                shared.literals = None
-            else:
-                shared.literals.append(made.literal)
-        return made.document
+            return self._remade(ranked, made, group, weight_field)
+        self.reused += 1
+        return made
 
     def _remade(
         self, ranked: Ranked, made: _Made | None, group: int | None, weight_field: str | None
@@ -147,6 +186,46 @@ class CandidateCache:
         if made is None or made.rank != rank or made.group != group:
             return _made_of(parts, ranked, rank, group)
         return made._replace(ranked=ranked)
+
+
+def _key(made: _Made) -> int:
+    """The identity of the candidate ``made`` is the wire form of."""
+    return id(made.ranked.evaluation.candidate)
+
+
+def _changed(
+    last: _Build | None,
+    ranked: Sequence[Ranked],
+    groups: Sequence[int] | None,
+    weight_field: str | None,
+) -> list[int] | None:
+    """The places where ``ranked`` or ``groups`` differ from ``last``'s, or None to look
+    at every place (no last build, another length or selection, or most places changed)."""
+    if (
+        last is None
+        or len(last.ranked) != len(ranked)
+        or last.weight_field != weight_field
+        or (last.groups is None) != (groups is None)
+    ):
+        return None
+    moved: Iterator[bool] = map(is_not, ranked, last.ranked)
+    if groups is not None and last.groups is not None:
+        if len(groups) != len(ranked) or len(last.groups) != len(ranked):
+            return None
+        moved = map(or_, moved, map(ne, groups, last.groups))
+    changed = list(compress(range(len(ranked)), moved))
+    return changed if len(changed) * 2 <= len(ranked) else None
+
+
+def _share(build: _Build, shared: SharedWire) -> None:
+    """Hand ``build``'s texts and number check to the overlay's ``shared`` wire state."""
+    if not all(build.plain):
+        shared.plain_numbers = False
+    if shared.texts is not None:
+        shared.texts = None if None in build.texts else list(build.texts)  # type: ignore[arg-type]
+    if shared.literals is not None:
+        literals = build.literals
+        shared.literals = None if None in literals else list(literals)  # type: ignore[arg-type]
 
 
 def _made_of(parts: _Parts, ranked: Ranked, rank: int, group: int | None) -> _Made:

@@ -289,9 +289,11 @@ def _build_overlay(
     cache: CandidateCache | None = None,
 ) -> dict[str, Any]:
     overlay: dict[str, Any] = {"network": network, "local_site": local_site}
-    build = candidate_wire if cache is None else cache.document
     if selection is None:
-        candidates = [build(r, shared, None, None) for r in ranked]
+        if cache is not None:
+            candidates = cache.documents(ranked, None, None, shared)
+        else:
+            candidates = [candidate_wire(r, shared, None, None) for r in ranked]
     else:
         if len(selection.groups) != len(ranked):
             raise ValueError("selection.groups must name one group per ranked candidate")
@@ -299,9 +301,13 @@ def _build_overlay(
         if selection.load_aware:
             overlay["selection_load_aware"] = True
         field_name = selection.weight_field
-        candidates = [
-            build(r, shared, g, field_name) for r, g in zip(ranked, selection.groups, strict=True)
-        ]
+        if cache is not None:
+            candidates = cache.documents(ranked, selection.groups, field_name, shared)
+        else:
+            candidates = [
+                candidate_wire(r, shared, g, field_name)
+                for r, g in zip(ranked, selection.groups, strict=True)
+            ]
     overlay["candidates"] = candidates
     overlay["generated_at"] = format_timestamp(generated_at)
     return overlay
@@ -365,11 +371,7 @@ def build_overlay_parts(
     the digest are the same as without it.
     """
     shared = SharedWire(texts=[], literals=[] if cache is not None else None)
-    if cache is not None:
-        cache.begin()
     overlay = _build_overlay(network, local_site, ranked, generated_at, shared, selection, cache)
-    if cache is not None:
-        cache.end()
     value, joined = None, None
     if shared.texts is not None and shared.plain_numbers:
         joined = ",".join(shared.texts)

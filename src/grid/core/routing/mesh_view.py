@@ -22,7 +22,7 @@ enforces the policy exactly as for its own providers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -40,6 +40,7 @@ from grid.core.resources import (
 from grid.core.resources.secret import Secret
 from grid.core.routing.agent_candidates import AgentRoute, offer_routes
 from grid.core.routing.candidate import SignalValues
+from grid.core.routing.record_cache import EntryCache, RemoteCache
 from grid.core.routing.render import RenderInputs
 from grid.core.routing.signals import SCHEMA_VERSION as SIGNALS_SCHEMA_VERSION
 from grid.core.routing.signals import ProviderSignals, SignalsDocument
@@ -178,6 +179,10 @@ class RecordViews:
         self._providers: dict[int, tuple[ProviderRecord, str, RemoteProvider]] = {}
         self._seen_entries: dict[int, tuple[ProviderRecord, ProviderSignals]] = {}
         self._seen_providers: dict[int, tuple[ProviderRecord, str, RemoteProvider]] = {}
+        self.remote = RemoteCache()
+        """The last round's remote providers (`mesh_inputs` patches them)."""
+        self.entries = EntryCache()
+        """The last round's signals entries in document order (`signals_document`)."""
 
     def entry(self, record: ProviderRecord) -> ProviderSignals:
         """`signals_entry` of ``record``."""
@@ -290,9 +295,11 @@ def signals_document(
     views: RecordViews | None = None,
 ) -> SignalsDocument:
     """A ``scope=grid`` signals document (§6) of every live record (``views`` keeps entries)."""
-    entry = signals_entry if views is None else views.entry
-    # attrgetter builds the same (site, name) keys as a lambda would, in C.
-    entries = sorted((entry(r.record) for r in records), key=attrgetter("site", "name"))
+    if views is not None:
+        entries = views.entries.entries(records, views.entry)
+    else:
+        # attrgetter builds the same (site, name) keys as a lambda would, in C.
+        entries = sorted((signals_entry(r.record) for r in records), key=attrgetter("site", "name"))
     return SignalsDocument(
         schema_version=SIGNALS_SCHEMA_VERSION,
         network=network,
@@ -329,30 +336,13 @@ def mesh_inputs(
     ``views`` keeps each record's provider between rounds (`RecordViews`).
     """
     remote_of = remote_routes if views is None else views.provider
-    taken = {(provider_site(p, own_site), p.name) for p in own_providers}
-    routes = {
-        (provider_site(p, own_site), p.cluster, m.name)
-        for p in own_providers
-        for m in p.spec.models
-    }
-    remote = []
-    name = network.name
-    for r in records:
-        if r.origin == own_site:
-            continue
-        record = r.record
-        where = (record.site, record.name)
-        if where in taken:
-            continue
-        made = remote_of(record, name)
-        if made is None:
-            continue
-        provider, wanted = made
-        if not wanted.isdisjoint(routes):
-            continue
-        taken.add(where)
-        routes |= wanted
-        remote.append(provider)
+    remote = (
+        None
+        if views is None
+        else views.remote.patched(records, own_site, own_providers, network.name, remote_of)
+    )
+    if remote is None:
+        remote = _remote_providers(records, own_site, own_providers, network.name, remote_of, views)
     own_agents = {(provider_site(a, own_site), a.name) for a in agents}
     return RenderInputs(
         networks=(network,),
@@ -364,6 +354,48 @@ def mesh_inputs(
             o for o in offers if o.site != own_site and (o.site, o.provider) not in own_agents
         ),
     )
+
+
+def _remote_providers(
+    records: Sequence[OriginRecord],
+    own_site: str,
+    own_providers: Sequence[InferenceProvider],
+    name: str,
+    remote_of: Callable[[ProviderRecord, str], RemoteProvider],
+    views: RecordViews | None,
+) -> list[InferenceProvider]:
+    """The providers of the remote records `mesh_inputs` takes, in record order."""
+    taken = {(provider_site(p, own_site), p.name) for p in own_providers}
+    routes = {
+        (provider_site(p, own_site), p.cluster, m.name)
+        for p in own_providers
+        for m in p.spec.models
+    }
+    remote: list[InferenceProvider] = []
+    places: list[tuple[RemoteProvider, int]] = []
+    for r in records:
+        made: RemoteProvider = None
+        places.append((None, -1))
+        if r.origin == own_site:
+            continue
+        record = r.record
+        where = (record.site, record.name)
+        if where in taken:
+            continue
+        made = remote_of(record, name)
+        places[-1] = (made, -1)
+        if made is None:
+            continue
+        provider, wanted = made
+        if not wanted.isdisjoint(routes):
+            continue
+        taken.add(where)
+        routes |= wanted
+        places[-1] = (made, len(remote))
+        remote.append(provider)
+    if views is not None:
+        views.remote.keep(records, own_site, own_providers, name, places, remote)
+    return remote
 
 
 def mesh_offers(replica: OfferReplica, trusted: Container[str], own_site: str) -> list[AgentRoute]:

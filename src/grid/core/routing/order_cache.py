@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
-from itertools import pairwise
+from itertools import chain, compress, pairwise
+from operator import attrgetter, is_not
 from typing import NamedTuple
 
 from grid.core.routing.candidate import CandidateInput, ExclusionReason
@@ -85,21 +86,42 @@ class OrderCache:
         """The kept order has unique, totally ordered keys (insertion gives the sort's)."""
         self.moved = 0
         """Candidates the last order took out or put in (-1: it sorted everything)."""
+        self._inputs: list[Sequence[CandidateInput]] = []
+        self._places: list[_KeptGroup | None] = []
+        """The last order's groups as given, and what was kept of each (None: empty)."""
+        self.patched = False
+        """The last order looked only at the places whose group changed (`_patch`)."""
+        self.removed: list[_KeptGroup] = []
+        self.added: list[_KeptGroup] = []
+        """The groups the last order took out and put in."""
 
     def order(
         self,
         groups: Iterable[Sequence[CandidateInput]],
         score: Callable[[CandidateInput], GroupScore],
+        steady: bool = False,
     ) -> Ordering:
-        """`order_candidates` of ``groups`` with ``score``, from the last order where it holds."""
+        """`order_candidates` of ``groups`` with ``score``, from the last order where it holds.
+
+        ``steady``: ``score`` answers for each group the last order saw what it
+        answered then (the render cache's scores held), so only the places
+        holding another group than last time are scored and moved (`_patch`).
+        """
+        given = list(groups)
+        self.patched = False
+        if steady and self._patch(given, score):
+            self.patched = True
+            return self._ordering  # type: ignore[return-value]
         kept = self._groups
         fresh: dict[int, _KeptGroup] = {}
         listed: list[_KeptGroup] = []
+        places: list[_KeptGroup | None] = []
         excluded: list[_Excluded] = []
         added: list[_KeptGroup] = []
         repeated = False
-        for group in groups:
+        for group in given:
             if not group:
+                places.append(None)
                 continue
             evaluation, shared_key = score(group[0])
             old = kept.get(id(group))
@@ -114,9 +136,12 @@ class OrderCache:
             repeated = repeated or id(group) in fresh
             fresh[id(group)] = old
             listed.append(old)
+            places.append(old)
             excluded.extend(old.excluded)
         removed = [g for i, g in kept.items() if fresh.get(i) is not g]
         self._groups = fresh
+        self._inputs, self._places = given, places
+        self.removed, self.added = removed, added
         moving = sum(len(g.keys) for g in (*added, *removed))
         if (
             self._valid
@@ -133,6 +158,42 @@ class OrderCache:
         ordering = Ordering.presorted(self._members, self._evaluations, excluded, self._ordering)
         self._ordering = ordering
         return ordering
+
+    def _patch(
+        self, groups: list[Sequence[CandidateInput]], score: Callable[[CandidateInput], GroupScore]
+    ) -> bool:
+        """The order of ``groups`` from the last one, looking only at the places whose group
+        is another object than last time; False (nothing changed) where that is unsafe."""
+        last = self._inputs
+        if not self._valid or self._ordering is None or len(last) != len(groups):
+            return False
+        changed = list(compress(range(len(groups)), map(is_not, groups, last)))
+        fresh, places = dict(self._groups), list(self._places)
+        removed = [g for g in map(places.__getitem__, changed) if g is not None]
+        for gone in removed:
+            del fresh[id(gone.group)]
+        added: list[_KeptGroup] = []
+        for i in changed:
+            group = groups[i]
+            if not group:
+                places[i] = None
+                continue
+            if id(group) in fresh:
+                return False  # one group object at two places: sort everything
+            fresh[id(group)] = places[i] = _kept_group(group, score(group[0]))
+            added.append(fresh[id(group)])
+        moving = sum(len(g.keys) for g in (*added, *removed))
+        if moving > max(8, len(self._keys) * self.INSERTS_MAX_SHARE):
+            return False
+        if not self._move(removed, added):
+            return False
+        excluded = list(chain.from_iterable(map(attrgetter("excluded"), filter(None, places))))
+        self._groups, self._inputs, self._places = fresh, groups, places
+        self.removed, self.added, self.moved = removed, added, moving
+        self._ordering = Ordering.presorted(
+            self._members, self._evaluations, excluded, self._ordering
+        )
+        return True
 
     def _move(self, removed: Sequence[_KeptGroup], added: Sequence[_KeptGroup]) -> bool:
         """Take out ``removed``'s members and put in ``added``'s; False if that is unsafe."""

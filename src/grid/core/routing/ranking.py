@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import compress
+from operator import and_, is_, not_
 
 from grid.core.routing.candidate import CandidateInput, ExclusionReason
 from grid.core.routing.scoring import Evaluation, ScoringContext, evaluate, pressure_missing
@@ -172,22 +174,39 @@ class Ordering:
         """The first ``n`` ranked candidates (all of them when ``None``)."""
         stop = len(self._order) if n is None else max(0, min(n, len(self._order)))
         ranked, kept, evaluations, order = self._ranked, self._kept, self._evaluations, self._order
-        was_kept, was_evaluated, was_ranked = self._previous
-        reusable = min(len(was_ranked), len(was_kept))
+        if len(ranked) < stop:
+            self._reuse(stop)
         for position in range(len(ranked), stop):
             index = order[position]
-            candidate, shared = kept[index], evaluations[index]
-            if (
-                position < reusable
-                and was_kept[position] is candidate
-                and was_evaluated[position] is shared
-            ):
-                ranked.append(was_ranked[position])
-            else:
-                ranked.append(RankedCandidate(shared.for_candidate(candidate), position))
+            ranked.append(RankedCandidate(evaluations[index].for_candidate(kept[index]), position))
         if len(ranked) == len(order):
             self._previous = ([], [], [])
         return tuple(ranked[:stop])
+
+    def _reuse(self, stop: int) -> None:
+        """Add the records up to ``stop`` that `previous` holds at their places.
+
+        A record is reused where the same candidate sits at the same place with
+        the same evaluation; the places are compared all at once, and only the
+        others get a new record. Stops at the first place past the previous order.
+        """
+        ranked, kept, evaluations = self._ranked, self._kept, self._evaluations
+        was_kept, was_evaluated, was_ranked = self._previous
+        start, end = len(ranked), min(len(was_ranked), len(was_kept), stop)
+        if start >= end or not self.in_rank_order:
+            return  # `previous` is only kept for an order of its own in rank order
+        held = map(
+            and_,
+            map(is_, was_kept[start:end], kept[start:end]),
+            map(is_, was_evaluated[start:end], evaluations[start:end]),
+        )
+        part = was_ranked[start:end]
+        for offset in compress(range(end - start), map(not_, held)):
+            position = start + offset
+            part[offset] = RankedCandidate(
+                evaluations[position].for_candidate(kept[position]), position
+            )
+        ranked.extend(part)
 
     @cached_property
     def ranking(self) -> Ranking:

@@ -14,7 +14,7 @@ show every candidate, including excluded ones, with the reason.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 from operator import attrgetter
@@ -50,6 +50,7 @@ from grid.core.routing.candidate_draft import (
 )
 from grid.core.routing.capability import provider_with_capability
 from grid.core.routing.gateway_select import DEFAULT_NAMESPACE, select_gateway, select_network
+from grid.core.routing.group_cache import GroupCache
 from grid.core.routing.groups import assign_groups
 from grid.core.routing.ranking import (
     Ordering,
@@ -169,6 +170,8 @@ class Evaluated:
     context: ScoringContext
     candidates_max: int | None
     routing_policy: RoutingPolicy = RoutingPolicy.GEOGRAPHY_FIRST
+    group_cache: GroupCache | None = field(default=None, compare=False, repr=False)
+    """A render cache's groups of the last round (`grid.core.routing.group_cache`)."""
 
     @property
     def ranking(self) -> Ranking:
@@ -183,6 +186,8 @@ class Evaluated:
     @cached_property
     def groups(self) -> tuple[int, ...]:
         """Each kept candidate's ``selection_group``, in rank order (§14)."""
+        if self.group_cache is not None:
+            return self.group_cache.groups(self.kept, self.routing_policy)
         return assign_groups(self.kept, self.routing_policy)
 
     @cached_property
@@ -343,7 +348,8 @@ def evaluate_network(
         ordering = order_candidates(eligible, context, policy)
     else:
         ordering = cache.ordered(eligible, context, policy)
-    return Evaluated(drafts, ordering, context, candidates_max, policy)
+    groups = None if cache is None else cache.groups
+    return Evaluated(drafts, ordering, context, candidates_max, policy, groups)
 
 
 _by_name = attrgetter("metadata.name")

@@ -43,6 +43,7 @@ from grid.core.routing.candidate_draft import (
     draft_for,
     provider_sites,
 )
+from grid.core.routing.group_cache import GroupCache
 from grid.core.routing.order_cache import OrderCache
 from grid.core.routing.ranking import GroupScore, Ordering, group_score
 from grid.core.routing.scoring import Evaluation, ScoringContext
@@ -109,10 +110,14 @@ class RenderCache:
         """The network, providers and sorted order of the last `by_name`."""
         self._context: tuple[Any, ...] | None = None
         self._scores: dict[int, _KeptScore] = {}
+        self._held: frozenset[tuple[str, str]] | None = None
+        """The hold set of the last order (`ordered`)."""
         self.candidates = CandidateCache()
         """The overlay candidates' wire forms (`build_overlay_parts` takes it)."""
         self.order = OrderCache()
         """The last rank order (`ordered`)."""
+        self.groups = GroupCache()
+        """The last selection groups (`grid.core.routing.group_cache`)."""
         self.drafted = 0
         """Drafts the last render made afresh (the others were kept)."""
         self.scored = 0
@@ -220,8 +225,44 @@ class RenderCache:
         context: ScoringContext,
         policy: RoutingPolicy,
     ) -> Ordering:
-        """`order_candidates` of ``groups`` through `scorer`, kept from the last order."""
-        return self.order.order(groups, self.scorer(context, policy))
+        """`order_candidates` of ``groups`` through `scorer`, kept from the last order.
+
+        While the scoring context and the hold set are those of the last order,
+        every group seen then scores as it did, so the order looks only at the
+        places whose group changed and the kept scores are updated for those.
+        """
+        key, held = _context_key(context, policy), context.config.admission.held
+        steady = key == self._context and held == self._held
+        self._held = held
+        if not steady:
+            return self.order.order(groups, self.scorer(context, policy))
+        kept = self._scores
+        self.scored = 0
+
+        def score(candidate: CandidateInput) -> GroupScore:
+            member = held is not None and (candidate.site, candidate.provider) in held
+            old = kept.get(id(candidate))
+            if old is None or old.candidate is not candidate or old.held != member:
+                old = _KeptScore(candidate, member, *group_score(candidate, context, policy))
+                self.scored += 1
+            fresh[id(candidate)] = old
+            return old.evaluation, old.key
+
+        fresh: dict[int, _KeptScore] = {}
+        ordering = self.order.order(groups, score, steady=True)
+        if not self.order.patched:
+            self._scores = fresh  # every group was scored
+            return ordering
+        # Keep the scores of exactly the groups ordered: drop the ones taken out.
+        for group in self.order.removed:
+            kept.pop(id(group.group[0]), None)
+        kept.update(fresh)
+        return ordering
+
+    @property
+    def scores_kept(self) -> int:
+        """How many groups' scores are kept (one per group of the last order)."""
+        return len(self._scores)
 
     def by_name(
         self, providers: Sequence[InferenceProvider], network: str
