@@ -100,13 +100,20 @@ class TenantMeter(Collector):
 
     def add(self, tenant: str, cluster: str, usage: Usage) -> None:
         """Count one answer's tokens for a tenant label and cluster."""
-        for direction, tokens in zip(
-            DIRECTIONS, (usage.prompt_tokens, usage.completion_tokens), strict=True
-        ):
-            key: CounterKey = (tenant, cluster, direction)
-            if key not in self.tokens and len(self.tokens) >= COUNTERS_MAX:
-                key = ("other", cluster, direction)
-            self.tokens[key] = self.tokens.get(key, 0) + tokens
+        prompt, completion = DIRECTIONS
+        self._count((tenant, cluster, prompt), usage.prompt_tokens)
+        self._count((tenant, cluster, completion), usage.completion_tokens)
+
+    def _count(self, key: CounterKey, tokens: int) -> None:
+        counters = self.tokens
+        held = counters.get(key)
+        if held is None:
+            if len(counters) >= COUNTERS_MAX:
+                key = ("other", key[1], key[2])
+                held = counters.get(key, 0)
+            else:
+                held = 0
+        counters[key] = held + tokens
 
     def add_call(self, tenant: str, cluster: str, kind: str) -> None:
         """Count one relayed tool call or agent request (they carry no tokens)."""

@@ -141,6 +141,8 @@ class Proxy:
         self.affinity = AffinityTable(settings.affinity_ttl_s, settings.affinity_max)
         self.router = Router(settings.failover_max, metrics)
         self.credentials = CredentialFiles()
+        self._pace = settings.body_pace
+        """(grace, minimum rate, timeout) of a body (the settings are fixed per process)."""
         # Request ids: a random per-process prefix and a counter, unique without a
         # syscall per request (they identify, they do not authenticate).
         self._id_prefix = f"{secrets.token_hex(8)}-"
@@ -208,14 +210,17 @@ class Proxy:
         )  # fmt: skip
         if isinstance(plan, Refusal):
             return self.refuse(plan)
-        request_trace.routed(plan.model, tenant, snapshot, plan.attempts[0].candidate)
-        return await self.execute(request, plan, tenant)
+        recording = request_trace.recording()  # asked once per request, not per attempt
+        if recording:
+            request_trace.routed(plan.model, tenant, snapshot, plan.attempts[0].candidate)
+        return await self.execute(request, plan, tenant, recording)
 
     async def execute(
-        self, request: web.Request, plan: Plan, tenant: str | None
+        self, request: web.Request, plan: Plan, tenant: str | None, recording: bool | None = None
     ) -> web.StreamResponse:
-        """The plan's attempts in order until one answers; that answer is relayed."""
-        answered = await self.first_answer(request, plan)
+        """The plan's attempts in order until one answers; that answer is relayed.
+        ``recording`` says whether the request is traced (None: look it up)."""
+        answered = await self.first_answer(request, plan, recording)
         if answered is None:
             return self.refuse(UNREACHABLE)
         attempt, answer = answered
@@ -224,13 +229,13 @@ class Proxy:
         return await self.relay(request, plan, attempt, answer, tenant)
 
     async def first_answer(
-        self, request: web.Request, plan: Plan
+        self, request: web.Request, plan: Plan, recording: bool | None = None
     ) -> tuple[Attempt, Answered] | None:
         """The plan's attempts in order until one answers: that attempt and its answer
         (to relay, which ends it with the router), or None when every one failed over."""
         last = len(plan.attempts) - 1
         for attempt in plan.attempts:
-            answered = await self.send(request, attempt, plan, last)
+            answered = await self.send(request, attempt, plan, last, recording)
             if answered is not None:
                 return attempt, answered
             if attempt.index < last:
@@ -266,7 +271,7 @@ class Proxy:
             return self.refuse(spent)
         limit = self.settings.body_max_bytes
         try:
-            return tenant, await read_body(request, limit, *self.settings.body_pace)
+            return tenant, await read_body(request, limit, *self._pace)
         except BodyTooSlow:
             slow = self.refuse(BODY_TIMEOUT)
             slow.force_close()
@@ -299,14 +304,22 @@ class Proxy:
         return False if value is None else attempt.credential.inject(value)
 
     async def send(
-        self, request: web.Request, attempt: Attempt, plan: Plan, last: int
+        self,
+        request: web.Request,
+        attempt: Attempt,
+        plan: Plan,
+        last: int,
+        recording: bool | None = None,
     ) -> Answered | None:
         """One attempt of the plan, traced: the answer to relay, or None to go on to the
-        next one (``last`` is the index of the plan's last attempt)."""
+        next one (``last`` is the index of the plan's last attempt; ``recording``, whether
+        the request is traced, None to look it up)."""
         candidate, index = attempt.candidate, attempt.index
         headers = attempt.headers
         final = index == last
-        if not request_trace.recording():  # not sampled: no span to open or end
+        if recording is None:
+            recording = request_trace.recording()
+        if not recording:  # not sampled: no span to open or end
             answer = await self._send(request, attempt, plan.body, headers, plan.failover, final)
         else:
             with request_trace.attempt(candidate, index, headers) as span:

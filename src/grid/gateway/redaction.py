@@ -99,7 +99,9 @@ class Masker:
         if self._any is None:  # no secret to look for
             return out
         holds = self._any.search
-        if any(holds(v.encode()) for v in out.values()):
+        # One search over every value at once: no spelling holds a line break, so a
+        # match never spans two values; only when one holds the secret are they sorted.
+        if holds("\n".join(out.values()).encode()):
             out = CIMultiDict([(n, v) for n, v in out.items() if not holds(v.encode())])
         return out
 

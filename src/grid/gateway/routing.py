@@ -96,18 +96,15 @@ class Router:
             self.metrics.selections.tally(first.cluster, first.selection_group).inc()
         return tries
 
-    def _in_flight(self, cluster: str) -> Tally:
-        return self.metrics.in_flight.get(cluster, self._idle)
-
     def started(self, candidate: Candidate) -> float:
         """An attempt to ``candidate`` is being sent; returns its start for `answered`."""
-        self._in_flight(candidate.cluster).value += 1
+        self.metrics.in_flight.get(candidate.cluster, self._idle).value += 1
         return self.loads.start(candidate.stable_id, self._clock())
 
     def ended(self, candidate: Candidate) -> None:
         """The attempt's answer is over (relayed, broken off or abandoned)."""
         self.loads.end(candidate.stable_id)
-        self._in_flight(candidate.cluster).value -= 1
+        self.metrics.in_flight.get(candidate.cluster, self._idle).value -= 1
 
     def answered(self, candidate: Candidate, status: int, started: float | None = None) -> bool:
         """The cluster answered with ``status``: a 5xx counts as a failure, and

@@ -161,7 +161,9 @@ class Gateway:
         pair and reused until either changes; without a document yet the overlay
         order stands.
         """
-        base = self.base_snapshot()
+        overlay = self.overlay
+        base = overlay.snapshot if overlay is not None else self._inline
+        assert base is not None
         document = self.signals.document if self.signals is not None else None
         if document is None:
             return base
