@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from grid.adapters.tls_probe import EgressListener, ProbeOutcome, client_context, server_context
+from grid.adapters.egress_listener import EgressListener
+from grid.adapters.tls_probe import ProbeOutcome, client_context, server_context
 from grid.core.resources.phases import SitePhase
 from grid.operator.sites import SiteController, SiteMetrics
 
