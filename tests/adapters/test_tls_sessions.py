@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from grid.adapters.egress_listener import EgressListener
 from grid.adapters.tls_probe import (
-    EgressListener,
     ProbeOutcome,
     client_context,
     probe,
