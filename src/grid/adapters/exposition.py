@@ -20,6 +20,7 @@ import re
 from prometheus_client.parser import text_string_to_metric_families
 
 from grid.core.routing.metrics_mapping import MetricFamily, Sample
+from grid.errors import GridError
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL = r'(?!__)[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"'
@@ -38,7 +39,7 @@ _SUFFIXES = {
 }
 
 
-class _NotPlain(Exception):
+class _NotPlain(GridError):
     """A line the one-pass reading does not take; the whole text goes to the full parser."""
 
 
