@@ -206,6 +206,17 @@ class RenderCache:
         fresh: dict[int, _KeptScore] = {}
         self._scores = fresh
         self.scored = 0
+        return self._scoring(kept, fresh, context, policy)
+
+    def _scoring(
+        self,
+        kept: Mapping[int, _KeptScore],
+        fresh: dict[int, _KeptScore],
+        context: ScoringContext,
+        policy: RoutingPolicy,
+    ) -> Callable[[CandidateInput], GroupScore]:
+        """A group's score: the one in ``kept`` while its candidate and hold are the same,
+        else scored afresh (counted in ``scored``); each answer is put in ``fresh``."""
         held = context.config.admission.held
 
         def score(candidate: CandidateInput) -> GroupScore:
@@ -238,18 +249,10 @@ class RenderCache:
             return self.order.order(groups, self.scorer(context, policy))
         kept = self._scores
         self.scored = 0
-
-        def score(candidate: CandidateInput) -> GroupScore:
-            member = held is not None and (candidate.site, candidate.provider) in held
-            old = kept.get(id(candidate))
-            if old is None or old.candidate is not candidate or old.held != member:
-                old = _KeptScore(candidate, member, *group_score(candidate, context, policy))
-                self.scored += 1
-            fresh[id(candidate)] = old
-            return old.evaluation, old.key
-
         fresh: dict[int, _KeptScore] = {}
-        ordering = self.order.order(groups, score, steady=True)
+        ordering = self.order.order(
+            groups, self._scoring(kept, fresh, context, policy), steady=True
+        )
         if not self.order.patched:
             self._scores = fresh  # every group was scored
             return ordering
