@@ -84,8 +84,8 @@ class Mesh:
                 self.trusted = change[1]
 
 
-def _key(records: list[OriginRecord]) -> list[tuple[str, str, int]]:
-    return [(r.origin, r.provider_id, id(r.record)) for r in records]
+def _key(records: list[OriginRecord]) -> list[tuple[str, str, ProviderRecord]]:
+    return [(r.origin, r.provider_id, r.record) for r in records]
 
 
 @settings(max_examples=300, deadline=None)
@@ -120,3 +120,17 @@ def test_a_round_after_one_origin_published_reads_only_that_origin() -> None:
     assert len(second) == len(first) == 3 * len(ORIGINS)
     assert [r for r in second if r.origin == "s1"] == [r for r in first if r.origin == "s1"]
     assert all(a is b for a, b in zip(first[:3], second[:3], strict=True))
+
+
+def test_a_republished_origin_keeps_the_record_objects_of_its_unchanged_records() -> None:
+    mesh, cache = Mesh(), LiveRecordCache()
+    for pid in "abc":
+        mesh.apply(("put", "s2", pid, "m", True, 0.0))
+    first = cache.live(mesh.replica.provider_states(), OWN, mesh.now, mesh.ttl)
+    mesh.apply(("put", "s2", "b", "m", True, 5.0))
+    second = cache.live(mesh.replica.provider_states(), OWN, mesh.now, mesh.ttl)
+    assert cache.read == 1
+    assert [r.provider_id for r in second] == ["a", "b", "c"]
+    assert second[0] is first[0] and second[2] is first[2]
+    assert second[1] is not first[1]
+    assert second[1].record.observed_at == mesh.now - 5.0

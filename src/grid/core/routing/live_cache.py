@@ -33,9 +33,22 @@ class _Block(NamedTuple):
     """The oldest ``observed_at`` of ``records`` (inf for none)."""
 
 
-def _block(origin: str, state: StateLaneValue) -> _Block:
-    items = sorted(state.live_providers().items())
-    records = [OriginRecord(origin, pid, r) for pid, r in items if r.site == origin]
+def _block(origin: str, state: StateLaneValue, last: _Block | None) -> _Block:
+    """The records of ``state``, each the `OriginRecord` of ``last`` where its record is equal.
+
+    A peer that changed one record publishes a state with every other record as
+    before; taking those records' objects of the last round keeps them the same
+    objects downstream, where each round looks again only at records that are not.
+    """
+    kept = {} if last is None else {r.provider_id: r for r in last.records}
+    records = []
+    for pid, r in sorted(state.live_providers().items()):
+        if r.site != origin:
+            continue
+        old = kept.get(pid)
+        if old is None or not (old.record is r or old.record == r):
+            old = OriginRecord(origin, pid, r)
+        records.append(old)
     records.sort(key=attrgetter("record.name"))  # stable: provider id order within a name
     # A record's observed_at is a number of seconds (never NaN: records check it).
     oldest = min((r.record.observed_at for r in records), default=math.inf)
@@ -65,7 +78,7 @@ class LiveRecordCache:
         for origin, state in states:
             block = self._kept.get(origin)
             if block is None or block.state is not state:
-                block = _block(origin, state)
+                block = _block(origin, state, block)
                 self.read += 1
             kept[origin] = block
             remote = origin != own_site
