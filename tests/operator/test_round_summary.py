@@ -1,8 +1,8 @@
-"""A round's summary (`RoundSummary.add`) reads the candidates column by column.
+"""A round's summary (`RoundSummary`) reads the models and freshness off its candidates late.
 
-It must count exactly what a candidate-by-candidate reading counts: the models
-named, and whether every candidate of each (site, cluster) so far is fresh,
-across the several gateways of one round.
+It must count exactly what a reading of each candidate as it was added counts:
+the models named, and whether every candidate of each (site, cluster) is
+fresh, across the several gateways of one round.
 """
 
 from __future__ import annotations
@@ -25,19 +25,23 @@ candidate = st.fixed_dictionaries(
 gateway = st.tuples(st.lists(candidate, max_size=12), st.booleans())
 
 
-def _by_candidate(gateways: list[tuple[list[dict[str, Any]], bool]]) -> RoundSummary:
-    """The summary as one candidate at a time would count it."""
-    summary = RoundSummary()
-    for n, (candidates, written) in enumerate(gateways):
-        summary.gateways.append(f"g{n}")
-        summary.revisions.append(f"r{n}")
-        summary.models.update(str(c["name"]) for c in candidates)
-        summary.candidates += len(candidates)
+def _by_candidate(gateways: list[tuple[list[dict[str, Any]], bool]]) -> dict[str, Any]:
+    """The summary's figures as one candidate at a time would count them."""
+    models: set[str] = set()
+    freshness: dict[tuple[str, str], bool] = {}
+    for candidates, _ in gateways:
+        models.update(str(c["name"]) for c in candidates)
         for c in candidates:
             where = (str(c["site"]), str(c["cluster"]))
-            summary.freshness[where] = summary.freshness.get(where, True) and bool(c["fresh"])
-        summary.written += int(written)
-    return summary
+            freshness[where] = freshness.get(where, True) and bool(c["fresh"])
+    return {
+        "gateways": [f"g{n}" for n in range(len(gateways))],
+        "revisions": [f"r{n}" for n in range(len(gateways))],
+        "candidates": sum(len(c) for c, _ in gateways),
+        "written": sum(int(w) for _, w in gateways),
+        "models": models,
+        "freshness": list(freshness.items()),
+    }
 
 
 @given(st.lists(gateway, max_size=4))
@@ -47,6 +51,11 @@ def test_a_summary_counts_what_reading_each_candidate_counts(
     summary = RoundSummary()
     for n, (candidates, written) in enumerate(gateways):
         summary.add(f"g{n}", f"r{n}", candidates, written)
-    expected = _by_candidate(gateways)
-    assert summary == expected
-    assert list(summary.freshness.items()) == list(expected.freshness.items())
+    assert {
+        "gateways": summary.gateways,
+        "revisions": summary.revisions,
+        "candidates": summary.candidates,
+        "written": summary.written,
+        "models": summary.models,
+        "freshness": list(summary.freshness.items()),
+    } == _by_candidate(gateways)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import json
 import logging
 import math
@@ -85,15 +86,18 @@ at the next render and return when its probe passes again."""
 
 @dataclass
 class RoundSummary:
-    """What one round rendered, for its span: names, counts and revisions only."""
+    """What one round rendered, for its span and metrics: names, counts and revisions only.
+
+    The models named and each cluster's freshness are read off the rendered
+    candidates when first asked for (a recorded span, a metrics scrape), not in
+    every round: most rounds are asked neither."""
 
     gateways: list[str] = field(default_factory=list)
     revisions: list[str] = field(default_factory=list)
-    models: set[str] = field(default_factory=set)
     candidates: int = 0
     written: int = 0
-    freshness: dict[tuple[str, str], bool] = field(default_factory=dict)
-    """(site, cluster) -> whether every one of its rendered candidates is fresh."""
+    listed: list[list[dict[str, Any]]] = field(default_factory=list)
+    """Each gateway's rendered candidates, in the order added."""
 
     def add(
         self, gateway: str, revision: str, candidates: list[dict[str, Any]], written: bool
@@ -101,14 +105,24 @@ class RoundSummary:
         """Count one gateway's rendered overlay."""
         self.gateways.append(gateway)
         self.revisions.append(revision)
-        self.models.update(map(str, {c["name"] for c in candidates}))
+        self.listed.append(candidates)
         self.candidates += len(candidates)
-        freshness = self.freshness
-        for c in candidates:
-            where = (str(c["site"]), str(c["cluster"]))
-            fresh = freshness.get(where, True)
-            freshness[where] = fresh and bool(c["fresh"])
         self.written += int(written)
+
+    @functools.cached_property
+    def models(self) -> set[str]:
+        """Every model a rendered candidate names."""
+        return {str(c["name"]) for candidates in self.listed for c in candidates}
+
+    @functools.cached_property
+    def freshness(self) -> dict[tuple[str, str], bool]:
+        """(site, cluster) -> whether every one of its rendered candidates is fresh."""
+        freshness: dict[tuple[str, str], bool] = {}
+        for candidates in self.listed:
+            for c in candidates:
+                where = (str(c["site"]), str(c["cluster"]))
+                freshness[where] = freshness.get(where, True) and bool(c["fresh"])
+        return freshness
 
     def describe(self, span: Span) -> None:
         """Set the round's attributes: models, candidates, revision, gateways."""
