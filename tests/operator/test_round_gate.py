@@ -21,9 +21,7 @@ from grid.core.crdt.replica import GridState
 from grid.core.crdt.snapshot import GridStateSnapshot
 from grid.core.resources import API_VERSION
 from grid.core.resources.phases import SitePhase
-from grid.core.routing.mesh_view import OriginRecord
-from grid.core.routing.signals import FRESHNESS_MAX_AGE_S
-from grid.operator.round_gate import RoundGate, time_deadline
+from grid.operator.round_gate import RoundGate
 from grid.operator.runtime import Operator
 from grid.operator.settings import OperatorSettings
 from grid.operator.startup import select_network
@@ -159,16 +157,6 @@ async def test_a_spec_edit_renders_and_a_status_echo_does_not(
     operator.gate.store_event("GridNetwork", edited)
     await operator.reconcile_overlays()
     assert _rounds(operator, "rendered") == rendered + 1
-
-
-def test_the_deadline_is_the_next_freshness_or_eviction_moment() -> None:
-    records = [
-        OriginRecord("s0", "a", _record("a", "s0", 0.1, 100.0)),
-        OriginRecord("s1", "b", _record("b", "s1", 0.1, 130.0)),
-    ]
-    assert time_deadline(records, "s0", 20.0, 140.0) == 150.0  # b leaves the view
-    assert time_deadline(records, "s0", None, 140.0) == 100.0 + FRESHNESS_MAX_AGE_S
-    assert time_deadline(records, "s0", None, 500.0) == math.inf
 
 
 def test_a_passed_deadline_renders_again() -> None:

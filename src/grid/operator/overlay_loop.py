@@ -68,7 +68,6 @@ from grid.operator.resilience import (
     WriteFailed,
     guarded_rounds,
 )
-from grid.operator.round_gate import time_deadline
 
 log = logging.getLogger(__name__)
 
@@ -273,9 +272,7 @@ class OverlayLoop:
             float(ttl) if ttl is not None else None,
             trusted,
         )
-        self.deadline = time_deadline(
-            records, self.site, float(ttl) if ttl is not None else None, now.timestamp()
-        )
+        self.deadline = self.live_records.deadline()
         offers = mesh_offers(replica, trusted, self.site)
         inputs = mesh_inputs(
             network, sites, own, secrets, records, self.site, agents, offers, views

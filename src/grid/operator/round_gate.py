@@ -34,8 +34,6 @@ from grid.core.crdt.replica import GridState
 from grid.core.resources.network_status import RoundOutcome
 from grid.core.resources.phases import SitePhase
 from grid.core.routing.admission_policy import stabilized
-from grid.core.routing.mesh_view import OriginRecord
-from grid.core.routing.signals import FRESHNESS_MAX_AGE_S
 
 if TYPE_CHECKING:
     from grid.operator.overlay_loop import OverlayLoop
@@ -49,24 +47,6 @@ def network_inputs(obj: Mapping[str, Any]) -> tuple[Any, ...]:
     the spec, and the status's ``gridId`` (a status write of our own changes nothing else)."""
     meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
     return meta, obj.get("spec"), (obj.get("status") or {}).get("gridId")
-
-
-def time_deadline(
-    records: Iterable[OriginRecord], own_site: str, stale_ttl_s: float | None, now_s: float
-) -> float:
-    """The first moment after ``now_s`` at which a live record turns stale or is evicted."""
-    deadline = math.inf
-    for item in records:
-        observed = item.record.observed_at
-        for moment in (
-            observed + FRESHNESS_MAX_AGE_S,
-            observed + stale_ttl_s
-            if stale_ttl_s is not None and item.origin != own_site
-            else math.inf,
-        ):
-            if now_s < moment < deadline:
-                deadline = moment
-    return deadline
 
 
 class RoundGate:

@@ -9,6 +9,7 @@ cache must give exactly the records, in the order, of `live_records` of
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from hypothesis import given, settings
@@ -18,6 +19,7 @@ from grid.core.crdt.record import ProviderRecord, RecordSignals
 from grid.core.crdt.replica import GridState
 from grid.core.routing.live_cache import LiveRecordCache
 from grid.core.routing.mesh_view import OriginRecord, live_records
+from grid.core.routing.signals import FRESHNESS_MAX_AGE_S
 
 OWN = "s0"
 ORIGINS = ("s0", "s1", "s2", "s3")
@@ -29,13 +31,13 @@ put = st.tuples(
     st.sampled_from(["a", "b", "c", "d"]),
     st.sampled_from(["m", "n", "o"]),
     st.booleans(),
-    st.sampled_from([0.0, 30.0, 299.0, 301.0, 5000.0, 1e9]),
+    st.sampled_from([0.0, 20.0, 30.0, 59.9, 60.0, 299.0, 300.0, 301.0, 5000.0, 1e9]),
 )
 step = st.one_of(
     put,
     st.tuples(st.just("remove"), st.sampled_from(ORIGINS), st.sampled_from(["a", "b", "c", "d"])),
     st.tuples(st.just("advance"), st.sampled_from([0.0, 1.0, 200.0, 400.0])),
-    st.tuples(st.just("ttl"), st.sampled_from([None, 60.0, 300.0])),
+    st.tuples(st.just("ttl"), st.sampled_from([None, 20.0, 60.0, 300.0])),
     st.tuples(st.just("trust"), st.one_of(st.none(), st.frozensets(st.sampled_from(ORIGINS)))),
     st.just(("same",)),
 )
@@ -84,6 +86,19 @@ class Mesh:
                 self.trusted = change[1]
 
 
+def _deadline_afresh(records: list[OriginRecord], ttl: float | None, now_s: float) -> float:
+    """The first moment after ``now_s`` at which one of ``records`` turns stale or is evicted,
+    looking at every record."""
+    deadline = math.inf
+    for item in records:
+        observed = item.record.observed_at
+        moments = [observed + FRESHNESS_MAX_AGE_S]
+        if ttl is not None and item.origin != OWN:
+            moments.append(observed + ttl)
+        deadline = min([deadline, *(m for m in moments if now_s < m)])
+    return deadline
+
+
 def _key(records: list[OriginRecord]) -> list[tuple[str, str, ProviderRecord]]:
     return [(r.origin, r.provider_id, r.record) for r in records]
 
@@ -105,6 +120,7 @@ def test_kept_live_records_are_live_records_of_the_replica_every_round(
             mesh.trusted,
         )
         assert _key(kept) == _key(scratch), change
+        assert cache.deadline() == _deadline_afresh(scratch, mesh.ttl, mesh.now), change
 
 
 def test_a_round_after_one_origin_published_reads_only_that_origin() -> None:
@@ -134,3 +150,24 @@ def test_a_republished_origin_keeps_the_record_objects_of_its_unchanged_records(
     assert second[0] is first[0] and second[2] is first[2]
     assert second[1] is not first[1]
     assert second[1].record.observed_at == mesh.now - 5.0
+
+
+def test_the_deadline_is_the_next_freshness_or_eviction_moment() -> None:
+    mesh, cache = Mesh(), LiveRecordCache()
+    mesh.ttl = 20.0
+    mesh.apply(("put", "s0", "a", "m", True, 40.0))
+    mesh.apply(("put", "s1", "b", "m", True, 10.0))
+    cache.live(mesh.replica.provider_states(), OWN, mesh.now, mesh.ttl)
+    assert cache.deadline() == mesh.now + 10.0  # b leaves the view
+    cache.live(mesh.replica.provider_states(), OWN, mesh.now, None)
+    assert cache.deadline() == mesh.now + FRESHNESS_MAX_AGE_S - 40.0  # a turns stale
+    cache.live(mesh.replica.provider_states(), OWN, mesh.now + 500.0, None)
+    assert cache.deadline() == math.inf
+
+
+def test_a_record_exactly_the_ttl_old_is_kept_and_its_staleness_still_counts() -> None:
+    mesh, cache = Mesh(), LiveRecordCache()
+    mesh.ttl = 20.0
+    mesh.apply(("put", "s1", "b", "m", True, 20.0))
+    assert len(cache.live(mesh.replica.provider_states(), OWN, mesh.now, mesh.ttl)) == 1
+    assert cache.deadline() == mesh.now + FRESHNESS_MAX_AGE_S - 20.0
