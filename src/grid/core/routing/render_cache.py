@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from itertools import compress
+from datetime import UTC, datetime
+from itertools import chain, compress
 from operator import is_not
 from typing import Any, NamedTuple
 
@@ -106,6 +107,8 @@ class RenderCache:
         self._drafts: dict[tuple[str, str | None], _KeptProvider] = {}
         self._by_id: dict[int, _KeptProvider] = {}
         """The same entries by the identity of the provider each holds."""
+        self._round: _Round | None = None
+        """The last round's drafts by place (`_patched`)."""
         self._listed: tuple[str, tuple[InferenceProvider, ...], list[int]] | None = None
         """The network, providers and sorted order of the last `by_name`."""
         self._context: tuple[Any, ...] | None = None
@@ -134,49 +137,91 @@ class RenderCache:
         """
         key = _view_key(view)
         if key != self._view:
-            self._view, self._drafts, self._by_id = key, {}, {}
-        by_name, by_id = self._drafts, self._by_id
-        fresh: dict[tuple[str, str | None], _KeptProvider] = {}
-        fresh_by_id: dict[int, _KeptProvider] = {}
-        made: list[CandidateDraft] = []
-        self.drafted = 0
+            self._view, self._drafts, self._by_id, self._round = key, {}, {}, None
         clock = SampleClock(view)
+        self.drafted = 0
+        given = tuple(providers)
+        patched = self._patched(given, view, clock)
+        if patched is not None:
+            return patched
+        self.drafted = 0
+        kept = [self._provider(p, self._drafts, self._by_id, view, clock) for p in given]
+        self._drafts = {k.name: k for k in kept}
+        self._by_id = {id(k.provider): k for k in kept}
+        self._round = _round_of(given, view, clock, kept)
+        return [k.draft for p in kept for k in p.drafts.values() if k is not None]
+
+    def _provider(
+        self,
+        provider: InferenceProvider,
+        by_name: Mapping[tuple[str, str | None], _KeptProvider],
+        by_id: Mapping[int, _KeptProvider],
+        view: DraftView,
+        clock: SampleClock,
+    ) -> _KeptProvider:
+        """One provider's drafts, the kept ones where their entry and clock held."""
+        old = by_id.get(id(provider))
+        if old is None or old.provider is not provider:
+            old = self._by_name(provider, by_name, view)
         # The clock's two instants, compared here inline (a call per sample costs more).
         oldest_fresh, kept_from = clock.bounds or (None, None)
-        local = view.local_site
-        index = view.signal_index
-        for provider in providers:
-            old = by_id.get(id(provider))
-            if old is None or old.provider is not provider:
-                old = self._by_name(provider, by_name, view)
-            drafts = old.drafts
-            name = old.name[0]
-            for site, kept in drafts.items():
-                entry = index.get((site, name))
-                if oldest_fresh is None or entry is None:
-                    at = clock(entry, site)
-                else:
-                    observed = entry.observed_at
-                    at = (
-                        observed < oldest_fresh,
-                        kept_from is not None and site != local and observed < kept_from,
-                    )
-                if (
-                    kept is None
-                    or kept.clock != at
-                    or not (kept.entry is entry or kept.entry == entry)
-                ):
-                    if drafts is old.drafts:
-                        drafts = dict(drafts)
-                    drafts[site] = kept = _KeptDraft(entry, at, draft_for(provider, view, site))
-                    self.drafted += 1
-                made.append(kept.draft)
-            if drafts is not old.drafts:
-                old = _KeptProvider(provider, old.name, drafts)
-            fresh[old.name] = old
-            fresh_by_id[id(old.provider)] = old
-        self._drafts, self._by_id = fresh, fresh_by_id
-        return made
+        local, index = view.local_site, view.signal_index
+        drafts = old.drafts
+        name = old.name[0]
+        for site, kept in drafts.items():
+            entry = index.get((site, name))
+            if oldest_fresh is None or entry is None:
+                at = clock(entry, site)
+            else:
+                observed = entry.observed_at
+                at = (
+                    observed < oldest_fresh,
+                    kept_from is not None and site != local and observed < kept_from,
+                )
+            if kept is None or kept.clock != at or not (kept.entry is entry or kept.entry == entry):
+                if drafts is old.drafts:
+                    drafts = dict(drafts)
+                drafts[site] = _KeptDraft(entry, at, draft_for(provider, view, site))
+                self.drafted += 1
+        if drafts is not old.drafts:
+            old = _KeptProvider(provider, old.name, drafts)
+        return old
+
+    def _patched(
+        self, providers: tuple[InferenceProvider, ...], view: DraftView, clock: SampleClock
+    ) -> list[CandidateDraft] | None:
+        """The last round's drafts with only the changed providers' looked at, or None.
+
+        A provider is looked at when it is another object than at its place last
+        round, or when an entry of its (site, name) is. The others keep their
+        drafts unlooked-at only while the clock can have changed none of their
+        answers: it did not go back, and no sample kept fresh (or kept, remote)
+        is older than its new instant (`_Round.fresh_floor`, `kept_floor`).
+        """
+        last = self._round
+        entries = view.signals.providers if view.signals is not None else None
+        if last is None or entries is None or not last.steady(providers, entries, clock.bounds):
+            return None
+        changed = set(compress(range(len(providers)), map(is_not, providers, last.providers)))
+        for j in compress(range(len(entries)), map(is_not, entries, last.entries)):
+            for e in (entries[j], last.entries[j]):
+                changed.update(last.where.get((e.site, e.name), ()))
+        if len(changed) > len(providers) * PATCH_MAX_SHARE:
+            return None
+        kept, drafts = list(last.kept), list(last.drafts)
+        by_name, by_id = dict(self._drafts), dict(self._by_id)
+        for i in changed:
+            old = kept[i]
+            new = self._provider(providers[i], self._drafts, self._by_id, view, clock)
+            if new.name != old.name or list(new.drafts) != list(old.drafts):
+                return None  # its places in `where` would move
+            del by_id[id(old.provider)]
+            by_name[new.name], by_id[id(new.provider)] = new, new
+            kept[i] = new
+            drafts[i] = [k.draft for k in new.drafts.values() if k is not None]
+        self._drafts, self._by_id = by_name, by_id
+        self._round = last.moved(providers, entries, clock.bounds, kept, drafts, view.local_site)
+        return list(chain.from_iterable(drafts))
 
     @staticmethod
     def _by_name(
@@ -296,3 +341,102 @@ def _same_place(old: InferenceProvider, new: InferenceProvider) -> bool:
         old.spec.grid_network_ref == new.spec.grid_network_ref
         and old.metadata.name == new.metadata.name
     )
+
+
+PATCH_MAX_SHARE = 0.25
+"""Past this share of the providers changed, a round drafts everything afresh."""
+
+_NEVER = datetime.max.replace(tzinfo=UTC)
+
+
+class _Round(NamedTuple):
+    """The last round's drafts, provider by provider (`RenderCache._patched` patches them)."""
+
+    providers: tuple[InferenceProvider, ...]
+    entries: tuple[ProviderSignals, ...]
+    bounds: tuple[datetime, datetime | None]
+    kept: list[_KeptProvider]
+    drafts: list[list[CandidateDraft]]
+    where: dict[tuple[str, str], list[int]]
+    """The providers drafted at each (site, name), by place."""
+    fresh_floor: datetime
+    """No sample judged fresh is older (never later than the oldest such)."""
+    kept_floor: datetime
+    """No remote sample judged not evicted is older."""
+
+    def steady(
+        self,
+        providers: tuple[InferenceProvider, ...],
+        entries: tuple[ProviderSignals, ...],
+        bounds: tuple[datetime, datetime | None] | None,
+    ) -> bool:
+        """Whether places compare and the clock changed no answer of an unchanged sample."""
+        if bounds is None or len(providers) != len(self.providers):
+            return False
+        if len(entries) != len(self.entries):
+            return False
+        (fresh, kept), (was_fresh, was_kept) = bounds, self.bounds
+        if not was_fresh <= fresh <= self.fresh_floor:
+            return False
+        if kept is None or was_kept is None:
+            return kept is None and was_kept is None
+        return was_kept <= kept <= self.kept_floor
+
+    def moved(
+        self,
+        providers: tuple[InferenceProvider, ...],
+        entries: tuple[ProviderSignals, ...],
+        bounds: tuple[datetime, datetime | None] | None,
+        kept: list[_KeptProvider],
+        drafts: list[list[CandidateDraft]],
+        local: str,
+    ) -> _Round:
+        """This round after patching: the floors lowered by the changed samples."""
+        assert bounds is not None
+        fresh_floor, kept_floor = _floors(kept, local, (self.fresh_floor, self.kept_floor))
+        return self._replace(
+            providers=providers,
+            entries=entries,
+            bounds=bounds,
+            kept=kept,
+            drafts=drafts,
+            fresh_floor=fresh_floor,
+            kept_floor=kept_floor,
+        )
+
+
+def _floors(
+    kept: Iterable[_KeptProvider], local: str, start: tuple[datetime, datetime]
+) -> tuple[datetime, datetime]:
+    """The oldest sample judged fresh, and the oldest remote one judged not evicted."""
+    fresh_floor, kept_floor = start
+    for provider in kept:
+        for site, draft in provider.drafts.items():
+            if draft is None or draft.entry is None:
+                continue
+            observed = draft.entry.observed_at
+            stale, evicted = draft.clock
+            if not stale and observed < fresh_floor:
+                fresh_floor = observed
+            if site != local and not evicted and observed < kept_floor:
+                kept_floor = observed
+    return fresh_floor, kept_floor
+
+
+def _round_of(
+    providers: tuple[InferenceProvider, ...],
+    view: DraftView,
+    clock: SampleClock,
+    kept: list[_KeptProvider],
+) -> _Round | None:
+    """What `RenderCache._patched` needs of a round drafted afresh (None: nothing to patch)."""
+    bounds = clock.bounds
+    if bounds is None or view.signals is None:
+        return None
+    drafts = [[k.draft for k in p.drafts.values() if k is not None] for p in kept]
+    where: dict[tuple[str, str], list[int]] = {}
+    for i, provider in enumerate(kept):
+        for site in provider.drafts:
+            where.setdefault((site, provider.name[0]), []).append(i)
+    floors = _floors(kept, view.local_site, (_NEVER, _NEVER))
+    return _Round(providers, view.signals.providers, bounds, kept, drafts, where, *floors)
