@@ -220,7 +220,8 @@ class RenderCache:
             kept[i] = new
             drafts[i] = [k.draft for k in new.drafts.values() if k is not None]
         self._drafts, self._by_id = by_name, by_id
-        self._round = last.moved(providers, entries, clock.bounds, kept, drafts, view.local_site)
+        patched = [kept[i] for i in changed]
+        self._round = last.moved(providers, entries, clock.bounds, kept, drafts, patched, view)
         return list(chain.from_iterable(drafts))
 
     @staticmethod
@@ -389,11 +390,16 @@ class _Round(NamedTuple):
         bounds: tuple[datetime, datetime | None] | None,
         kept: list[_KeptProvider],
         drafts: list[list[CandidateDraft]],
-        local: str,
+        patched: Iterable[_KeptProvider],
+        view: DraftView,
     ) -> _Round:
-        """This round after patching: the floors lowered by the changed samples."""
+        """This round after patching: the floors lowered by the ``patched`` providers' samples.
+
+        Only lowered: a floor the patched-out samples held stays, which only makes a
+        later round draft afresh sooner than it must."""
         assert bounds is not None
-        fresh_floor, kept_floor = _floors(kept, local, (self.fresh_floor, self.kept_floor))
+        floors = (self.fresh_floor, self.kept_floor)
+        fresh_floor, kept_floor = _floors(patched, view.local_site, floors)
         return self._replace(
             providers=providers,
             entries=entries,
